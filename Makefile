@@ -1,0 +1,46 @@
+# make setup   -> .venv from nothing (idempotent; seconds once done)
+# make test    -> setup, then the whole test suite (CPU, no downloads)
+# make demo    -> setup, then the whole pipeline on the tiny model and toy videos
+# make lint    -> ruff
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+TORCH_PAIR := torch==2.14.1 torchvision==0.29.1
+STAMP := $(VENV)/.installed
+
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export HF_DATASETS_OFFLINE := 1
+export WANDB_MODE ?= offline
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup test test-fast demo lint clean
+
+setup: $(STAMP)
+
+$(VENV)/.torch:
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q $(TORCH_PAIR)
+	touch $@
+
+$(STAMP): $(VENV)/.torch pyproject.toml
+	DS_BUILD_OPS=0 $(PY) -m pip install -q -e '.[dev]'
+	$(PY) -c "import torch, torchvision, transformers, trl, peft, accelerate, deepspeed, datasets, decord, av, hydra, wandb"
+	touch $@
+
+test: setup
+	$(PY) -m pytest -q tests
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow" tests
+
+demo: setup
+	$(PY) -m train.demo
+
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+clean:
+	rm -rf runs outputs multirun .pytest_cache

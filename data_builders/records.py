@@ -1,0 +1,486 @@
+"""Stream records: the one type every builder writes and every trainer, reward and evaluator reads.
+
+A :class:`Stream` is one video clip turned into a decision stream: the model watches the clip at a
+fixed rate (1 step/s by default) and, at every step, either stays silent or speaks. The record says
+where the clip is, what the user asked and when, and what the model should say and when
+(:class:`Target`). A stream with no targets is a *negative*: the right behaviour is silence.
+
+Time axis: every time in a record (``clip_start``, ``clip_end``, ``instruction_time``, target times
+and windows, history times) is in seconds on the video file's own timeline. Predictions
+(:class:`Prediction`) use the same axis, so a reply can be scored against a target directly.
+EgoServe's EgoLife times are absolute (``day * 86400 + seconds of day``); there the builder sets the
+clip bounds on that axis and the video reader subtracts ``video_offset`` to seek in the file.
+
+Records are read and written as JSON Lines (one record per line) and as parquet shards that
+``datasets.load_dataset("parquet", ...)`` loads. Invalid input raises :class:`RecordError`, which
+names the file, the record (id or line), the field and the reason.
+
+>>> s = Stream(id="a", source="toy", task="event_monitoring", video="a.mp4", clip_start=0.0,
+...            clip_end=20.0, instruction="Tell me when the red square appears.",
+...            targets=[Target(time=7.0, content="The red square appeared.", label="Warning")])
+>>> Stream.from_dict(s.to_dict()) == s
+True
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: Task names known to the pipeline. P3IBench's five tasks, ProPerMem, EgoServe, and the training
+#: tasks built from captioning / QA sources (P3I's "PVQ" narration and "CRR" clue-then-respond).
+TASKS: frozenset[str] = frozenset(
+    {
+        "event_monitoring",
+        "object_monitoring",
+        "accident_warning",
+        "crime_alert",
+        "event_intervention",
+        "propermem",
+        "egoserve",
+        "proactive_narration",
+        "timed_qa",
+        "clue_then_respond",
+    }
+)
+
+#: Tolerance (seconds) for float noise when checking that a time lies inside the clip.
+TIME_EPS = 1e-6
+
+
+class RecordError(ValueError):
+    """Invalid record: the message names the file, the record (id or line), the field and the reason."""
+
+    def __init__(self, reason: str, *, file: str | Path | None = None, record: str | int | None = None,
+                 field: str | None = None):
+        self.file = None if file is None else str(file)
+        self.record = record
+        self.field = field
+        self.reason = reason
+        where = []
+        if self.file is not None:
+            where.append(f"file {self.file}")
+        if record is not None:
+            where.append(f"record {record}")
+        if field is not None:
+            where.append(f"field '{field}'")
+        super().__init__(f"{', '.join(where)}: {reason}" if where else reason)
+
+    def located(self, *, file: str | Path | None = None, record: str | int | None = None) -> RecordError:
+        """The same error with the file / record filled in where it was not known yet."""
+        return RecordError(
+            self.reason,
+            file=self.file if self.file is not None else file,
+            record=self.record if self.record is not None else record,
+            field=self.field,
+        )
+
+
+def _number(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise RecordError(f"expected a number of seconds, got {value!r}", field=name)
+    value = float(value)
+    if not math.isfinite(value):
+        raise RecordError(f"expected a finite number of seconds, got {value!r}", field=name)
+    return value
+
+
+def _text(value: Any, name: str, *, optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise RecordError(f"expected a string, got {type(value).__name__} {value!r}", field=name)
+    return value
+
+
+def _require(data: dict, key: str, prefix: str = "") -> Any:
+    if key not in data or data[key] is None:
+        raise RecordError("missing required field", field=prefix + key)
+    return data[key]
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the model should say, and when.
+
+    ``time`` is the moment the reply is due (tau in PROTOCOLS.md). ``window`` is an optional
+    [start, end] in which a reply counts (ProPerMem's trigger window, EgoServe's service window);
+    a target with a window and no time takes the window's center as its time.
+    ``label`` is a structured answer checked by the ``label`` scorer (e.g. ``Warning``);
+    ``category`` is a service subtype (EgoServe) or other class.
+    """
+
+    time: float
+    content: str
+    window: tuple[float, float] | None = None
+    label: str | None = None
+    category: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: Any, prefix: str = "targets") -> Target:
+        if not isinstance(data, dict):
+            raise RecordError(f"expected an object, got {type(data).__name__}", field=prefix)
+        window = data.get("window")
+        if window is not None:
+            if not isinstance(window, (list, tuple)) or len(window) != 2:
+                raise RecordError(f"expected [start, end], got {window!r}", field=f"{prefix}.window")
+            start, end = (_number(v, f"{prefix}.window") for v in window)
+            if end < start:
+                raise RecordError(f"window ends before it starts ({start} > {end})", field=f"{prefix}.window")
+            window = (start, end)
+        if data.get("time") is None:
+            if window is None:
+                raise RecordError("a target needs a time or a window", field=f"{prefix}.time")
+            time = (window[0] + window[1]) / 2
+        else:
+            time = _number(data["time"], f"{prefix}.time")
+        content = _text(data.get("content", ""), f"{prefix}.content")
+        return cls(
+            time=time,
+            content=content,
+            window=window,
+            label=_text(data.get("label"), f"{prefix}.label", optional=True),
+            category=_text(data.get("category"), f"{prefix}.category", optional=True),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["window"] = None if self.window is None else list(self.window)
+        return out
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One timestamped line of a personal history (e.g. a ProPerMem caption)."""
+
+    time: float
+    text: str
+
+    @classmethod
+    def from_dict(cls, data: Any, prefix: str = "history") -> HistoryEntry:
+        if not isinstance(data, dict):
+            raise RecordError(f"expected an object, got {type(data).__name__}", field=prefix)
+        return cls(time=_number(_require(data, "time", f"{prefix}."), f"{prefix}.time"),
+                   text=_text(_require(data, "text", f"{prefix}."), f"{prefix}.text"))
+
+
+@dataclass(frozen=True)
+class Stream:
+    """One clip as a decision stream (see the module docstring for the time axis).
+
+    ``video`` is a path, absolute or relative to the directory of the records file it came from
+    (resolve it with :func:`resolve_video`). ``instruction_time`` is when the user gives the
+    instruction (default: the clip start). ``video_offset`` maps record times to file times
+    (file time = record time - video_offset), for sources with absolute clocks.
+    ``meta`` carries source-specific facts (e.g. the EgoServe unit); it must be JSON-serializable.
+    """
+
+    id: str
+    source: str
+    task: str
+    video: str
+    clip_start: float
+    clip_end: float
+    instruction: str
+    targets: list[Target] = field(default_factory=list)
+    instruction_time: float | None = None
+    history: list[HistoryEntry] = field(default_factory=list)
+    video_offset: float = 0.0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def duration(self) -> float:
+        return self.clip_end - self.clip_start
+
+    @property
+    def is_negative(self) -> bool:
+        return not self.targets
+
+    @property
+    def video_key(self) -> str:
+        """What identifies the source video (for splits): ``meta['video_id']`` if set, else the path."""
+        return str(self.meta.get("video_id", self.video))
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Stream:
+        """Parse and validate one record; raises :class:`RecordError` (record = the id if known)."""
+        if not isinstance(data, dict):
+            raise RecordError(f"expected a JSON object, got {type(data).__name__}")
+        rid = data.get("id")
+        try:
+            if not isinstance(rid, str) or not rid:
+                raise RecordError(f"expected a non-empty string id, got {rid!r}", field="id")
+            task = _text(_require(data, "task"), "task")
+            if task not in TASKS:
+                raise RecordError(f"unknown task {task!r} (known: {', '.join(sorted(TASKS))})", field="task")
+            clip_start = _number(_require(data, "clip_start"), "clip_start")
+            clip_end = _number(_require(data, "clip_end"), "clip_end")
+            if clip_end <= clip_start:
+                raise RecordError(f"clip ends before it starts ({clip_start} >= {clip_end})", field="clip_end")
+            raw_targets = data.get("targets") or []
+            if not isinstance(raw_targets, list):
+                raise RecordError("expected a list", field="targets")
+            targets = [Target.from_dict(t, f"targets[{i}]") for i, t in enumerate(raw_targets)]
+            for i, t in enumerate(targets):
+                lo = t.window[0] if t.window else t.time
+                hi = t.window[1] if t.window else t.time
+                if lo < clip_start - TIME_EPS or hi > clip_end + TIME_EPS:
+                    raise RecordError(
+                        f"target at {t.time}s (window {t.window}) lies outside the clip [{clip_start}, {clip_end}]",
+                        field=f"targets[{i}]",
+                    )
+            instruction_time = data.get("instruction_time")
+            if instruction_time is not None:
+                instruction_time = _number(instruction_time, "instruction_time")
+                if not clip_start - TIME_EPS <= instruction_time <= clip_end + TIME_EPS:
+                    raise RecordError("instruction time lies outside the clip", field="instruction_time")
+            raw_history = data.get("history") or []
+            if not isinstance(raw_history, list):
+                raise RecordError("expected a list", field="history")
+            meta = data.get("meta") or {}
+            if isinstance(meta, str):  # parquet stores meta as a JSON string
+                meta = json.loads(meta)
+            if not isinstance(meta, dict):
+                raise RecordError("expected an object", field="meta")
+            return cls(
+                id=rid,
+                source=_text(_require(data, "source"), "source"),
+                task=task,
+                video=_text(_require(data, "video"), "video"),
+                clip_start=clip_start,
+                clip_end=clip_end,
+                instruction=_text(_require(data, "instruction"), "instruction"),
+                targets=targets,
+                instruction_time=instruction_time,
+                history=[HistoryEntry.from_dict(h, f"history[{i}]") for i, h in enumerate(raw_history)],
+                video_offset=_number(data.get("video_offset", 0.0) or 0.0, "video_offset"),
+                meta=meta,
+            )
+        except RecordError as err:
+            raise err.located(record=rid if isinstance(rid, str) and rid else None) from None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "source": self.source,
+            "task": self.task,
+            "video": self.video,
+            "clip_start": self.clip_start,
+            "clip_end": self.clip_end,
+            "instruction": self.instruction,
+            "instruction_time": self.instruction_time,
+            "targets": [t.to_dict() for t in self.targets],
+            "history": [asdict(h) for h in self.history],
+            "video_offset": self.video_offset,
+            "meta": self.meta,
+        }
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One thing the model said: when (seconds, record time axis), what, and an optional category."""
+
+    time: float
+    text: str
+    category: str | None = None
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """All replies of the model on one stream, in time order."""
+
+    id: str
+    replies: list[Reply] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Prediction:
+        if not isinstance(data, dict):
+            raise RecordError(f"expected a JSON object, got {type(data).__name__}")
+        rid = data.get("id")
+        try:
+            if not isinstance(rid, str) or not rid:
+                raise RecordError(f"expected a non-empty string id, got {rid!r}", field="id")
+            raw = data.get("replies")
+            if not isinstance(raw, list):
+                raise RecordError("missing or not a list", field="replies")
+            replies = []
+            for i, r in enumerate(raw):
+                if not isinstance(r, dict):
+                    raise RecordError("expected an object", field=f"replies[{i}]")
+                replies.append(Reply(
+                    time=_number(_require(r, "time", f"replies[{i}]."), f"replies[{i}].time"),
+                    text=_text(r.get("text", ""), f"replies[{i}].text"),
+                    category=_text(r.get("category"), f"replies[{i}].category", optional=True),
+                ))
+            if any(b.time < a.time for a, b in zip(replies, replies[1:], strict=False)):
+                raise RecordError("replies are not in time order", field="replies")
+            return cls(id=rid, replies=replies)
+        except RecordError as err:
+            raise err.located(record=rid if isinstance(rid, str) and rid else None) from None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "replies": [asdict(r) for r in self.replies]}
+
+
+# ----------------------------------------------------------------------------------------------
+# JSON Lines and parquet I/O
+
+
+def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
+    """Yield (line number, parsed object) for each non-blank line; bad JSON names file and line."""
+    path = Path(path)
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield lineno, json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise RecordError(f"invalid JSON: {exc.msg}", file=path, record=f"line {lineno}") from None
+
+
+def _load(path: str | Path, parse, kind: str) -> list:
+    path = Path(path)
+    if not path.exists():
+        raise RecordError(f"{kind} file does not exist", file=path)
+    if path.suffix == ".parquet" or path.is_dir():
+        rows = enumerate(_read_parquet_rows(path), start=1)
+    else:
+        rows = iter_jsonl(path)
+    out, seen = [], {}
+    for lineno, row in rows:
+        try:
+            item = parse(row)
+        except RecordError as err:
+            raise err.located(file=path, record=f"line {lineno}") from None
+        if item.id in seen:
+            raise RecordError(f"duplicate id (first seen on line {seen[item.id]})", file=path,
+                              record=item.id, field="id")
+        seen[item.id] = lineno
+        out.append(item)
+    return out
+
+
+def load_streams(path: str | Path) -> list[Stream]:
+    """Read and validate stream records from a ``.jsonl`` file, a ``.parquet`` file or a shard dir."""
+    return _load(path, Stream.from_dict, "records")
+
+
+def load_predictions(path: str | Path) -> list[Prediction]:
+    """Read and validate predictions (``{"id", "replies"}`` per line)."""
+    return _load(path, Prediction.from_dict, "predictions")
+
+
+def write_jsonl(path: str | Path, items: Iterable[Stream | Prediction | dict]) -> int:
+    """Write one JSON object per line (keys in a fixed order, so output is byte-reproducible)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = 0
+    with path.open("w", encoding="utf-8") as fh:
+        for item in items:
+            row = item if isinstance(item, dict) else item.to_dict()
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+            n += 1
+    return n
+
+
+def stream_to_row(stream: Stream) -> dict[str, Any]:
+    """A flat row for parquet: nested targets/history as lists of structs, meta as a JSON string."""
+    row = stream.to_dict()
+    row["meta"] = json.dumps(stream.meta, sort_keys=True)
+    row["targets"] = [
+        {**t, "window": t["window"] if t["window"] is not None else None} for t in row["targets"]
+    ]
+    return row
+
+
+def _parquet_schema():
+    import pyarrow as pa
+
+    target = pa.struct([("time", pa.float64()), ("content", pa.string()), ("window", pa.list_(pa.float64())),
+                        ("label", pa.string()), ("category", pa.string())])
+    history = pa.struct([("time", pa.float64()), ("text", pa.string())])
+    return pa.schema([
+        ("id", pa.string()), ("source", pa.string()), ("task", pa.string()), ("video", pa.string()),
+        ("clip_start", pa.float64()), ("clip_end", pa.float64()), ("instruction", pa.string()),
+        ("instruction_time", pa.float64()), ("targets", pa.list_(target)), ("history", pa.list_(history)),
+        ("video_offset", pa.float64()), ("meta", pa.string()),
+    ])
+
+
+def write_parquet(out_dir: str | Path, streams: list[Stream], shard_size: int = 10_000,
+                  prefix: str = "records") -> list[Path]:
+    """Write ``prefix-00000-of-0000N.parquet`` shards; returns their paths."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    n_shards = max(1, math.ceil(len(streams) / shard_size))
+    paths = []
+    for k in range(n_shards):
+        chunk = streams[k * shard_size:(k + 1) * shard_size]
+        table = pa.Table.from_pylist([stream_to_row(s) for s in chunk], schema=_parquet_schema())
+        path = out_dir / f"{prefix}-{k:05d}-of-{n_shards:05d}.parquet"
+        pq.write_table(table, path)
+        paths.append(path)
+    return paths
+
+
+def _read_parquet_rows(path: Path) -> Iterator[dict]:
+    import pyarrow.parquet as pq
+
+    files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
+    for f in files:
+        yield from pq.read_table(f).to_pylist()
+
+
+def resolve_video(stream: Stream, records_path: str | Path | None = None, video_root: str | Path | None = None) -> Path:
+    """The video file of a stream: absolute paths as they are; relative ones under ``video_root``
+    if given, else next to the records file."""
+    p = Path(stream.video)
+    if p.is_absolute():
+        return p
+    if video_root is not None:
+        return Path(video_root) / p
+    if records_path is not None:
+        base = Path(records_path)
+        return (base if base.is_dir() else base.parent) / p
+    return p
+
+
+# ----------------------------------------------------------------------------------------------
+# Decision steps: where on the step grid a target lands
+
+
+def step_times(stream: Stream, steps_per_second: float = 1.0) -> list[float]:
+    """Times (record axis) of the stream's decision steps: ``clip_start + k / steps_per_second`` for
+    ``k = 0 .. n-1`` with ``n = max(1, floor(duration * steps_per_second))``. The frame shown at a
+    step is the one on screen at that time, so a 20 s clip at 1 step/s has steps at 0..19 s."""
+    n = max(1, math.floor(stream.duration * steps_per_second + TIME_EPS))
+    return [stream.clip_start + k / steps_per_second for k in range(n)]
+
+
+def target_step(stream: Stream, target: Target, steps_per_second: float = 1.0) -> int:
+    """The step a target lands on: the first step at or after its time (the model can speak only
+    once the frame showing the event has been seen), clamped to the last step.
+
+    >>> s = Stream(id="a", source="toy", task="event_monitoring", video="a.mp4", clip_start=0.0,
+    ...            clip_end=20.0, instruction="")
+    >>> [target_step(s, Target(time=t, content="")) for t in (0.0, 7.0, 7.3, 19.5)]
+    [0, 7, 8, 19]
+    """
+    n = max(1, math.floor(stream.duration * steps_per_second + TIME_EPS))
+    k = math.ceil((target.time - stream.clip_start) * steps_per_second - TIME_EPS)
+    return min(max(k, 0), n - 1)
+
+
+def decision_counts(stream: Stream, steps_per_second: float = 1.0) -> tuple[int, int]:
+    """(silence steps, response steps) of a stream: one response per distinct target step."""
+    n = len(step_times(stream, steps_per_second))
+    responses = len({target_step(stream, t, steps_per_second) for t in stream.targets})
+    return n - responses, responses
