@@ -55,8 +55,14 @@ TIME_EPS = 1e-6
 class RecordError(ValueError):
     """Invalid record: the message names the file, the record (id or line), the field and the reason."""
 
-    def __init__(self, reason: str, *, file: str | Path | None = None, record: str | int | None = None,
-                 field: str | None = None):
+    def __init__(
+        self,
+        reason: str,
+        *,
+        file: str | Path | None = None,
+        record: str | int | None = None,
+        field: str | None = None,
+    ):
         self.file = None if file is None else str(file)
         self.record = record
         self.field = field
@@ -164,8 +170,10 @@ class HistoryEntry:
     def from_dict(cls, data: Any, prefix: str = "history") -> HistoryEntry:
         if not isinstance(data, dict):
             raise RecordError(f"expected an object, got {type(data).__name__}", field=prefix)
-        return cls(time=_number(_require(data, "time", f"{prefix}."), f"{prefix}.time"),
-                   text=_text(_require(data, "text", f"{prefix}."), f"{prefix}.text"))
+        return cls(
+            time=_number(_require(data, "time", f"{prefix}."), f"{prefix}.time"),
+            text=_text(_require(data, "text", f"{prefix}."), f"{prefix}.text"),
+        )
 
 
 @dataclass(frozen=True)
@@ -220,7 +228,9 @@ class Stream:
             clip_start = _number(_require(data, "clip_start"), "clip_start")
             clip_end = _number(_require(data, "clip_end"), "clip_end")
             if clip_end <= clip_start:
-                raise RecordError(f"clip ends before it starts ({clip_start} >= {clip_end})", field="clip_end")
+                raise RecordError(
+                    f"clip ends before it starts ({clip_start} >= {clip_end})", field="clip_end"
+                )
             raw_targets = data.get("targets") or []
             if not isinstance(raw_targets, list):
                 raise RecordError("expected a list", field="targets")
@@ -311,11 +321,13 @@ class Prediction:
             for i, r in enumerate(raw):
                 if not isinstance(r, dict):
                     raise RecordError("expected an object", field=f"replies[{i}]")
-                replies.append(Reply(
-                    time=_number(_require(r, "time", f"replies[{i}]."), f"replies[{i}].time"),
-                    text=_text(r.get("text", ""), f"replies[{i}].text"),
-                    category=_text(r.get("category"), f"replies[{i}].category", optional=True),
-                ))
+                replies.append(
+                    Reply(
+                        time=_number(_require(r, "time", f"replies[{i}]."), f"replies[{i}].time"),
+                        text=_text(r.get("text", ""), f"replies[{i}].text"),
+                        category=_text(r.get("category"), f"replies[{i}].category", optional=True),
+                    )
+                )
             if any(b.time < a.time for a, b in zip(replies, replies[1:], strict=False)):
                 raise RecordError("replies are not in time order", field="replies")
             return cls(id=rid, replies=replies)
@@ -358,8 +370,9 @@ def _load(path: str | Path, parse, kind: str) -> list:
         except RecordError as err:
             raise err.located(file=path, record=f"line {lineno}") from None
         if item.id in seen:
-            raise RecordError(f"duplicate id (first seen on line {seen[item.id]})", file=path,
-                              record=item.id, field="id")
+            raise RecordError(
+                f"duplicate id (first seen on line {seen[item.id]})", file=path, record=item.id, field="id"
+            )
         seen[item.id] = lineno
         out.append(item)
     return out
@@ -401,19 +414,37 @@ def stream_to_row(stream: Stream) -> dict[str, Any]:
 def _parquet_schema():
     import pyarrow as pa
 
-    target = pa.struct([("time", pa.float64()), ("content", pa.string()), ("window", pa.list_(pa.float64())),
-                        ("label", pa.string()), ("category", pa.string())])
+    target = pa.struct(
+        [
+            ("time", pa.float64()),
+            ("content", pa.string()),
+            ("window", pa.list_(pa.float64())),
+            ("label", pa.string()),
+            ("category", pa.string()),
+        ]
+    )
     history = pa.struct([("time", pa.float64()), ("text", pa.string())])
-    return pa.schema([
-        ("id", pa.string()), ("source", pa.string()), ("task", pa.string()), ("video", pa.string()),
-        ("clip_start", pa.float64()), ("clip_end", pa.float64()), ("instruction", pa.string()),
-        ("instruction_time", pa.float64()), ("targets", pa.list_(target)), ("history", pa.list_(history)),
-        ("video_offset", pa.float64()), ("meta", pa.string()),
-    ])
+    return pa.schema(
+        [
+            ("id", pa.string()),
+            ("source", pa.string()),
+            ("task", pa.string()),
+            ("video", pa.string()),
+            ("clip_start", pa.float64()),
+            ("clip_end", pa.float64()),
+            ("instruction", pa.string()),
+            ("instruction_time", pa.float64()),
+            ("targets", pa.list_(target)),
+            ("history", pa.list_(history)),
+            ("video_offset", pa.float64()),
+            ("meta", pa.string()),
+        ]
+    )
 
 
-def write_parquet(out_dir: str | Path, streams: list[Stream], shard_size: int = 10_000,
-                  prefix: str = "records") -> list[Path]:
+def write_parquet(
+    out_dir: str | Path, streams: list[Stream], shard_size: int = 10_000, prefix: str = "records"
+) -> list[Path]:
     """Write ``prefix-00000-of-0000N.parquet`` shards; returns their paths."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -423,7 +454,7 @@ def write_parquet(out_dir: str | Path, streams: list[Stream], shard_size: int = 
     n_shards = max(1, math.ceil(len(streams) / shard_size))
     paths = []
     for k in range(n_shards):
-        chunk = streams[k * shard_size:(k + 1) * shard_size]
+        chunk = streams[k * shard_size : (k + 1) * shard_size]
         table = pa.Table.from_pylist([stream_to_row(s) for s in chunk], schema=_parquet_schema())
         path = out_dir / f"{prefix}-{k:05d}-of-{n_shards:05d}.parquet"
         pq.write_table(table, path)
@@ -439,7 +470,9 @@ def _read_parquet_rows(path: Path) -> Iterator[dict]:
         yield from pq.read_table(f).to_pylist()
 
 
-def resolve_video(stream: Stream, records_path: str | Path | None = None, video_root: str | Path | None = None) -> Path:
+def resolve_video(
+    stream: Stream, records_path: str | Path | None = None, video_root: str | Path | None = None
+) -> Path:
     """The video file of a stream: absolute paths as they are; relative ones under ``video_root``
     if given, else next to the records file."""
     p = Path(stream.video)

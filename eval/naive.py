@@ -1,0 +1,112 @@
+"""Naive causal streaming: re-run the whole conversation from scratch at every step.
+
+This is the protocol as the papers' adapted baselines run it (O(T^2) in the number of steps): at
+step ``k`` the model reads the instruction, frames ``0..k`` and its own past turns, and the
+probability of ``</Response>`` against ``</Silence>`` at the decision position decides. It is the
+reference the KV-cache engine is tested against, and a readable statement of the protocol.
+
+The decision probability is the two-way softmax over the decision tokens' logits,
+``p = exp(l_R) / (exp(l_R) + exp(l_S))``; the model fires when ``p >= threshold``. A fired turn's
+text is decoded greedily until ``<|im_end|>`` (or ``max_new_tokens``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from data_builders.records import Reply, Stream
+from rewards.turns import parse_turn
+from train.render import TurnRenderer
+
+
+@dataclass
+class StepDecision:
+    """What happened at one step: its time (record axis), P(response), and the turn produced."""
+
+    step: int
+    time: float
+    p_response: float
+    fired: bool
+    text: str  # the raw assistant turn, e.g. "</Silence>" or "</Response> ..."
+    decision_logits: tuple[float, float] = (0.0, 0.0)  # (silence, response)
+
+
+@dataclass
+class StreamResult:
+    stream_id: str
+    steps: list[StepDecision] = field(default_factory=list)
+
+    def replies(self, allowed_categories=None) -> list[Reply]:
+        """The fired turns as replies (time, text, category) in time order."""
+        out = []
+        for s in self.steps:
+            if not s.fired:
+                continue
+            turn = parse_turn(s.text, allowed=allowed_categories)
+            out.append(Reply(time=s.time, text=turn.text or "", category=turn.category))
+        return out
+
+
+def decision_probability(logits: torch.Tensor, silence_id: int, response_id: int) -> torch.Tensor:
+    """P(</Response>) from the two decision logits at a decision position (last dim = vocab)."""
+    pair = torch.stack([logits[..., silence_id], logits[..., response_id]], dim=-1).float()
+    return torch.softmax(pair, dim=-1)[..., 1]
+
+
+class NaiveStreamer:
+    """Re-prefills the whole conversation at each step (reference implementation)."""
+
+    def __init__(self, model, renderer: TurnRenderer, threshold: float = 0.5, max_new_tokens: int = 32):
+        self.model = model
+        self.renderer = renderer
+        self.threshold = threshold
+        self.max_new_tokens = max_new_tokens
+
+    @torch.no_grad()
+    def _logits(self, ids: list[int], pixel_values: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+        input_ids = torch.tensor([ids])
+        device = next(self.model.parameters()).device
+        out = self.model(
+            input_ids=input_ids.to(device),
+            attention_mask=torch.ones_like(input_ids).to(device),
+            mm_token_type_ids=(input_ids == self.renderer.image_pad_id).int().to(device),
+            pixel_values=pixel_values.to(device),
+            image_grid_thw=grid.to(device),
+        )
+        return out.logits[0, -1].float().cpu()
+
+    def run(self, stream: Stream, frames: np.ndarray) -> StreamResult:
+        r = self.renderer
+        times, _ = r.step_plan(stream)
+        times = times[: len(frames)]
+        pixel_values, grid = r.encode_frames(frames)
+        patches = grid.prod(-1).cumsum(0).tolist()
+        history: list[int] = []
+        result = StreamResult(stream.id)
+        for k, t in enumerate(times):
+            history += r.user_turn(
+                t - stream.clip_start, r.image_tokens(grid[k]), r.context_for_step(stream, k, 0)
+            )
+            history += r.assistant_open
+            pv, g = pixel_values[: patches[k]], grid[: k + 1]
+            logits = self._logits(history, pv, g)
+            p = float(decision_probability(logits, r.silence_id, r.response_id))
+            fired = p >= self.threshold
+            answer = [r.response_id if fired else r.silence_id]
+            if fired:
+                for _ in range(self.max_new_tokens):
+                    nxt = int(self._logits(history + answer, pv, g).argmax())
+                    if nxt == r.im_end_id:
+                        break
+                    answer.append(nxt)
+            text = r.tokenizer.decode(answer, skip_special_tokens=False)
+            history += answer + r.turn_end
+            result.steps.append(
+                StepDecision(
+                    k, t, p, fired, text, (float(logits[r.silence_id]), float(logits[r.response_id]))
+                )
+            )
+        return result

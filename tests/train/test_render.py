@@ -1,0 +1,128 @@
+"""Turn renderer on a 20-step toy stream: ids round-trip the turns, image tokens, labels, decisions."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from data_builders.records import HistoryEntry, Stream, Target, load_streams, target_step
+from train.render import RESPONSE_CLASS, SILENCE_CLASS, RenderConfig, TurnRenderer, stream_frames
+
+
+@pytest.fixture(scope="module")
+def setup(tiny_model_and_processor, toy_dir):
+    _, processor = tiny_model_and_processor
+    renderer = TurnRenderer(processor, RenderConfig(max_pixels=64 * 64))
+    streams = load_streams(toy_dir / "records.jsonl")
+    stream = next(s for s in streams if s.targets and s.task == "object_monitoring")
+    frames = stream_frames(stream, toy_dir / stream.video, renderer.cfg)
+    return renderer, stream, frames
+
+
+def test_ids_round_trip_the_turns(setup):
+    renderer, stream, frames = setup
+    out = renderer.render(stream, frames)
+    text = renderer.tokenizer.decode(out.input_ids)
+    k = target_step(stream, stream.targets[0])
+    turns = re.findall(r"<\|im_start\|>(user|assistant)\n(.*?)<\|im_end\|>\n", text, flags=re.S)
+    assert len(turns) == 40 and [r for r, _ in turns] == ["user", "assistant"] * 20
+    users, answers = [t for r, t in turns if r == "user"], [t for r, t in turns if r == "assistant"]
+    assert users[0].startswith(stream.instruction + "\n<0.0 seconds><|vision_start|>")
+    assert all(stream.instruction not in u for u in users[1:])
+    for i, u in enumerate(users):
+        assert f"<{float(i):.1f} seconds><|vision_start|>" + "<|image_pad|>" * 4 + "<|vision_end|>" in u
+    assert answers[k] == f"</Response> {stream.targets[0].content}"
+    assert [a for i, a in enumerate(answers) if i != k] == ["</Silence>"] * 19
+
+
+def test_image_tokens_match_grids(setup):
+    renderer, stream, frames = setup
+    out = renderer.render(stream, frames)
+    merge = renderer.processor.image_processor.merge_size
+    expected = int(sum(int(g.prod()) for g in out.image_grid_thw) // merge**2)
+    assert int((out.input_ids == renderer.image_pad_id).sum()) == expected == 20 * 4
+    assert out.image_grid_thw.shape == (20, 3)
+    assert out.pixel_values.shape[0] == int(out.image_grid_thw.prod(-1).sum())
+    assert torch.equal(out.mm_token_type_ids.bool(), out.input_ids == renderer.image_pad_id)
+
+
+def test_labels_only_on_assistant_turns(setup):
+    renderer, stream, frames = setup
+    out = renderer.render(stream, frames)
+    ids, labels = out.input_ids.tolist(), out.labels.tolist()
+    start = renderer.tokenizer.convert_tokens_to_ids("<|im_start|>")
+    assistant_open = renderer.assistant_open
+    in_answer, expected = False, []
+    i = 0
+    while i < len(ids):
+        if ids[i : i + len(assistant_open)] == assistant_open:
+            expected += [-100] * len(assistant_open)
+            i += len(assistant_open)
+            in_answer = True
+            continue
+        if ids[i] == start:
+            in_answer = False
+        expected.append(ids[i] if in_answer else -100)
+        if ids[i] == renderer.im_end_id:
+            in_answer = False
+        i += 1
+    assert labels == expected
+    labelled = [t for t in labels if t != -100]
+    assert labelled.count(renderer.im_end_id) == 20
+    assert labelled.count(renderer.silence_id) + labelled.count(renderer.response_id) == 20
+
+
+def test_decision_mask_one_per_step_with_class(setup):
+    renderer, stream, frames = setup
+    out = renderer.render(stream, frames)
+    marked = (out.decision_mask >= 0).nonzero().flatten().tolist()
+    assert marked == out.decision_positions and len(marked) == 20
+    k = target_step(stream, stream.targets[0])
+    classes = out.decision_mask[marked].tolist()
+    assert classes == [RESPONSE_CLASS if i == k else SILENCE_CLASS for i in range(20)]
+    token = {SILENCE_CLASS: renderer.silence_id, RESPONSE_CLASS: renderer.response_id}
+    assert [int(out.input_ids[p]) for p in marked] == [token[c] for c in classes]
+    assert out.labels[marked].tolist() == out.input_ids[marked].tolist()
+
+
+def test_windows_repeat_instruction_and_keep_targets(setup):
+    renderer, stream, frames = setup
+    windowed = TurnRenderer(renderer.processor, RenderConfig(max_pixels=64 * 64, window_steps=8))
+    assert windowed.windows(stream) == [(0, 8), (8, 16), (16, 20)]
+    k = target_step(stream, stream.targets[0])
+    responses = 0
+    for start, end in windowed.windows(stream):
+        out = windowed.render(stream, frames[start:end], (start, end))
+        text = windowed.tokenizer.decode(out.input_ids)
+        assert text.startswith(f"<|im_start|>user\n{stream.instruction}\n<{float(start):.1f} seconds>")
+        assert text.count(stream.instruction) == 1
+        responses += int((out.decision_mask == RESPONSE_CLASS).sum())
+        assert out.step_times == [float(t) for t in range(start, end)]
+        if start <= k < end:
+            assert out.decision_mask[out.decision_positions[k - start]] == RESPONSE_CLASS
+    assert responses == 1
+
+
+def test_late_instruction_history_and_merged_targets(setup):
+    renderer, _, frames = setup
+    stream = Stream(
+        id="x",
+        source="toy",
+        task="propermem",
+        video="v.mp4",
+        clip_start=10.0,
+        clip_end=30.0,
+        instruction="Remind me.",
+        instruction_time=13.5,
+        targets=[Target(time=17.2, content="A."), Target(time=18.0, content="B.")],
+        history=[HistoryEntry(2.0, "new"), HistoryEntry(1.0, "old")],
+    )
+    out = renderer.render(stream, frames)
+    text = renderer.tokenizer.decode(out.input_ids)
+    turns = re.findall(r"<\|im_start\|>user\n(.*?)<\|vision_start\|>", text, flags=re.S)
+    assert turns[0] == "Personal history:\n[1 s] old\n[2 s] new\n<0.0 seconds>"
+    assert turns[4] == "Remind me.\n<4.0 seconds>"  # 13.5 s lands on the step at 14 s
+    assert "</Response> A. B.<|im_end|>" in text  # both targets land on the step at 18 s
+    assert out.decision_mask[out.decision_positions[8]] == RESPONSE_CLASS

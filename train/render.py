@@ -1,0 +1,251 @@
+"""Turn renderer: a stream record + its frames -> the multi-turn token sequence the model sees.
+
+Turn format (DESIGN.md), one user turn and one assistant turn per decision step::
+
+    <|im_start|>user\\n[history][instruction\\n]<12.0 seconds><|vision_start|><|image_pad|>*N<|vision_end|><|im_end|>\\n
+    <|im_start|>assistant\\n</Silence><|im_end|>\\n                       (or)
+    <|im_start|>assistant\\n</Response> [category] text<|im_end|>\\n
+
+- The timestamp is the time elapsed since the clip start, one decimal, in seconds.
+- The instruction goes in the user turn of the step it is given at (``instruction_time``, default
+  the first step); a training window that starts later repeats it in its first turn.
+- The frame of a step is the one on screen at that step's time (see ``data_builders.video``).
+- A target lands on the first step at or after its time (``records.target_step``): the model can
+  only speak once it has seen the evidence. Targets landing on the same step are joined into one
+  response.
+- ``labels`` are the assistant tokens only (decision token, response text, ``<|im_end|>``); the
+  newline after ``<|im_end|>`` and every user token are -100.
+- ``decision_mask`` has one entry per token: -1 everywhere except at each step's decision token,
+  where it holds the class (0 = ``</Silence>``, 1 = ``</Response>``). The logits that predict it
+  sit one position earlier (``decision_positions - 1``).
+
+Each piece is tokenized on its own, in the order above, so the streaming engine builds exactly the
+same ids step by step as the renderer does for a whole window.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from data_builders.records import Stream, step_times, target_step
+from data_builders.video import DEFAULT_MAX_PIXELS, FrameCache, load_frames
+from rewards.turns import RESPONSE, SILENCE
+
+SILENCE_CLASS, RESPONSE_CLASS = 0, 1
+
+
+@dataclass
+class RenderConfig:
+    """Rendering knobs (the ``render`` block of the data config)."""
+
+    steps_per_second: float = 1.0
+    """Decision steps per second of video (P3I: 1; ProPerMem: 0.5)."""
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    """Pixel budget of one frame (height x width), before the processor's own resizing."""
+    window_steps: int | None = None
+    """Split long streams into training windows of at most this many steps (None: one window)."""
+    history_budget_tokens: int = 2048
+    """Personal history given as text: keep the most recent lines that fit in this many tokens."""
+    video_backend: str = "decord"
+
+
+@dataclass
+class Rendered:
+    """One rendered window. Tensors are 1-D over tokens unless noted."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    labels: torch.Tensor
+    decision_mask: torch.Tensor
+    mm_token_type_ids: torch.Tensor
+    pixel_values: torch.Tensor  # (sum of patches, C * T * P * P)
+    image_grid_thw: torch.Tensor  # (frames, 3)
+    step_times: list[float]  # record-axis time of each step in the window
+    decision_positions: list[int]  # index of each step's decision token
+    stream_id: str = ""
+    first_step: int = 0
+
+    def as_model_inputs(self) -> dict[str, torch.Tensor]:
+        """Batch-of-one tensors for ``model(**inputs)``."""
+        return {
+            "input_ids": self.input_ids[None],
+            "attention_mask": self.attention_mask[None],
+            "mm_token_type_ids": self.mm_token_type_ids[None],
+            "pixel_values": self.pixel_values,
+            "image_grid_thw": self.image_grid_thw,
+        }
+
+
+class TurnRenderer:
+    """Builds token ids for turns; shared by the training collator and the streaming engine."""
+
+    def __init__(self, processor, cfg: RenderConfig | None = None):
+        self.processor = processor
+        self.tokenizer = processor.tokenizer
+        self.cfg = cfg or RenderConfig()
+        tok = self.tokenizer
+        self.silence_id = tok.convert_tokens_to_ids(SILENCE)
+        self.response_id = tok.convert_tokens_to_ids(RESPONSE)
+        self.im_end_id = tok.convert_tokens_to_ids("<|im_end|>")
+        self.image_pad_id = tok.convert_tokens_to_ids("<|image_pad|>")
+        for name, i in [("</Silence>", self.silence_id), ("</Response>", self.response_id)]:
+            if i is None or i == tok.unk_token_id:
+                raise ValueError(f"tokenizer has no {name} token: build the model with train.model")
+        self.merge = processor.image_processor.merge_size
+        self._user_open = self.encode("<|im_start|>user\n")
+        self._vision_open = self.encode("<|vision_start|>")
+        self._vision_close_turn_end = self.encode("<|vision_end|><|im_end|>\n")
+        self.assistant_open = self.encode("<|im_start|>assistant\n")
+        self.turn_end = [self.im_end_id] + self.encode("\n")
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    # -- pieces -------------------------------------------------------------------------------
+
+    def image_tokens(self, grid_thw: torch.Tensor) -> int:
+        """Placeholder tokens of one frame: grid_t * grid_h * grid_w / merge_size^2."""
+        return int(grid_thw.prod()) // (self.merge**2)
+
+    def user_turn(self, elapsed: float, n_image_tokens: int, context: str | None = None) -> list[int]:
+        """Ids of one user turn; ``context`` (history / instruction) precedes the timestamp."""
+        ids = list(self._user_open)
+        if context:
+            ids += self.encode(context + "\n")
+        ids += self.encode(f"<{elapsed:.1f} seconds>") + self._vision_open
+        ids += [self.image_pad_id] * n_image_tokens + self._vision_close_turn_end
+        return ids
+
+    def assistant_text(self, texts: list[str] | None, category: str | None = None) -> str:
+        if not texts:
+            return SILENCE
+        tag = f"[{category}] " if category else ""
+        return f"{RESPONSE} {tag}{' '.join(texts)}"
+
+    def history_text(self, stream: Stream) -> str | None:
+        """The personal history as text lines ``[t s] text``, most recent lines within the budget."""
+        if not stream.history:
+            return None
+        lines, used = [], 0
+        for entry in sorted(stream.history, key=lambda h: h.time, reverse=True):
+            line = f"[{entry.time:.0f} s] {entry.text}"
+            cost = len(self.encode(line)) + 1
+            if used + cost > self.cfg.history_budget_tokens:
+                break
+            lines.append(line)
+            used += cost
+        return "Personal history:\n" + "\n".join(reversed(lines))
+
+    def encode_frames(self, frames: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """(pixel_values, image_grid_thw) of frames given as (N, H, W, 3) uint8, one image per frame."""
+        out = self.processor.image_processor(images=list(frames), return_tensors="pt")
+        return out["pixel_values"], out["image_grid_thw"]
+
+    # -- streams ------------------------------------------------------------------------------
+
+    def windows(self, stream: Stream) -> list[tuple[int, int]]:
+        """[start, end) step ranges of the stream's training windows."""
+        n = len(step_times(stream, self.cfg.steps_per_second))
+        w = self.cfg.window_steps or n
+        return [(s, min(s + w, n)) for s in range(0, n, w)]
+
+    def step_plan(self, stream: Stream) -> tuple[list[float], list[str]]:
+        """Step times and the assistant text at every step of the whole stream."""
+        times = step_times(stream, self.cfg.steps_per_second)
+        texts: dict[int, list[str]] = {}
+        cats: dict[int, str | None] = {}
+        for target in stream.targets:
+            k = target_step(stream, target, self.cfg.steps_per_second)
+            texts.setdefault(k, []).append(target.content)
+            cats.setdefault(k, target.category)
+        return times, [self.assistant_text(texts.get(k), cats.get(k)) for k in range(len(times))]
+
+    def instruction_step(self, stream: Stream) -> int:
+        if stream.instruction_time is None:
+            return 0
+        from data_builders.records import Target
+
+        return target_step(
+            stream, Target(time=stream.instruction_time, content=""), self.cfg.steps_per_second
+        )
+
+    def context_for_step(self, stream: Stream, step: int, window_start: int) -> str | None:
+        """History and instruction text carried by the user turn of ``step``."""
+        instr = self.instruction_step(stream)
+        parts = []
+        if step == window_start:
+            history = self.history_text(stream)
+            if history:
+                parts.append(history)
+        if step == max(instr, window_start):
+            parts.append(stream.instruction)
+        return "\n".join(parts) if parts else None
+
+    def render(self, stream: Stream, frames: np.ndarray, window: tuple[int, int] | None = None) -> Rendered:
+        """Render steps ``window = [start, end)`` (default: all) of a stream. ``frames`` holds one
+        frame per step of the window (``frames[i]`` is step ``start + i``)."""
+        times, texts = self.step_plan(stream)
+        start, end = window or (0, len(times))
+        if len(frames) != end - start:
+            raise ValueError(f"stream {stream.id}: {len(frames)} frames for {end - start} steps")
+        pixel_values, grid = self.encode_frames(frames)
+        ids: list[int] = []
+        labels: list[int] = []
+        decision: list[int] = []
+        positions: list[int] = []
+        for i, k in enumerate(range(start, end)):
+            user = self.user_turn(
+                times[k] - stream.clip_start,
+                self.image_tokens(grid[i]),
+                self.context_for_step(stream, k, start),
+            )
+            ids += user
+            labels += [-100] * len(user)
+            decision += [-1] * len(user)
+            ids += self.assistant_open
+            labels += [-100] * len(self.assistant_open)
+            decision += [-1] * len(self.assistant_open)
+            answer = self.encode(texts[k]) + [self.im_end_id]
+            positions.append(len(ids))
+            ids += answer + self.turn_end[1:]
+            labels += answer + [-100] * (len(self.turn_end) - 1)
+            cls = RESPONSE_CLASS if answer[0] == self.response_id else SILENCE_CLASS
+            decision += [cls] + [-1] * (len(answer) - 1 + len(self.turn_end) - 1)
+        input_ids = torch.tensor(ids, dtype=torch.long)
+        return Rendered(
+            input_ids=input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            labels=torch.tensor(labels, dtype=torch.long),
+            decision_mask=torch.tensor(decision, dtype=torch.long),
+            mm_token_type_ids=(input_ids == self.image_pad_id).to(torch.int32),
+            pixel_values=pixel_values,
+            image_grid_thw=grid,
+            step_times=times[start:end],
+            decision_positions=positions,
+            stream_id=stream.id,
+            first_step=start,
+        )
+
+
+def stream_frames(
+    stream: Stream,
+    video_path: str | Path,
+    cfg: RenderConfig,
+    cache: FrameCache | None = None,
+    window: tuple[int, int] | None = None,
+) -> np.ndarray:
+    """The frames of a stream's steps (file time = record time - ``video_offset``)."""
+    times = step_times(stream, cfg.steps_per_second)
+    if window is not None:
+        times = times[window[0] : window[1]]
+    return load_frames(
+        video_path,
+        [t - stream.video_offset for t in times],
+        max_pixels=cfg.max_pixels,
+        backend=cfg.video_backend,
+        cache=cache,
+    )
