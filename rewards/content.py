@@ -1,0 +1,124 @@
+"""Content scorers ``c(reply_text, target) -> [0, 1]``, behind one registry.
+
+The pure scorers live here: ``exact`` (whitespace- and case-normalized equality), ``label`` (the
+target's normalized label occurs in the normalized reply, as a substring) and ``any`` (always 1,
+timing-only). The I/O-bearing ``embedding`` and ``judge`` scorers register themselves from
+``eval/`` (``eval.embedding``, ``eval.judge``) so this package stays free of I/O.
+
+``label`` on a target without a label falls back to another scorer (our choice; default ``exact``,
+set ``fallback=`` to e.g. ``embedding`` in evaluation).
+
+The registry maps a name to a factory ``(**config) -> scorer``; :func:`get_content_scorer` builds one.
+A scorer that cannot score a pair (e.g. an unparsable judge answer) raises :class:`Unscorable`;
+callers count it and leave the sample out, never turn it into a score.
+
+>>> label = get_content_scorer("label")
+>>> label("  WARNING: car ahead ", TargetText("Car ahead.", label="Warning"))
+1.0
+>>> get_content_scorer("exact")("The  cat", TargetText("the cat"))
+1.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol
+
+
+class TargetLike(Protocol):
+    """What a scorer reads of a target (``data_builders.records.Target`` fits)."""
+
+    content: str
+    label: str | None
+    category: str | None
+
+
+class TargetText(NamedTuple):
+    """A minimal target for scoring (tests, rewards built from dicts)."""
+
+    content: str
+    label: str | None = None
+    category: str | None = None
+
+
+ContentScorer = Callable[[str, TargetLike], float]
+ScorerFactory = Callable[..., ContentScorer]
+
+CONTENT_SCORERS: dict[str, ScorerFactory] = {}
+
+
+class Unscorable(RuntimeError):
+    """A scorer could not produce a score for this pair (counted and reported by the caller)."""
+
+
+def register_content(name: str) -> Callable[[ScorerFactory], ScorerFactory]:
+    """Decorator: register a scorer factory under ``name`` (re-registering replaces it)."""
+
+    def deco(factory: ScorerFactory) -> ScorerFactory:
+        CONTENT_SCORERS[name] = factory
+        return factory
+
+    return deco
+
+
+def get_content_scorer(name: str, **config: Any) -> ContentScorer:
+    """Build the scorer registered as ``name`` with its config (unknown names raise KeyError).
+
+    >>> get_content_scorer("any")("whatever", TargetText("x"))
+    1.0
+    """
+    try:
+        factory = CONTENT_SCORERS[name]
+    except KeyError:
+        raise KeyError(
+            f"unknown content scorer {name!r} (known: {', '.join(sorted(CONTENT_SCORERS))}; "
+            "'embedding' and 'judge' register when eval.embedding / eval.judge are imported)"
+        ) from None
+    return factory(**config)
+
+
+def normalize_text(text: str) -> str:
+    """Collapse whitespace and case-fold.
+
+    >>> normalize_text("  Hello\\n  World ")
+    'hello world'
+    """
+    return " ".join(text.split()).casefold()
+
+
+def exact_score(reply: str, target: TargetLike) -> float:
+    """1.0 if the normalized texts are equal, else 0.0."""
+    return 1.0 if normalize_text(reply) == normalize_text(target.content) else 0.0
+
+
+def any_score(reply: str, target: TargetLike) -> float:
+    """Always 1.0 (timing-only analysis)."""
+    return 1.0
+
+
+@register_content("exact")
+def make_exact(**_: Any) -> ContentScorer:
+    return exact_score
+
+
+@register_content("any")
+def make_any(**_: Any) -> ContentScorer:
+    return any_score
+
+
+@register_content("label")
+def make_label(fallback: str | ContentScorer = "exact", **fallback_config: Any) -> ContentScorer:
+    """The ``label`` scorer; targets without a label use ``fallback`` (a name or a scorer).
+
+    >>> s = make_label(fallback="any")
+    >>> s("no label here", TargetText("x")), s("all clear", TargetText("x", label="Warning"))
+    (1.0, 0.0)
+    """
+    other = get_content_scorer(fallback, **fallback_config) if isinstance(fallback, str) else fallback
+
+    def label_score(reply: str, target: TargetLike) -> float:
+        if target.label is None:
+            return other(reply, target)
+        return 1.0 if normalize_text(target.label) in normalize_text(reply) else 0.0
+
+    return label_score

@@ -1,0 +1,118 @@
+"""ProPerMem's strict "Perfect" metric: exactly one good fire inside the trigger window.
+
+Definitions (PROTOCOLS.md, implemented as written; times in seconds):
+
+- one trigger window W = [ts, te] per positive clip; tolerance tol = 2 s;
+- a fire at t is in window if ``ts <= t <= te + tol``, early if ``t < ts``, late if ``t > te + tol``;
+- a fire is good if in window and its content score >= 0.5;
+- positive clip: perfect iff exactly one fire and it is good; hit iff at least one good fire;
+  over-trigger iff more than one fire. Negative clip: perfect iff no fire; any fire is a false fire.
+
+Our choices where the protocol is open: per clip, ``early`` / ``late`` count the early / late fires;
+the aggregate ``early`` / ``late`` rates are the share of positive clips with at least one such
+fire; ``hit``, ``early``, ``late`` and ``over_trigger`` are over positives, ``false_fire`` over
+negatives, ``perfect`` and ``mean_fires`` over all clips.
+
+>>> clip_outcome([5.0, 6.0, 7.0], [1.0, 1.0, 1.0], window=(4.0, 6.0))
+ClipOutcome(positive=True, perfect=False, hit=True, early=0, late=0, over_trigger=True, false_fire=False, fires=3)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Literal, NamedTuple
+
+#: Tolerance (s) after the window end, and the content score a fire needs to be good.
+DEFAULT_TOLERANCE_S = 2.0
+GOOD_CONTENT = 0.5
+
+FireClass = Literal["early", "in_window", "late"]
+
+
+class ClipOutcome(NamedTuple):
+    """Per-clip ProPerMem outcome (``early`` / ``late`` are fire counts; the rest flags)."""
+
+    positive: bool
+    perfect: bool
+    hit: bool
+    early: int
+    late: int
+    over_trigger: bool
+    false_fire: bool
+    fires: int
+
+
+def classify_fire(t: float, window: tuple[float, float], tolerance: float = DEFAULT_TOLERANCE_S) -> FireClass:
+    """Where a fire at ``t`` lands relative to ``window`` (edges inclusive).
+
+    >>> [classify_fire(t, (10.0, 20.0)) for t in (9.9, 10.0, 22.0, 22.1)]
+    ['early', 'in_window', 'in_window', 'late']
+    """
+    start, end = window
+    if t < start:
+        return "early"
+    if t > end + tolerance:
+        return "late"
+    return "in_window"
+
+
+def clip_outcome(
+    fire_times: Sequence[float],
+    content_scores: Sequence[float],
+    window: tuple[float, float] | None,
+    tolerance: float = DEFAULT_TOLERANCE_S,
+    good_content: float = GOOD_CONTENT,
+) -> ClipOutcome:
+    """Outcome of one clip; ``window=None`` marks a negative clip (its content scores are unused).
+
+    >>> clip_outcome([3.0], [1.0], window=None).false_fire
+    True
+    """
+    fires = len(fire_times)
+    if window is None:
+        return ClipOutcome(False, fires == 0, False, 0, 0, False, fires > 0, fires)
+    if len(content_scores) != fires:
+        raise ValueError(f"{fires} fires but {len(content_scores)} content scores")
+    classes = [classify_fire(t, window, tolerance) for t in fire_times]
+    good = [c == "in_window" and s >= good_content for c, s in zip(classes, content_scores, strict=True)]
+    return ClipOutcome(
+        positive=True,
+        perfect=fires == 1 and good[0],
+        hit=any(good),
+        early=classes.count("early"),
+        late=classes.count("late"),
+        over_trigger=fires > 1,
+        false_fire=False,
+        fires=fires,
+    )
+
+
+def _rate(flags: list[bool]) -> float:
+    return 100.0 * sum(flags) / len(flags) if flags else 0.0
+
+
+def propermem_metrics(outcomes: Iterable[ClipOutcome]) -> dict:
+    """Aggregate rates (0-100) and ``mean_fires``; ``n_pos`` / ``n_neg`` give the clip counts.
+
+    >>> out = [clip_outcome([5.0], [1.0], (4.0, 6.0)), clip_outcome([], [], (4.0, 6.0)),
+    ...        clip_outcome([], [], None), clip_outcome([1.0], [], None)]
+    >>> m = propermem_metrics(out)
+    >>> m["perfect"], m["perfect_pos"], m["perfect_neg"], m["false_fire"], m["mean_fires"]
+    (50.0, 50.0, 50.0, 50.0, 0.5)
+    """
+    rows = list(outcomes)
+    pos = [o for o in rows if o.positive]
+    neg = [o for o in rows if not o.positive]
+    return {
+        "perfect": _rate([o.perfect for o in rows]),
+        "perfect_pos": _rate([o.perfect for o in pos]),
+        "perfect_neg": _rate([o.perfect for o in neg]),
+        "hit": _rate([o.hit for o in pos]),
+        "early": _rate([o.early > 0 for o in pos]),
+        "late": _rate([o.late > 0 for o in pos]),
+        "over_trigger": _rate([o.over_trigger for o in pos]),
+        "false_fire": _rate([o.false_fire for o in neg]),
+        "mean_fires": sum(o.fires for o in rows) / len(rows) if rows else 0.0,
+        "n_pos": len(pos),
+        "n_neg": len(neg),
+    }

@@ -1,0 +1,461 @@
+"""``python -m eval.score``: P3I, ProPerMem and EgoServe (stream records and release formats), errors."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from eval.score import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def write_json(path: Path, data) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+    return path
+
+
+def run(capsys, *argv: str) -> tuple[int, dict | None, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    last = out.strip().splitlines()[-1] if out.strip() else None
+    return code, (json.loads(last) if last else None), err
+
+
+def tgt(t, label="Warning", **kw):
+    return {"time": t, "content": "danger ahead", "label": label, **kw}
+
+
+@pytest.fixture
+def p3i_files(tmp_path):
+    gt = write_jsonl(
+        tmp_path / "gt.jsonl",
+        [
+            {"id": "a", "task": "accident_warning", "targets": [tgt(10.0), tgt(30.0)]},
+            {"id": "b", "task": "accident_warning", "targets": [tgt(10.0)]},
+            {"id": "c", "task": "event_monitoring", "targets": [tgt(5.0)]},
+            {"id": "n", "task": "event_monitoring", "targets": []},
+        ],
+    )
+    pred = write_jsonl(
+        tmp_path / "pred.jsonl",
+        [
+            {"id": "a", "replies": [{"time": t, "text": "Warning!"} for t in (5.0, 12.0, 13.0, 29.0)]},
+            {"id": "b", "replies": [{"time": 10.0, "text": "[safety] Warning, slow down"}]},
+            {"id": "c", "replies": [{"time": 7.0, "text": "nothing to see"}]},
+            {"id": "n", "replies": []},
+        ],
+    )
+    return gt, pred
+
+
+def test_p3i_numbers_and_per_sample(capsys, tmp_path, p3i_files):
+    gt, pred = p3i_files
+    code, res, _ = run(
+        capsys,
+        "--protocol",
+        "p3i",
+        "--gt",
+        str(gt),
+        "--pred",
+        str(pred),
+        "--content",
+        "label",
+        "--per-sample",
+        str(tmp_path / "ps.jsonl"),
+    )
+    assert code == 0
+    a_u = math.exp(-0.1) / 4 / 2
+    a_b = (math.exp(-0.1) / 3 + math.exp(-0.05)) / 2
+    assert res["per_task"]["accident_warning"]["prs_u"] == pytest.approx(100 * (a_u + 1.0) / 2, abs=1e-9)
+    assert res["per_task"]["accident_warning"]["prs_b"] == pytest.approx(100 * (a_b + 1.0) / 2, abs=1e-9)
+    assert res["per_task"]["event_monitoring"]["prs_b"] == 0.0  # label missing from the reply
+    assert res["prs_b"] == pytest.approx(100 * (a_b + 1.0) / 4, abs=1e-9)
+    assert res["micro"]["prs_b"] == pytest.approx(100 * (a_b + 1.0) / 3, abs=1e-9)
+    assert res["negatives"] == {"n": 1, "silent": 100.0}
+    rows = [json.loads(x) for x in (tmp_path / "ps.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["a", "b", "c", "n"]
+    assert rows[0]["prs_u"] == pytest.approx(a_u, abs=1e-12)
+    code, res_any, _ = run(
+        capsys, "--protocol", "p3i", "--gt", str(gt), "--pred", str(pred), "--content", "any"
+    )
+    assert res_any["per_task"]["event_monitoring"]["prs_b"] == pytest.approx(100 * math.exp(-0.1))
+
+
+def test_module_entry_point_prints_json_last(p3i_files):
+    gt, pred = p3i_files
+    proc = subprocess.run(
+        [sys.executable, "-m", "eval.score", "--protocol", "p3i", "--gt", str(gt), "--pred", str(pred)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert set(json.loads(proc.stdout.strip().splitlines()[-1])) >= {
+        "prs_u",
+        "prs_b",
+        "prs_u_prime",
+        "prs_b_prime",
+        "micro",
+        "per_task",
+    }
+
+
+def test_propermem_cli(capsys, tmp_path):
+    w = {"window": [30.0, 40.0], "content": "take your pills", "label": "pills"}
+    gt = write_jsonl(
+        tmp_path / "gt.jsonl",
+        [
+            {"id": "p1", "task": "propermem", "targets": [w]},
+            {"id": "p2", "task": "propermem", "targets": [w]},
+            {"id": "n1", "task": "propermem", "targets": []},
+        ],
+    )
+    pred = write_jsonl(
+        tmp_path / "pred.jsonl",
+        [
+            {"id": "p1", "replies": [{"time": 42.0, "text": "Remember your pills."}]},
+            {"id": "p2", "replies": [{"time": t, "text": "Pills!"} for t in (32.0, 34.0, 36.0)]},
+            {"id": "n1", "replies": [{"time": 5.0, "text": "Pills?"}]},
+        ],
+    )
+    code, res, _ = run(
+        capsys,
+        "--protocol",
+        "propermem",
+        "--gt",
+        str(gt),
+        "--pred",
+        str(pred),
+        "--per-sample",
+        str(tmp_path / "ps.jsonl"),
+    )
+    assert code == 0
+    assert (res["perfect_pos"], res["perfect_neg"], res["hit"], res["over_trigger"], res["false_fire"]) == (
+        50.0,
+        0.0,
+        100.0,
+        50.0,
+        100.0,
+    )
+    assert res["perfect"] == pytest.approx(100 / 3) and res["mean_fires"] == pytest.approx(5 / 3)
+    rows = {r["id"]: r for r in map(json.loads, (tmp_path / "ps.jsonl").read_text().splitlines())}
+    assert rows["p1"] == {"id": "p1", "perfect": True, "hit": True, "early": 0, "late": 0, "fires": 1}
+
+
+# ---------------------------------------------------------------------------------------------
+# EgoServe: a 3-file fixture in the release formats (HoloAssist JSON, CaptainCook4D JSON, EgoLife folder)
+
+
+def say(text):
+    return [{"role": "assistant", "utterance": text}, {"role": "user", "utterance": "ok"}]
+
+
+def svc(sub, window, text="msg"):
+    return {
+        "service_main_type": "x",
+        "service_sub_type": sub,
+        "trigger_time_window": window,
+        "user_prompt": text,
+    }
+
+
+@pytest.fixture
+def release(tmp_path):
+    holo_gt = write_json(
+        tmp_path / "HoloAssist" / "holoassist_service_annotations.json",
+        {
+            "vidA": {
+                "instant": {
+                    "safety": [
+                        {"time_window": "19.5-21.4", "dialogue": say("careful")},
+                        {"time_window": "00:01:00.0-00:01:02.0", "dialogue": say("hot")},
+                    ],
+                    "tool_use": [{"time_window": "01:24.1–01:24.7", "dialogue": say("use the knife")}],
+                },
+                "short_term": {
+                    "error_recovery": [{"time_window": "100.0–104.0", "dialogue": say("undo")}],
+                    "next_step_guidance": [],
+                    "resource_reminder": [],
+                },
+            }
+        },
+    )
+    holo_pred = write_json(
+        tmp_path / "holo_pred.json",
+        [
+            {
+                "video_name": "vidA",
+                "gemini_response": [
+                    svc("Safety", "DAY1 00:00:30-00:00:32"),  # center 31 <= 21.4 + 10
+                    svc("Safety", "DAY1 00:01:10-00:01:12"),  # center 71 <= 62 + 10
+                    svc("Tool Use", "DAY1 00:01:40-00:01:41"),  # center 100.5 > 84.7 + 10
+                    svc("Error-Recovery", "DAY1 00:01:41-00:01:43"),  # inside [100, 104]
+                ],
+            }
+        ],
+    )
+    cc_gt = write_json(
+        tmp_path / "CaptainCook4D" / "captaincook4d_service_annotations.json",
+        [
+            {
+                "recording_id": "1_7",
+                "dialogue": {
+                    "items": [
+                        {
+                            "step_id": 3,
+                            "start_time": 12.5,
+                            "end_time": 40.0,
+                            "dialogue": say("mind the blade"),
+                            "service_type": {"main": "Instant Proactive Service", "sub": "Safety"},
+                        },
+                        {
+                            "step_id": 4,
+                            "start_time": -1.0,
+                            "end_time": -1.0,
+                            "dialogue": say("skipped"),
+                            "service_type": {
+                                "main": "Short-Term Proactive Service",
+                                "sub": "Next-Step Guidance",
+                            },
+                        },
+                        {
+                            "step_id": 5,
+                            "start_time": 100.0,
+                            "end_time": 110.0,
+                            "dialogue": say("now stir"),
+                            "service_type": {
+                                "main": "Short-Term Proactive Service",
+                                "sub": "Next-Step Guidance",
+                            },
+                        },
+                        {
+                            "step_id": 6,
+                            "start_time": 200.0,
+                            "end_time": 210.0,
+                            "dialogue": say("redo it"),
+                            "service_type": {"main": "Short-Term Proactive Service", "sub": "Error-Recovery"},
+                        },
+                    ]
+                },
+            }
+        ],
+    )
+    cc_pred = write_json(
+        tmp_path / "cc_pred.json",
+        [
+            {
+                "recording_id": "1_7",
+                "gemini_response": {
+                    "decision": "proactive",
+                    "finalized_services": {
+                        "services": [
+                            svc("Safety", "DAY1 00:01:00-00:01:10"),  # center 65 = 40 + 25: inclusive edge
+                            svc("Next-Step Guidance", "DAY1 00:02:20-00:02:21"),  # center 140.5 > 110 + 25
+                            svc("Next-Step Guidance", "DAY1 00:01:20-00:01:21"),  # center 80.5 >= 100 - 25
+                        ]
+                    },
+                },
+            },
+            {
+                "recording_id": "1_7",
+                "gemini_response": {
+                    "decision": "suppressed",
+                    "finalized_services": {"services": [svc("Safety", "DAY1 00:00:20-00:00:21")]},
+                },
+            },
+        ],
+    )
+    person = tmp_path / "EgoLife" / "A1_JAKE"
+    write_json(
+        person / "instant.json",
+        [
+            {
+                "sub_type": "safety",
+                "current_time_window": "DAY1 11:09:42-11:10:00",
+                "proactive_dialogue": say("stove"),
+            }
+        ],
+    )
+    write_json(
+        person / "episodic.json",
+        [
+            {
+                "sub_type": "memory_recall",
+                "current_time_window": "DAY2 10:00:00–10:00:30",
+                "dialogue": say("keys"),
+            }
+        ],
+    )
+    write_json(
+        person / "long_term.json",
+        [
+            {
+                "sub_type": "habit_coaching",
+                "current_time_window": "DAY1 20:00:00-20:00:10",
+                "dialogue": say("water"),
+            }
+        ],
+    )
+    ego_pred = write_json(
+        tmp_path / "ego_pred.json",
+        [
+            {
+                "person": "A1_JAKE",
+                "gemini_response": [
+                    svc("Safety", "DAY1 11:10:30-11:11:30"),  # center 11:11:00 = end + 60 s: inclusive
+                    svc("Memory Recall", "DAY1 10:00:00-10:00:30"),  # day 1, the GT is on day 2
+                    svc("Habit Coaching", "DAY1 20:00:05-20:00:05"),
+                ],
+            }
+        ],
+    )
+    return {
+        "holoassist": (holo_gt, holo_pred),
+        "captaincook4d": (cc_gt, cc_pred),
+        "egolife": (tmp_path / "EgoLife", ego_pred),
+    }
+
+
+def counts(res):
+    return {k: (v["matched"], v["n_pred"], v["n_gt"]) for k, v in res["per_subtype"].items()}
+
+
+def test_egoserve_release_files_hand_counts(capsys, release):
+    expected = {
+        "holoassist": {"safety": (2, 2, 2), "tool_use": (0, 1, 1), "error_recovery": (1, 1, 1)},
+        "captaincook4d": {"safety": (1, 1, 1), "next_step_guidance": (1, 2, 1), "error_recovery": (0, 0, 1)},
+        "egolife": {"safety": (1, 1, 1), "memory_recall": (0, 1, 1), "habit_coaching": (1, 1, 1)},
+    }
+    for dataset, (gt, pred) in release.items():
+        code, res, err = run(capsys, "--protocol", "egoserve", "--gt", str(gt), "--pred", str(pred))
+        assert code == 0, err
+        assert counts(res) == expected[dataset], dataset
+        assert res["datasets"] == [dataset]
+    args = []
+    for gt, pred in release.values():
+        args += ["--gt", str(gt), "--pred", str(pred)]
+    code, res, _ = run(capsys, "--protocol", "egoserve", *args)
+    assert counts(res) == {
+        "safety": (4, 4, 4),
+        "tool_use": (0, 1, 1),
+        "error_recovery": (1, 1, 2),
+        "next_step_guidance": (1, 2, 1),
+        "memory_recall": (0, 1, 1),
+        "habit_coaching": (1, 1, 1),
+    }
+    assert res["overall_f1"] == pytest.approx(100 * (1 + 0 + 2 / 3 + 2 / 3 + 0 + 1) / 6)
+    assert res["micro"]["matched"] == 7 and res["micro"]["n_pred"] == 10 and res["micro"]["n_gt"] == 10
+
+
+def test_egoserve_stream_records_and_tolerance_override(capsys, tmp_path):
+    gt = write_jsonl(
+        tmp_path / "gt.jsonl",
+        [
+            {
+                "id": "vid",
+                "task": "egoserve",
+                "source": "holoassist",
+                "targets": [
+                    {"window": [10.0, 12.0], "content": "careful", "category": "safety"},
+                    {"time": 50.0, "content": "use tongs", "category": "tool_use"},
+                ],
+            }
+        ],
+    )
+    pred = write_jsonl(
+        tmp_path / "pred.jsonl",
+        [
+            {
+                "id": "vid",
+                "replies": [
+                    {"time": 22.0, "text": "[safety] Careful!"},
+                    {"time": 50.0, "text": "Tongs.", "category": "safety"},
+                ],
+            }
+        ],
+    )
+    code, res, _ = run(capsys, "--protocol", "egoserve", "--gt", str(gt), "--pred", str(pred))
+    assert counts(res) == {"safety": (1, 2, 1), "tool_use": (0, 0, 1)}
+    code, res, _ = run(
+        capsys, "--protocol", "egoserve", "--gt", str(gt), "--pred", str(pred), "--tolerance", "9.9"
+    )
+    assert counts(res)["safety"] == (0, 2, 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input: the file, the record and the reason; exit 2
+
+
+def test_unknown_prediction_id_fails(capsys, tmp_path, p3i_files):
+    gt, _ = p3i_files
+    pred = write_jsonl(tmp_path / "bad.jsonl", [{"id": "a", "replies": []}, {"id": "zzz", "replies": []}])
+    code, res, err = run(capsys, "--protocol", "p3i", "--gt", str(gt), "--pred", str(pred))
+    assert code == 2 and res is None
+    assert str(pred) in err and "record zzz" in err and "not in the ground truth" in err
+
+
+def test_reply_without_time_fails(capsys, tmp_path, p3i_files):
+    gt, _ = p3i_files
+    pred = write_jsonl(tmp_path / "bad.jsonl", [{"id": "a", "replies": [{"text": "Warning"}]}])
+    code, _, err = run(capsys, "--protocol", "p3i", "--gt", str(gt), "--pred", str(pred))
+    assert code == 2
+    assert str(pred) in err and "record a" in err and "replies[0].time" in err and "missing" in err
+
+
+def test_missing_prediction_fails_unless_allowed(capsys, tmp_path, p3i_files):
+    gt, _ = p3i_files
+    pred = write_jsonl(tmp_path / "part.jsonl", [{"id": "a", "replies": []}])
+    code, _, err = run(capsys, "--protocol", "p3i", "--gt", str(gt), "--pred", str(pred))
+    assert code == 2 and "record b" in err and "no prediction" in err
+    code, res, _ = run(capsys, "--protocol", "p3i", "--gt", str(gt), "--pred", str(pred), "--allow-missing")
+    assert code == 0 and res["micro"]["prs_b"] == 0.0
+
+
+def test_unparsable_time_window_fails(capsys, tmp_path, release):
+    gt, _ = release["holoassist"]
+    pred = write_json(
+        tmp_path / "bad_pred.json",
+        [
+            {
+                "video_name": "vidA",
+                "gemini_response": [svc("Safety", "DAY1 00:00:30-00:00:32"), svc("Safety", "half past nine")],
+            }
+        ],
+    )
+    code, _, err = run(capsys, "--protocol", "egoserve", "--gt", str(gt), "--pred", str(pred))
+    assert code == 2
+    assert str(pred) in err and "vidA/services[1]" in err and "unparsable time window 'half past nine'" in err
+    bad_gt = write_json(
+        tmp_path / "bad_gt.json", {"vidB": {"instant": {"safety": [{"time_window": "19.5 to 21"}]}}}
+    )
+    code, _, err = run(capsys, "--protocol", "egoserve", "--gt", str(bad_gt), "--pred", str(pred))
+    assert code == 2 and str(bad_gt) in err and "vidB/instant/safety[0]" in err and "unparsable" in err
+
+
+def test_unknown_subtype_and_untagged_reply_fail(capsys, tmp_path):
+    gt = write_jsonl(
+        tmp_path / "gt.jsonl",
+        [
+            {
+                "id": "v",
+                "task": "egoserve",
+                "source": "holoassist",
+                "targets": [{"time": 5.0, "content": "x", "category": "safety"}],
+            }
+        ],
+    )
+    pred = write_jsonl(tmp_path / "pred.jsonl", [{"id": "v", "replies": [{"time": 5.0, "text": "no tag"}]}])
+    code, _, err = run(capsys, "--protocol", "egoserve", "--gt", str(gt), "--pred", str(pred))
+    assert code == 2 and "record v" in err and "no subtype" in err

@@ -1,0 +1,23 @@
+"""``python -m rewards.bench`` prints its figures as one JSON object on the last line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bench_entry_point():
+    proc = subprocess.run(
+        [sys.executable, "-m", "rewards.bench", "--samples", "500", "--repeats", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["samples"] == 500 and result["targets"] == 10 and result["replies"] == 20
+    assert result["prs_samples_per_s"] > 1000

@@ -1,0 +1,26 @@
+"""Every rewards module's ``>>>`` examples run clean."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = [
+    "rewards.turns",
+    "rewards.prs",
+    "rewards.egoserve",
+    "rewards.propermem",
+    "rewards.content",
+    "rewards.grpo",
+    "rewards.bench",
+    "eval.judge",
+]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_doctests(name):
+    result = doctest.testmod(importlib.import_module(name))
+    assert result.failed == 0
+    assert result.attempted > 0

@@ -1,0 +1,96 @@
+"""GRPO reward functions: signature, parts, weights, and agreement with the evaluator's PRS."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rewards.grpo import REWARD_FUNCTIONS, build_reward, count_redundant
+from rewards.prs import prs_scores
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def turn(t, text):
+    return {"time": t, "text": text}
+
+
+def rollout_from(reply_times, text="</Response> Warning!", steps=40):
+    replies = set(reply_times)
+    return [turn(float(s), text if s in replies else "</Silence>") for s in range(steps)]
+
+
+TARGETS = [
+    {"time": 10.0, "content": "", "label": "Warning"},
+    {"time": 30.0, "content": "", "label": "Warning"},
+]
+
+
+def test_prs_reward_is_the_evaluator_prs():
+    completions = [rollout_from([5, 12, 13, 29]), rollout_from([10, 30]), rollout_from([])]
+    cols = {"targets": [TARGETS] * 3, "task": ["event_monitoring"] * 3, "prompts": ["p"] * 3}
+    for variant in ("u", "b"):
+        fn = REWARD_FUNCTIONS["prs"](variant=variant, alpha=0.05, content="label")
+        values = fn(completions, **cols)
+        expected = [getattr(prs_scores([10.0, 30.0], r), variant) for r in ([5, 12, 13, 29], [10, 30], [])]
+        assert values == pytest.approx(expected, abs=1e-12)
+        assert fn.last_parts[0]["prs/prs_b"] == pytest.approx((math.exp(-0.1) / 3 + math.exp(-0.05)) / 2)
+
+
+def test_label_content_and_invalid_turns_in_prs():
+    fn = REWARD_FUNCTIONS["prs"](variant="b", content="label")
+    wrong = [turn(10.0, "</Response> All clear."), turn(30.0, "</Response> Warning!")]
+    assert fn([wrong], targets=[TARGETS], task=["accident_warning"]) == [pytest.approx(0.5)]
+    invalid = [turn(10.0, "Warning!"), turn(30.0, "</Response> Warning!")]  # no decision token: not a reply
+    assert fn([invalid], targets=[TARGETS], task=["accident_warning"]) == [pytest.approx(0.5)]
+
+
+def test_redundancy_counts_and_task_filter():
+    fn = REWARD_FUNCTIONS["redundancy"](**{"lambda": 0.2, "tasks": ["accident_warning"]})
+    r = rollout_from([10, 11, 12, 30]) + [turn(40.0, "garbage")]
+    assert fn([r, r], targets=[TARGETS, TARGETS], task=["accident_warning", "crime_alert"]) == [
+        pytest.approx(-0.2 * 3),
+        0.0,
+    ]
+    assert fn.last_parts[0]["redundancy/redundant"] == 2 and fn.last_parts[0]["redundancy/invalid"] == 1
+    assert count_redundant([], [1.0, 2.0, 3.0]) == 3
+
+
+def test_format_share_and_egoserve_tags():
+    fn = REWARD_FUNCTIONS["format"]()
+    r = [
+        turn(0.0, "</Silence>"),
+        turn(1.0, "</Response> [safety] Hot!"),
+        turn(2.0, "</Response> [weather] Rain"),
+    ]
+    assert fn([r, r, []], task=["egoserve", "event_monitoring", "egoserve"]) == [
+        pytest.approx(2 / 3),
+        1.0,
+        0.0,
+    ]
+
+
+def test_conf_yamls_build_and_weights_combine():
+    paths = sorted((ROOT / "conf" / "reward").glob("*.yaml"))
+    assert {p.name for p in paths} >= {"prs.yaml"}
+    for path in paths:
+        assert path.read_text().startswith("# python -m train.grpo reward=")
+        build_reward(yaml.safe_load(path.read_text()))
+    cfg = yaml.safe_load((ROOT / "conf" / "reward" / "prs.yaml").read_text())
+    cfg["weights"] = {"prs": 2.0, "redundancy": 1.0, "format": 0.5}
+    reward = build_reward(cfg)
+    r = rollout_from([10, 11, 30])
+    [value] = reward([r], targets=[TARGETS], task=["accident_warning"])
+    prs_b = prs_scores([10.0, 30.0], [10.0, 11.0, 30.0]).b
+    assert value == pytest.approx(2.0 * prs_b - 0.2 * 1 + 0.5 * 1.0)
+    parts = reward.last_parts[0]
+    assert parts["reward/reward"] == pytest.approx(value)
+    assert parts["prs/prs"] == pytest.approx(prs_b) and parts["format/format"] == 1.0
+
+
+def test_unknown_reward_name_fails():
+    with pytest.raises(KeyError, match="unknown reward"):
+        build_reward({"weights": {"prs": 1.0, "brevity": 1.0}})
