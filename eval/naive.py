@@ -12,48 +12,12 @@ text is decoded greedily until ``<|im_end|>`` (or ``max_new_tokens``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 import torch
 
-from data_builders.records import Reply, Stream
-from rewards.turns import parse_turn
+from data_builders.records import Stream
+from eval.streaming import StepDecision, StreamResult, decision_probability
 from train.render import TurnRenderer
-
-
-@dataclass
-class StepDecision:
-    """What happened at one step: its time (record axis), P(response), and the turn produced."""
-
-    step: int
-    time: float
-    p_response: float
-    fired: bool
-    text: str  # the raw assistant turn, e.g. "</Silence>" or "</Response> ..."
-    decision_logits: tuple[float, float] = (0.0, 0.0)  # (silence, response)
-
-
-@dataclass
-class StreamResult:
-    stream_id: str
-    steps: list[StepDecision] = field(default_factory=list)
-
-    def replies(self, allowed_categories=None) -> list[Reply]:
-        """The fired turns as replies (time, text, category) in time order."""
-        out = []
-        for s in self.steps:
-            if not s.fired:
-                continue
-            turn = parse_turn(s.text, allowed=allowed_categories)
-            out.append(Reply(time=s.time, text=turn.text or "", category=turn.category))
-        return out
-
-
-def decision_probability(logits: torch.Tensor, silence_id: int, response_id: int) -> torch.Tensor:
-    """P(</Response>) from the two decision logits at a decision position (last dim = vocab)."""
-    pair = torch.stack([logits[..., silence_id], logits[..., response_id]], dim=-1).float()
-    return torch.softmax(pair, dim=-1)[..., 1]
 
 
 class NaiveStreamer:

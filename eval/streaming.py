@@ -1,0 +1,346 @@
+"""Causal streaming with a KV cache: one forward pass per step, the decisions of a full re-run.
+
+    engine = StreamingEngine(model, renderer, EngineConfig(threshold=0.5))
+    [result] = engine.run([stream], [frames])        # result.steps, result.replies()
+
+At each step the engine appends the step's user turn (timestamp + frame, plus the instruction on
+its step) and the assistant header to the cache, reads the two decision logits at the decision
+position, and either stays silent or fires (``p = softmax(l_S, l_R)[R] >= threshold``; with
+``sample=True`` the decision is drawn from that two-way distribution at ``temperature``, for RL).
+A fired turn's text is decoded until ``<|im_end|>``. The assistant turn's closing tokens are fed
+with the next step's chunk, so a silent step costs exactly one forward pass.
+
+Exactness (DESIGN.md): cached decoding matches a full forward only with hand-computed M-RoPE
+positions. Every chunk's 3-row position ids come from ``model.model.get_rope_index`` on the chunk,
+shifted by the row's running offset (max position so far + 1), and are passed explicitly.
+
+Batching: rows advance in lock step. Each step's chunk is right-padded; one 2-D attention mask
+covers the whole cache, so pad columns are holes that no query attends to (right padding also
+keeps every query row with at least one visible key, which left padding at step 0 would not).
+
+Bounded frame window (``frame_window=N``): once a step is N steps old it is evicted: the whole
+step (user turn and silent assistant turn) when it carried no instruction and no reply, else only
+its timestamp and frame tokens. Evicted columns are masked per row and removed from the cache once
+dead in every row, so memory stays flat on long videos. Positions keep counting up.
+
+Frames shared by several rows (the same array object, as in a GRPO group) are encoded once per
+step and their features reused for every row.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from transformers import DynamicCache
+from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
+
+from data_builders.records import Reply, Stream
+from rewards.turns import parse_turn
+from train.render import TurnRenderer
+
+
+@dataclass
+class EngineConfig:
+    threshold: float = 0.5
+    """Fire when P(</Response>) at the decision position is at least this (threshold mode)."""
+    max_new_tokens: int = 32
+    """Longest response text, in tokens."""
+    frame_window: int | None = None
+    """Keep only the last N steps' frames in the cache (None: keep everything)."""
+    sample: bool = False
+    """Draw decisions and response tokens at ``temperature`` instead of threshold / greedy."""
+    temperature: float = 1.0
+    seed: int = 0
+
+
+@dataclass
+class StepDecision:
+    """One step: index, time (record axis), P(response), the raw assistant turn, decision logits."""
+
+    step: int
+    time: float
+    p_response: float
+    fired: bool
+    text: str
+    decision_logits: tuple[float, float] = (0.0, 0.0)  # (silence, response)
+    latency_s: float = 0.0
+
+
+@dataclass
+class StreamResult:
+    """A stream's decisions plus, for RL, every token fed and which of them the model generated."""
+
+    stream_id: str
+    steps: list[StepDecision] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    generated: list[bool] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)  # one per generated token
+
+    def replies(self, allowed_categories=None) -> list[Reply]:
+        """Fired turns as replies (time, text, category), in time order."""
+        out = []
+        for s in self.steps:
+            if s.fired:
+                turn = parse_turn(s.text, allowed=allowed_categories)
+                out.append(Reply(time=s.time, text=turn.text or "", category=turn.category))
+        return out
+
+
+def decision_probability(logits: torch.Tensor, silence_id: int, response_id: int) -> torch.Tensor:
+    """P(</Response>) from the two decision logits (last dim = vocabulary)."""
+    pair = torch.stack([logits[..., silence_id], logits[..., response_id]], dim=-1).float()
+    return torch.softmax(pair, dim=-1)[..., 1]
+
+
+@dataclass
+class _Row:
+    stream: Stream
+    frames: np.ndarray
+    pixel_values: torch.Tensor
+    grid: torch.Tensor
+    patch_start: list[int]
+    result: StreamResult
+    pending: list[int] = field(default_factory=list)  # closing tokens of the last assistant turn
+    pending_flags: list[bool] = field(default_factory=list)  # which of them the model generated
+    pending_logprobs: list[float] = field(default_factory=list)
+    offset: int = 0  # next M-RoPE position
+    whole: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # step -> column ranges
+    frame_span: dict[int, tuple[int, int]] = field(default_factory=dict)
+    keep: set[int] = field(default_factory=set)  # steps with an instruction or a reply
+
+
+class StreamingEngine:
+    """KV-cache streaming over one or many streams (see the module docstring)."""
+
+    def __init__(self, model, renderer: TurnRenderer, cfg: EngineConfig | None = None):
+        self.model = model
+        self.renderer = renderer
+        self.cfg = cfg or EngineConfig()
+        if self.cfg.frame_window is not None and self.cfg.frame_window < 1:
+            raise ValueError(f"frame_window must be at least 1 step, got {self.cfg.frame_window}")
+        self.device = next(model.parameters()).device
+        self.vision_calls = 0
+        self.generator = torch.Generator().manual_seed(self.cfg.seed)
+
+    # -- vision -------------------------------------------------------------------------------
+
+    def _encode(self, rows: list[_Row], k: int, active: list[int]) -> BaseModelOutputWithDeepstackFeatures:
+        """Image features of step k for the active rows; frames shared between rows encoded once."""
+        distinct: dict[int, int] = {}
+        for b in active:
+            distinct.setdefault(id(rows[b].frames), b)
+        pv = torch.cat(
+            [
+                rows[b].pixel_values[rows[b].patch_start[k] : rows[b].patch_start[k + 1]]
+                for b in distinct.values()
+            ]
+        )
+        grid = torch.stack([rows[b].grid[k] for b in distinct.values()])
+        out = self.model.model.get_image_features(pv.to(self.device), grid.to(self.device))
+        self.vision_calls += len(distinct)
+        slot = {key: i for i, key in enumerate(distinct)}
+        pick = [slot[id(rows[b].frames)] for b in active]
+        return BaseModelOutputWithDeepstackFeatures(
+            pooler_output=tuple(out.pooler_output[i] for i in pick),
+            deepstack_features=[tuple(layer[i] for i in pick) for layer in out.deepstack_features],
+        )
+
+    # -- one batched forward ------------------------------------------------------------------
+
+    def _forward(self, chunks: list[list[int]], grids: list[torch.Tensor | None], image=None) -> torch.Tensor:
+        """Append right-padded chunks (one per row; empty = pad only) to the cache; returns the
+        logits at each row's last real token (rows with no tokens: zeros)."""
+        r = self.renderer
+        lengths = [len(c) for c in chunks]
+        width = max(lengths)
+        ids = torch.full((len(chunks), width), r.tokenizer.pad_token_id, dtype=torch.long)
+        new_mask = torch.zeros((len(chunks), width), dtype=torch.long)
+        pos = torch.zeros((3, len(chunks), width), dtype=torch.long)
+        for b, chunk in enumerate(chunks):
+            row = self.rows[b]
+            if not chunk:
+                pos[:, b] = row.offset
+                continue
+            t = torch.tensor(chunk)
+            ids[b, : len(chunk)] = t
+            new_mask[b, : len(chunk)] = 1
+            mm = (t == r.image_pad_id).int()[None]
+            if grids[b] is not None:
+                p, _ = self.model.model.get_rope_index(t[None], mm, image_grid_thw=grids[b][None])
+            else:
+                p = torch.arange(len(chunk)).view(1, 1, -1).expand(3, 1, -1)
+            p = p[:, 0] + row.offset
+            pos[:, b, : len(chunk)] = p
+            pos[:, b, len(chunk) :] = p[:, -1:]
+            row.offset = int(p.max()) + 1
+        self.mask = torch.cat([self.mask, new_mask], dim=1)
+        kwargs = {"mm_encoder_outputs": {"image": image}} if image is not None else {}
+        out = self.model.model(
+            input_ids=ids.to(self.device),
+            attention_mask=self.mask.to(self.device),
+            position_ids=pos.to(self.device),
+            cache=self.cache,
+            use_cache=True,
+            **kwargs,
+        )
+        last = torch.tensor([max(n - 1, 0) for n in lengths], device=self.device)
+        hidden = out.last_hidden_state[torch.arange(len(chunks), device=self.device), last]
+        logits = self.model.lm_head(hidden).float().cpu()
+        logits[torch.tensor(lengths) == 0] = 0.0
+        return logits
+
+    # -- eviction -----------------------------------------------------------------------------
+
+    def _evict(self, k: int) -> None:
+        for b, row in enumerate(self.rows):
+            ranges = [row.frame_span[k]] if k in row.keep else row.whole.get(k, [])
+            for a, z in ranges:
+                self.mask[b, a:z] = 0
+            row.whole.pop(k, None)
+            row.frame_span.pop(k, None)
+        keep = self.mask.any(0)
+        if bool(keep.all()):
+            return
+        index = keep.nonzero().flatten()
+        for layer in self.cache.layers:
+            layer.keys = layer.keys.index_select(-2, index.to(layer.keys.device))
+            layer.values = layer.values.index_select(-2, index.to(layer.values.device))
+        new_col = (keep.cumsum(0) - 1).tolist()
+        self.mask = self.mask[:, index]
+        for row in self.rows:
+            row.whole = {
+                s: [(new_col[a], new_col[z - 1] + 1) for a, z in spans] for s, spans in row.whole.items()
+            }
+            row.frame_span = {s: (new_col[a], new_col[z - 1] + 1) for s, (a, z) in row.frame_span.items()}
+
+    # -- decisions ----------------------------------------------------------------------------
+
+    def _choose(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(fired, p_response, log-prob of the chosen decision) per row."""
+        r = self.renderer
+        pair = torch.stack([logits[:, r.silence_id], logits[:, r.response_id]], dim=-1)
+        if self.cfg.sample:
+            logp = torch.log_softmax(pair / self.cfg.temperature, dim=-1)
+            fired = torch.multinomial(logp.exp(), 1, generator=self.generator)[:, 0].bool()
+        else:
+            logp = torch.log_softmax(pair, dim=-1)
+            fired = logp[:, 1].exp() >= self.cfg.threshold
+        p = torch.softmax(pair, dim=-1)[:, 1]
+        return fired, p, logp.gather(1, fired.long()[:, None])[:, 0]
+
+    def _next_token(self, logits: torch.Tensor) -> tuple[int, float]:
+        if self.cfg.sample:
+            logp = torch.log_softmax(logits / self.cfg.temperature, dim=-1)
+            tok = int(torch.multinomial(logp.exp(), 1, generator=self.generator))
+        else:
+            logp = torch.log_softmax(logits, dim=-1)
+            tok = int(logits.argmax())
+        return tok, float(logp[tok])
+
+    def _feed(self, b: int, tokens: list[int], generated: list[bool], logprobs: list[float]) -> None:
+        res = self.rows[b].result
+        res.tokens += tokens
+        res.generated += generated
+        res.logprobs += logprobs
+
+    @torch.no_grad()
+    def run(self, streams: list[Stream], frames: list[np.ndarray]) -> list[StreamResult]:
+        """Stream every row to its last frame; rows with fewer frames stop early."""
+        r = self.renderer
+        encoded: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.rows = []
+        for stream, fr in zip(streams, frames, strict=True):
+            if id(fr) not in encoded:
+                encoded[id(fr)] = r.encode_frames(fr)
+            pv, grid = encoded[id(fr)]
+            starts = [0] + grid.prod(-1).cumsum(0).tolist()
+            self.rows.append(_Row(stream, fr, pv, grid, starts, StreamResult(stream.id)))
+        self.cache = DynamicCache(config=self.model.config)
+        self.mask = torch.zeros((len(streams), 0), dtype=torch.long)
+        times = [r.step_plan(row.stream)[0][: len(row.frames)] for row in self.rows]
+        for k in range(max(len(t) for t in times)):
+            t0 = time.perf_counter()
+            active = [b for b in range(len(self.rows)) if k < len(times[b])]
+            chunks: list[list[int]] = [[] for _ in self.rows]
+            grids: list[torch.Tensor | None] = [None] * len(self.rows)
+            for b in active:
+                row = self.rows[b]
+                context = r.context_for_step(row.stream, k, 0)
+                user = r.user_turn(times[b][k] - row.stream.clip_start, r.image_tokens(row.grid[k]), context)
+                chunks[b] = row.pending + user + r.assistant_open
+                grids[b] = row.grid[k]
+                start = self.mask.shape[1]
+                if row.pending:  # closing tokens of step k-1's assistant turn
+                    row.whole.setdefault(k - 1, []).append((start, start + len(row.pending)))
+                u0 = start + len(row.pending)
+                row.whole[k] = [(u0, start + len(chunks[b]))]
+                ts = u0 + len(r._user_open) + (len(r.encode(context + "\n")) if context else 0)
+                row.frame_span[k] = (ts, u0 + len(user) - 2)  # timestamp .. <|vision_end|>
+                if context:
+                    row.keep.add(k)
+                rest = [False] * (len(chunks[b]) - len(row.pending))
+                self._feed(b, chunks[b], row.pending_flags + rest, row.pending_logprobs)
+                row.pending, row.pending_flags, row.pending_logprobs = [], [], []
+            logits = self._forward(chunks, grids, self._encode(self.rows, k, active))
+            fired, p, logp_dec = self._choose(logits)
+            firing = [b for b in active if bool(fired[b])]
+            texts: dict[int, list[int]] = {b: [] for b in firing}
+            im_end_logprob: dict[int, float] = {}
+            if firing:
+                step_tokens = {b: [r.response_id] for b in firing}
+                for b in firing:
+                    self._feed(b, [r.response_id], [True], [float(logp_dec[b])])
+                    self.rows[b].keep.add(k)
+                live = set(firing)
+                for _ in range(self.cfg.max_new_tokens + 1):
+                    feed = [step_tokens[b][-1:] if b in live else [] for b in range(len(self.rows))]
+                    out = self._forward(feed, [None] * len(self.rows))
+                    for b in list(live):
+                        if len(texts[b]) == self.cfg.max_new_tokens:
+                            live.discard(b)
+                            continue
+                        tok, lp = self._next_token(out[b])
+                        if tok == r.im_end_id:
+                            live.discard(b)
+                            im_end_logprob[b] = lp
+                            continue
+                        texts[b].append(tok)
+                        step_tokens[b].append(tok)
+                        self._feed(b, [tok], [True], [lp])
+                    if not live:
+                        break
+            for b in active:
+                row = self.rows[b]
+                if b in texts:
+                    text = r.tokenizer.decode([r.response_id] + texts[b], skip_special_tokens=False)
+                    ended = b in im_end_logprob  # the model itself closed its turn
+                    row.pending = list(r.turn_end)
+                    row.pending_flags = [ended] + [False] * (len(r.turn_end) - 1)
+                    row.pending_logprobs = [im_end_logprob[b]] if ended else []
+                else:
+                    text = r.tokenizer.decode([r.silence_id], skip_special_tokens=False)
+                    row.pending = [r.silence_id] + r.turn_end
+                    row.pending_flags = [True] + [False] * len(r.turn_end)
+                    row.pending_logprobs = [float(logp_dec[b])]
+                row.result.steps.append(
+                    StepDecision(
+                        k,
+                        times[b][k],
+                        float(p[b]),
+                        b in texts,
+                        text,
+                        (float(logits[b, r.silence_id]), float(logits[b, r.response_id])),
+                        time.perf_counter() - t0,
+                    )
+                )
+            if self.cfg.frame_window is not None and k - self.cfg.frame_window >= 0:
+                self._evict(k - self.cfg.frame_window)
+        for b, row in enumerate(self.rows):  # the last turn's closing tokens (never fed to the cache)
+            self._feed(b, row.pending, row.pending_flags, row.pending_logprobs)
+        return [row.result for row in self.rows]
+
+    def cache_length(self) -> int:
+        return int(self.mask.shape[1])

@@ -1,0 +1,111 @@
+"""Streaming engine vs the naive full re-run: same decisions, same logits; windows; frame sharing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from data_builders.records import Stream
+from data_builders.toy import generate_toy
+from eval.naive import NaiveStreamer
+from eval.streaming import EngineConfig, StreamingEngine
+from train.render import RenderConfig, TurnRenderer, stream_frames
+
+
+@pytest.fixture(scope="module")
+def setup(tiny_model_and_processor, tmp_path_factory):
+    model, processor = tiny_model_and_processor
+    out = tmp_path_factory.mktemp("toy40")
+    streams = generate_toy(out, n=3, seed=1, duration=40)
+    renderer = TurnRenderer(processor, RenderConfig(max_pixels=64 * 64))
+    frames = [stream_frames(s, out / s.video, renderer.cfg) for s in streams]
+    return model, renderer, streams, frames
+
+
+def _max_logit_diff(a, b) -> float:
+    return max(
+        max(abs(x - y) for x, y in zip(sa.decision_logits, sb.decision_logits))
+        for sa, sb in zip(a.steps, b.steps)
+    )
+
+
+# The untrained tiny model sits near P(response) = 0.47; 0.47 makes it fire on about half the steps,
+# so both the silent path and response decoding are compared.
+@pytest.mark.parametrize("threshold", [0.5, 0.47])
+def test_engine_matches_naive_single_and_batched(setup, threshold):
+    model, renderer, streams, frames = setup
+    cfg = EngineConfig(threshold=threshold, max_new_tokens=6)
+    naive = [
+        NaiveStreamer(model, renderer, threshold, max_new_tokens=6).run(s, f) for s, f in zip(streams, frames)
+    ]
+    single = [StreamingEngine(model, renderer, cfg).run([s], [f])[0] for s, f in zip(streams, frames)]
+    batched = StreamingEngine(model, renderer, cfg).run(streams, frames)
+    fires = 0
+    for ref, one, many in zip(naive, single, batched):
+        assert len(ref.steps) == len(one.steps) == len(many.steps) == 40
+        assert [s.text for s in ref.steps] == [s.text for s in one.steps] == [s.text for s in many.steps]
+        assert _max_logit_diff(ref, one) < 1e-4
+        assert _max_logit_diff(ref, many) < 1e-4
+        fires += sum(s.fired for s in ref.steps)
+    assert (fires == 0) == (threshold == 0.5)
+
+
+def test_token_record_is_the_conversation(setup):
+    model, renderer, streams, frames = setup
+    [res] = StreamingEngine(model, renderer, EngineConfig(threshold=0.47, max_new_tokens=6)).run(
+        streams[:1], frames[:1]
+    )
+    text = renderer.tokenizer.decode(res.tokens)
+    assert text.count("<|im_start|>user") == 40 and text.count("<|im_start|>assistant") == 40
+    assert len(res.tokens) == len(res.generated)
+    assert sum(res.generated) == len(res.logprobs)
+    n = len(renderer.assistant_open)
+    decisions = [
+        t
+        for i, (t, g) in enumerate(zip(res.tokens, res.generated))
+        if g and res.tokens[i - n : i] == renderer.assistant_open
+    ]
+    assert len(decisions) == 40 and set(decisions) == {renderer.silence_id, renderer.response_id}
+    assert all(lp <= 0.0 for lp in res.logprobs)
+
+
+def test_frame_window_bounds_the_cache(setup):
+    model, renderer, streams, frames = setup
+    full = StreamingEngine(model, renderer, EngineConfig())
+    full_res = full.run(streams, frames)
+    same = StreamingEngine(model, renderer, EngineConfig(frame_window=40))
+    assert [s.text for s in same.run(streams, frames)[0].steps] == [s.text for s in full_res[0].steps]
+    long_frames = np.concatenate([frames[0]] * 3)
+    long = Stream(**{**streams[0].__dict__, "clip_end": 120.0, "targets": []})
+    lengths = {}
+    for n in (60, 120):
+        eng = StreamingEngine(model, renderer, EngineConfig(frame_window=8))
+        res = eng.run([long], [long_frames[:n]])[0]
+        assert len(res.steps) == n and all(np.isfinite(s.p_response) for s in res.steps)
+        lengths[n] = eng.cache_length()
+    # flat memory: only the timestamps' extra digits ("<119.0 seconds>") may add a token or two
+    assert lengths[60] <= lengths[120] <= lengths[60] + 4 < full.cache_length()
+
+
+def test_shared_frames_are_encoded_once(setup):
+    model, renderer, streams, frames = setup
+    group = StreamingEngine(model, renderer, EngineConfig(sample=True, seed=3))
+    group.run([streams[0]] * 4, [frames[0]] * 4)
+    assert group.vision_calls == 40
+    separate = StreamingEngine(model, renderer, EngineConfig(sample=True, seed=3))
+    separate.run([streams[0]] * 4, [frames[0].copy() for _ in range(4)])
+    assert separate.vision_calls == 160
+
+
+def test_sampling_is_seeded(setup):
+    model, renderer, streams, frames = setup
+    runs = [
+        StreamingEngine(model, renderer, EngineConfig(sample=True, seed=7, max_new_tokens=3)).run(
+            streams[:2], frames[:2]
+        )
+        for _ in range(2)
+    ]
+    assert [[s.text for s in r.steps] for r in runs[0]] == [[s.text for s in r.steps] for r in runs[1]]
+    assert any(s.fired for r in runs[0] for s in r.steps) and not all(
+        s.fired for r in runs[0] for s in r.steps
+    )
