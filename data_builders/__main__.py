@@ -1,0 +1,32 @@
+"""``python -m data_builders build source=toy out=/tmp/toy n=32 seed=0`` (also ``mix`` and ``frames``).
+
+The first argument picks the stage; the rest are Hydra overrides for its root config
+(``conf/build.yaml``, ``conf/mix.yaml``, ``conf/frames.yaml``).
+"""
+
+from __future__ import annotations
+
+import sys
+
+USAGE = """usage: python -m data_builders COMMAND [key=value ...]
+  build   source=NAME annotations=PATH videos=DIR out=DIR [source keys]   one source -> stream records
+  mix     data=mix_p3i data.root=DIR data.dir=DIR                          sample + split a mixture
+  frames  records=DIR fps=1 | data=mix_p3i data.dir=DIR fps=1               fill the frame cache
+"""
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Dispatch to the stage's Hydra main (imported lazily so ``--help`` stays fast)."""
+    from data_builders import cli
+
+    commands = {"build": cli.build_main, "mix": cli.mix_main, "frames": cli.frames_main}
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in commands:
+        print(USAGE, file=sys.stderr)
+        sys.exit(2)
+    sys.argv = [f"data_builders {argv[0]}", *argv[1:]]
+    commands[argv[0]]()
+
+
+if __name__ == "__main__":
+    main()

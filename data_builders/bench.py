@@ -1,0 +1,113 @@
+"""Throughput of the builders: annotation conversion (no decoding) and the frame cache.
+
+``python -m data_builders.bench``
+
+Prints one JSON object on its last line:
+
+- ``records_per_s``: stream records per second through the whole build driver (parse, convert,
+  validate, dedup, write JSONL + parquet + stats) for synthetic Nexar, UCF-Crime and Ego4D files,
+  with video existence and probing stubbed out (a fixed 40 s, 30 fps clip), so no file is decoded.
+- ``frame_cache_speedup``: time to decode 32 toy clips at 1 fps into an empty
+  :class:`~data_builders.video.FrameCache`, divided by the time to read them again from it.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from data_builders.build import build_source
+from data_builders.records import step_times
+from data_builders.toy import generate_toy
+from data_builders.video import FrameCache, VideoInfo
+
+FAKE_INFO = VideoInfo(duration=40.0, fps=30.0, n_frames=1200, width=1280, height=720)
+
+
+def _annotations(root: Path, n: int) -> dict[str, Path]:
+    """Synthetic annotation files in the real formats: n Nexar rows, n UCF lines, n/10 Ego4D videos."""
+    nexar = root / "nexar.csv"
+    nexar.write_text(
+        "id,time_of_event,time_of_alert,target\n"
+        + "".join(f"{i},{20 + i % 7}.5,{19 + i % 7}.25,1\n" if i % 2 else f"{i},,,0\n" for i in range(n))
+    )
+    ucf = root / "ucf.txt"
+    ucf.write_text(
+        "".join(f"Abuse{i:05d}_x264.mp4  Abuse  {30 + i % 90}  {200 + i % 90}  -1  -1\n" for i in range(n))
+    )
+    verbs = ["holds", "opens", "cuts", "washes", "picks up"]
+    nouns = ["a cup", "the door", "an onion", "a plate", "a knife", "the lid"]
+    ego = {
+        f"v{i:05d}": {
+            "narration_pass_1": {
+                "narrations": [
+                    {
+                        "timestamp_sec": 0.5 + 1.3 * k,
+                        "narration_text": f"#C C {verbs[(i + k) % 5]} {nouns[(i * 3 + k) % 6]}",
+                    }
+                    for k in range(28)
+                ]
+            }
+        }
+        for i in range(n // 10)
+    }
+    (root / "narration.json").write_text(json.dumps(ego))
+    return {"nexar": nexar, "ucf_crime": ucf, "ego4d_events": root / "narration.json"}
+
+
+def records_per_second(n: int = 20_000) -> float:
+    """Records/s of the build driver on synthetic annotations, probing stubbed (no decoding)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        files = _annotations(root, n)
+        total, seconds = 0, 0.0
+        for source, path in files.items():
+            t0 = time.perf_counter()
+            report = build_source(
+                source,
+                root / "out" / source,
+                annotations=path,
+                videos=root / "videos",
+                check_videos=False,
+                probe=lambda p, check_end: FAKE_INFO,
+                exists=lambda p: True,
+            )
+            seconds += time.perf_counter() - t0
+            total += len(report.records)
+        return total / seconds
+
+
+def frame_cache_speedup(n: int = 32) -> tuple[float, float, float]:
+    """(speedup, first pass s, second pass s) of the frame cache over ``n`` toy clips at 1 fps."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        streams = generate_toy(root / "toy", n=n, seed=0)
+        cache = FrameCache(root / "cache")
+        passes = []
+        for _ in range(2):
+            t0 = time.perf_counter()
+            for s in streams:
+                cache.frames(root / "toy" / s.video, step_times(s, 1.0))
+            passes.append(time.perf_counter() - t0)
+        return passes[0] / passes[1], passes[0], passes[1]
+
+
+def main() -> None:
+    rps = records_per_second()
+    speedup, first, second = frame_cache_speedup()
+    print(
+        json.dumps(
+            {
+                "records_per_s": round(rps, 1),
+                "frame_cache_speedup": round(speedup, 2),
+                "frame_cache_first_s": round(first, 4),
+                "frame_cache_second_s": round(second, 4),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

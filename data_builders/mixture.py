@@ -1,0 +1,196 @@
+"""Mixtures: sample built sources by weight, split by video, write one record set per split.
+
+``python -m data_builders mix data=mix_p3i data.root=/data/built data.dir=/data/mix_p3i``
+
+A mixture (``conf/data/<name>.yaml``) names built sources (``<root>/<source>/records.jsonl`` from
+``python -m data_builders build``), each with a ``weight`` and an optional ``count``. With
+``total`` set, the per-source counts are ``total`` apportioned by weight (largest remainder, so
+each share is within one record of ``total * w / sum(w)``); without it each source takes its
+``count`` (null: all its records). Sampling is seeded and keeps the source order of the sampled
+records, so a rebuild is identical. Splits are assigned per video from a hash of (seed, video):
+records that share a ``Stream.video_key`` or the same video file form one group (union-find), so no
+video is in two splits, even across sources built from the same clips.
+Duplicate record ids across sources are rejected.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from data_builders.build import BuildFailed, write_outputs
+from data_builders.records import Stream, load_streams, resolve_video
+
+log = logging.getLogger("data_builders")
+
+
+@dataclass
+class SourceShare:
+    """One source of a mixture."""
+
+    weight: float = 1.0
+    """Relative share when the mixture has a ``total``."""
+    count: int | None = None
+    """Records to take when the mixture has no ``total`` (null: all)."""
+    records: str | None = None
+    """Build dir or records file (null: ``<root>/<source name>``)."""
+
+
+@dataclass
+class MixtureConfig:
+    """A mixture: its sources, sizes, seed and splits (``conf/data/*.yaml``)."""
+
+    name: str = "mixture"
+    """Name, recorded in ``mixture.json``."""
+    root: str | None = None
+    """Directory holding one build dir per source."""
+    dir: str | None = None
+    """Where the mixture is written (``<dir>/<split>/records.jsonl`` ...)."""
+    seed: int = 0
+    """Seed of the sampling and of the split assignment."""
+    total: int | None = None
+    """Total records, apportioned by weight (null: each source's ``count``)."""
+    splits: dict[str, float] = field(default_factory=lambda: {"train": 1.0})
+    """Split name -> share of videos (shares sum to 1)."""
+    sources: dict[str, SourceShare] = field(default_factory=dict)
+    """Source name -> share."""
+
+
+def apportion(total: int, weights: dict[str, float]) -> dict[str, int]:
+    """Split ``total`` by weight with the largest-remainder rule (ties: name order).
+
+    >>> apportion(20, {"a": 10000, "b": 2000, "c": 600, "d": 768})
+    {'a': 15, 'b': 3, 'c': 1, 'd': 1}
+    """
+    if total < 0 or any(w < 0 for w in weights.values()) or sum(weights.values()) <= 0:
+        raise ValueError(
+            f"need total >= 0 and non-negative weights with a positive sum, got {total}, {weights}"
+        )
+    norm = sum(weights.values())
+    exact = {k: total * w / norm for k, w in weights.items()}
+    counts = {k: math.floor(v) for k, v in exact.items()}
+    left = total - sum(counts.values())
+    for k in sorted(exact, key=lambda k: (-(exact[k] - counts[k]), k))[:left]:
+        counts[k] += 1
+    return counts
+
+
+def split_of(video_key: str, seed: int, splits: dict[str, float]) -> str:
+    """The split of a video: a hash of (seed, video) placed on the cumulative split shares."""
+    u = int(hashlib.sha1(f"{seed}:{video_key}".encode()).hexdigest()[:15], 16) / 16**15
+    acc = 0.0
+    names = list(splits)
+    for name in names:
+        acc += splits[name]
+        if u < acc:
+            return name
+    return names[-1]
+
+
+def video_groups(streams: list[Stream]) -> list[str]:
+    """A group key per stream: streams sharing a ``video_key`` or a video file share a group (the
+    group's smallest video key), so a split by group never puts one video in two splits."""
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for s in streams:
+        a, b = find("key:" + s.video_key), find("file:" + s.video)
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+    members: dict[str, str] = {}
+    for s in streams:
+        root = find("key:" + s.video_key)
+        members[root] = min(members.get(root, s.video_key), s.video_key)
+    return [members[find("key:" + s.video_key)] for s in streams]
+
+
+def _records_path(cfg: MixtureConfig, name: str, share: SourceShare) -> Path:
+    if share.records:
+        path = Path(share.records)
+    elif cfg.root:
+        path = Path(cfg.root) / name
+    else:
+        raise BuildFailed(f"mixture {cfg.name}: source {name} has no records path and the mixture no root")
+    return path / "records.jsonl" if path.is_dir() else path
+
+
+def build_mixture(cfg: MixtureConfig, out: str | Path | None = None) -> dict[str, Any]:
+    """Sample, split and write the mixture; returns the summary also written to ``mixture.json``."""
+    out = Path(out or cfg.dir or "")
+    if not str(out) or str(out) == ".":
+        raise BuildFailed("mixture output dir not set (data.dir=...)")
+    if not cfg.sources:
+        raise BuildFailed(f"mixture {cfg.name} lists no sources")
+    if abs(sum(cfg.splits.values()) - 1.0) > 1e-6 or any(v < 0 for v in cfg.splits.values()):
+        raise BuildFailed(
+            f"mixture {cfg.name}: split shares must be >= 0 and sum to 1, got {dict(cfg.splits)}"
+        )
+    if cfg.total is not None:
+        counts: dict[str, int | None] = dict(
+            apportion(cfg.total, {k: s.weight for k, s in cfg.sources.items()})
+        )
+    else:
+        counts = {k: s.count for k, s in cfg.sources.items()}
+    chosen: list[Stream] = []
+    origin: dict[str, str] = {}
+    summary_sources = {}
+    for name in sorted(cfg.sources):
+        path = _records_path(cfg, name, cfg.sources[name])
+        streams = load_streams(path)
+        want = len(streams) if counts[name] is None else counts[name]
+        if want > len(streams):
+            raise BuildFailed(
+                f"mixture {cfg.name}: source {name} has {len(streams)} records in {path}, "
+                f"the mixture asks for {want}"
+            )
+        picked = sorted(random.Random(f"{cfg.seed}:{name}").sample(range(len(streams)), want))
+        for i in picked:
+            s = streams[i]
+            if s.id in origin:
+                raise BuildFailed(
+                    f"mixture {cfg.name}: duplicate record id {s.id!r} in sources {origin[s.id]} and {name}"
+                )
+            origin[s.id] = name
+            video = os.path.abspath(resolve_video(s, path))
+            chosen.append(Stream.from_dict({**s.to_dict(), "video": video}))
+        summary_sources[name] = {"available": len(streams), "taken": want, "records": str(path)}
+    by_split: dict[str, list[Stream]] = {name: [] for name in cfg.splits}
+    for s, group in zip(chosen, video_groups(chosen), strict=True):
+        by_split[split_of(group, cfg.seed, cfg.splits)].append(s)
+    summary: dict[str, Any] = {
+        "name": cfg.name,
+        "seed": cfg.seed,
+        "total": len(chosen),
+        "sources": summary_sources,
+        "splits": {},
+    }
+    for split, streams in by_split.items():
+        split_dir = out / split
+        rel = [
+            Stream.from_dict({**s.to_dict(), "video": os.path.relpath(s.video, os.path.abspath(split_dir))})
+            for s in streams
+        ]
+        write_outputs(split_dir, rel)
+        summary["splits"][split] = {"records": len(rel), "videos": len({s.video_key for s in rel})}
+    (out / "mixture.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    log.info(
+        "mixture %s: %d records -> %s (%s)",
+        cfg.name,
+        len(chosen),
+        out,
+        ", ".join(f"{k}={v['records']}" for k, v in summary["splits"].items()),
+    )
+    return summary

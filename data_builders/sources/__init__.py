@@ -1,0 +1,16 @@
+"""One module per source; importing this package registers every builder (see ``registry``)."""
+
+from data_builders.sources import (  # noqa: F401
+    captaincook4d,
+    ego4d_events,
+    egoserve,
+    holoassist,
+    llava_video,
+    magqa,
+    nexar,
+    object_tracks,
+    propermem,
+    shot2story,
+    toy,
+    ucf_crime,
+)

@@ -1,0 +1,161 @@
+"""Shot2Story multi-shot clips -> ``proactive_narration`` streams (speak when a new shot begins).
+
+``python -m data_builders build source=shot2story annotations=/data/shot2story/20k_train.json videos=/data/shot2story/videos_extracted out=/data/built/shot2story``
+
+Input: the annotation JSON (a list of records with ``video`` = the clip file ``{clip_id}.mp4``,
+``video_names`` = the shot files ``{clip_id}_{start_frame}_{end_frame}.mp4`` and ``captions``, one
+per shot). Shot boundaries are the frame indices in the shot file names; seconds = frame / clip fps.
+The clip fps is the record's own ``fps`` key if present, else the ``fps`` option if set, else the
+average fps probed from the clip file (what the release's own shot-cutting script used).
+
+Two streams per clip (``mode=both``):
+
+- **narration**: "describe each new shot as it begins"; one target per shot at its start frame /
+  fps, content = that shot's caption (the first shot's target is at its start, usually 0 s).
+- **query** (clips with 2+ shots): "tell me when <the first sentence of shot k's caption>"; one target
+  at shot k's start, k >= 1 picked by a hash of (seed, clip id), so a rebuild picks the same k.
+
+The clip ends at the probed duration, or without a probe at (last end frame + 1) / fps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from data_builders.records import RecordError, Stream, Target
+from data_builders.registry import (
+    BuildInputs,
+    ConversionError,
+    Pending,
+    each_record,
+    load_json,
+    register_source,
+    require,
+    seconds,
+)
+from data_builders.video import VideoInfo
+
+SHOT_NAME = re.compile(r"^(?P<clip>.+)_(?P<start>\d+)_(?P<end>\d+)\.mp4$")
+MODES = {"both": ("narration", "query"), "narration": ("narration",), "query": ("query",)}
+
+
+@dataclass
+class Shot2StoryOptions:
+    """Keys of ``source=shot2story``."""
+
+    fps: float | None = None
+    """Clip fps for all records (null: the record's ``fps`` key, else probe the clip)."""
+    mode: str = "both"
+    """``both``, ``narration`` or ``query``."""
+    seed: int = 0
+    """Seed of the query shot choice."""
+    narration_instruction: str = "Narrate this video: each time a new shot begins, describe it."
+    """Instruction of the narration stream (t=0)."""
+    query_instruction: str = "Tell me when this happens: {event}"
+    """Instruction of the query stream; ``{event}`` is the asked-for shot's first caption sentence."""
+
+
+def first_sentence(text: str) -> str:
+    """The caption's first sentence (up to the first '. '), stripped.
+
+    >>> first_sentence("A man talks. Then he leaves.")
+    'A man talks.'
+    """
+    head = re.split(r"(?<=[.!?])\s+", text.strip(), maxsplit=1)[0]
+    return head
+
+
+def parse_shots(clip: str, names: list, fps: float) -> list[tuple[float, int]]:
+    """(start seconds, end frame) of each shot from its file name; a ``RecordError`` when a name does
+    not match the clip, a shot ends before it starts or the shots are out of order."""
+    shots = []
+    for i, name in enumerate(names):
+        m = SHOT_NAME.match(Path(str(name)).name)
+        if not m or m.group("clip") != clip:
+            raise RecordError(f"shot {i}: name {name!r} is not {clip}_<start>_<end>.mp4")
+        start, end = int(m.group("start")), int(m.group("end"))
+        if end < start:
+            raise RecordError(f"shot {i}: ends before it starts (frames {start} > {end})")
+        if shots and start < shots[-1][1]:
+            raise RecordError(f"shot {i}: starts at frame {start}, before the previous shot ends")
+        shots.append((start / fps, end))
+    return shots
+
+
+@register_source("shot2story", Shot2StoryOptions)
+def build_shot2story(inputs: BuildInputs, options: Shot2StoryOptions) -> Iterator[Pending | ConversionError]:
+    """Narration and query streams per clip (see the module docstring)."""
+    if options.mode not in MODES:
+        raise RecordError(f"mode must be one of {sorted(MODES)}, got {options.mode!r}")
+    path = inputs.annotations
+    data = load_json(path)
+    if not isinstance(data, list):
+        raise RecordError("expected a JSON list of clip records", file=path)
+
+    def parse(rid: str, rec: dict) -> Iterator[Pending]:
+        video = str(require(rec, "video"))
+        clip = Path(video).stem
+        names, captions = require(rec, "video_names"), require(rec, "captions")
+        if not isinstance(names, list) or not names:
+            raise RecordError("field 'video_names': expected a non-empty list of shot files")
+        if not isinstance(captions, list) or len(captions) != len(names):
+            raise RecordError(
+                f"{len(names)} shots but {len(captions) if isinstance(captions, list) else 'no'} captions"
+            )
+        fixed_fps = rec.get("fps", options.fps)
+        if fixed_fps is not None and seconds(fixed_fps, "fps") <= 0:
+            raise RecordError(f"field 'fps': must be positive, got {fixed_fps}")
+        if fixed_fps is not None:
+            parse_shots(clip, names, float(fixed_fps))  # fail early on bad names
+
+        def make(info: VideoInfo | None) -> list[Stream]:
+            fps = float(fixed_fps) if fixed_fps is not None else info.fps
+            shots = parse_shots(clip, names, fps)
+            clip_end = info.duration if info is not None else (shots[-1][1] + 1) / fps
+            meta = {"video_id": f"shot2story/{clip}", "fps": fps, "n_shots": len(shots)}
+            out = []
+            if "narration" in MODES[options.mode]:
+                targets = [Target(time=s, content=str(c)) for (s, _), c in zip(shots, captions, strict=True)]
+                out.append(
+                    Stream(
+                        id=f"shot2story-{clip}-narration",
+                        source="shot2story",
+                        task="proactive_narration",
+                        video=video,
+                        clip_start=0.0,
+                        clip_end=clip_end,
+                        instruction_time=0.0,
+                        instruction=options.narration_instruction,
+                        targets=targets,
+                        meta=meta,
+                    )
+                )
+            if "query" in MODES[options.mode] and len(shots) > 1:
+                digest = int(hashlib.sha1(f"{options.seed}:{clip}".encode()).hexdigest(), 16)
+                k = 1 + digest % (len(shots) - 1)
+                out.append(
+                    Stream(
+                        id=f"shot2story-{clip}-query",
+                        source="shot2story",
+                        task="proactive_narration",
+                        video=video,
+                        clip_start=0.0,
+                        clip_end=clip_end,
+                        instruction_time=0.0,
+                        instruction=options.query_instruction.format(event=first_sentence(str(captions[k]))),
+                        targets=[Target(time=shots[k][0], content=str(captions[k]))],
+                        meta={**meta, "query_shot": k},
+                    )
+                )
+            return out
+
+        yield Pending(str(path), rid, video, make, needs_info=fixed_fps is None)
+
+    def record_id(k: int, rec) -> str:
+        return str(rec.get("video") or rec.get("id") or f"item {k}") if isinstance(rec, dict) else f"item {k}"
+
+    yield from each_record(((record_id(k, r), r) for k, r in enumerate(data)), path, parse)

@@ -1,0 +1,55 @@
+"""The ``toy`` source: seeded synthetic clips with exact event times, for offline demos and tests.
+
+``python -m data_builders build source=toy out=/tmp/toy n=32 seed=0``
+
+It reads no annotations: :func:`data_builders.toy.generate_toy` writes the mp4s under
+``out/videos/`` and returns their records, which the driver then checks like any other source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from data_builders.registry import BuildInputs, Pending, register_source
+from data_builders.toy import generate_toy
+
+
+@dataclass
+class ToyOptions:
+    """Keys of ``source=toy`` (see ``generate_toy``)."""
+
+    n: int = 64
+    """Number of clips."""
+    seed: int = 0
+    """Seed of the clip scripts; record i depends only on (seed, i)."""
+    duration: int = 20
+    """Clip length in whole seconds (at least 12)."""
+    size: int = 64
+    """Frame side in pixels."""
+    video_fps: int = 2
+    """Frame rate of the written mp4s."""
+    negative_share: float = 0.25
+    """Share of clips in which nothing happens."""
+
+
+@register_source("toy", ToyOptions, needs_annotations=False)
+def build_toy(inputs: BuildInputs, options: ToyOptions) -> Iterator[Pending]:
+    """Generate the clips into ``inputs.out`` and hand each record to the driver as it is."""
+    streams = generate_toy(
+        inputs.out,
+        n=options.n,
+        seed=options.seed,
+        duration=options.duration,
+        size=options.size,
+        video_fps=options.video_fps,
+        negative_share=options.negative_share,
+    )
+    for s in streams:
+        yield Pending(
+            source_file="generate_toy",
+            record=s.id,
+            video=s.video,
+            make=lambda info, s=s: [s],
+            needs_info=False,
+        )

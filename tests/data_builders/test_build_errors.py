@@ -1,0 +1,121 @@
+"""Broken records land in errors.jsonl with their reason; max_error_rate fails the build (driver and CLI)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from data_builders.build import BuildFailed, build_source
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def broken(tmp_path, mp4):
+    """A nexar CSV with 2 good rows and 5 broken ones, and its videos (one missing, one truncated)."""
+    videos = tmp_path / "videos"
+    for name in ("good1", "good2", "span", "time"):
+        mp4(videos / f"{name}.mp4", 25)
+    truncated = mp4(videos / "truncated.mp4", 25)
+    truncated.write_bytes(truncated.read_bytes()[: truncated.stat().st_size // 2])
+    csv = tmp_path / "train.csv"
+    csv.write_text(
+        "file_name,time_of_event,time_of_alert\n"
+        "good1.mp4,19.5,18.633\n"
+        ",19.8,19.233\n"  # missing field
+        "span.mp4,5.0,10.0\n"  # event before alert
+        "time.mp4,abc,1.0\n"  # unparsable
+        "missing.mp4,3.0,2.0\n"  # no such video
+        "truncated.mp4,3.0,2.0\n"
+        "good2.mp4,,\n"
+    )
+    return csv, videos
+
+
+def test_every_broken_record_is_listed_with_its_reason(tmp_path, broken):
+    csv, videos = broken
+    report = build_source(
+        "nexar", tmp_path / "out", annotations=csv, videos=videos, max_error_rate=1.0, workers=2
+    )
+    assert [s.id for s in report.records] == ["nexar-good1", "nexar-good2"]
+    rows = [json.loads(x) for x in (tmp_path / "out/errors.jsonl").read_text().splitlines()]
+    reasons = {r["record"]: r["reason"] for r in rows}
+    assert all(r["source_file"] == str(csv) for r in rows)
+    assert sorted(reasons) == ["missing", "row 3", "span", "time", "truncated"]
+    assert "missing field 'file_name', 'video' or 'id'" in reasons["row 3"]
+    assert "ends before it starts (10.0 > 5.0)" in reasons["span"]
+    assert "cannot parse time 'abc'" in reasons["time"]
+    assert reasons["missing"] == f"video file missing: {videos / 'missing.mp4'}"
+    assert reasons["truncated"].startswith("unreadable video: ") and "truncated.mp4" in reasons["truncated"]
+    stats = json.loads((tmp_path / "out/stats.json").read_text())
+    assert stats["records"] == 2 and stats["negatives"] == 1
+
+
+def test_missing_videos_are_listed_before_any_probe(tmp_path, broken):
+    csv, videos = broken
+    probed = []
+
+    def probe(path, check_end):
+        probed.append(path.name)
+        assert "missing.mp4" not in probed
+        from data_builders.video import probe_video
+
+        return probe_video(path, check_end=check_end)
+
+    report = build_source(
+        "nexar", tmp_path / "out", annotations=csv, videos=videos, max_error_rate=1.0, probe=probe
+    )
+    assert "missing.mp4" not in probed and report.n_failed == 5 and report.n_source_records == 7
+
+
+def test_error_rate_over_the_limit_fails_naming_the_count(tmp_path, broken):
+    csv, videos = broken
+    with pytest.raises(
+        BuildFailed,
+        match=r"5 of 7 source records \(71.43%\) could not be converted, above "
+        r"max_error_rate=0",
+    ):
+        build_source("nexar", tmp_path / "out", annotations=csv, videos=videos, max_error_rate=0.0)
+    assert (tmp_path / "out/errors.jsonl").read_text().count("\n") == 5  # outputs are still written
+
+
+def test_cli_build_fails_with_max_error_rate_zero(tmp_path, broken):
+    csv, videos = broken
+    cmd = [
+        sys.executable,
+        "-m",
+        "data_builders",
+        "build",
+        "source=nexar",
+        f"annotations={csv}",
+        f"videos={videos}",
+        f"out={tmp_path / 'cli'}",
+        "max_error_rate=0",
+    ]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert "build failed: 5 of 7 source records (71.43%)" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cli", "train.csv", "videos"]  # nothing in the cwd
+
+
+def test_duplicate_ids_are_errors(tmp_path, mp4):
+    videos = tmp_path / "videos"
+    mp4(videos / "a.mp4", 25)
+    csv = tmp_path / "train.csv"
+    csv.write_text("file_name,time_of_event,time_of_alert\na.mp4,19.5,18.633\na.mp4,,\n")
+    report = build_source("nexar", tmp_path / "out", annotations=csv, videos=videos, max_error_rate=1.0)
+    assert len(report.records) == 1
+    assert [e.reason for e in report.errors] == ["duplicate id 'nexar-a' (first made from record a)"]
+
+
+def test_target_after_the_video_end_is_an_error(tmp_path, mp4):
+    videos = tmp_path / "videos"
+    mp4(videos / "short.mp4", 10)
+    csv = tmp_path / "train.csv"
+    csv.write_text("file_name,time_of_event,time_of_alert\nshort.mp4,19.5,18.633\n")
+    report = build_source("nexar", tmp_path / "out", annotations=csv, videos=videos, max_error_rate=1.0)
+    assert report.records == [] and "lies outside the clip [0.0, 10.0]" in report.errors[0].reason

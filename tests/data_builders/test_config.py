@@ -1,0 +1,68 @@
+"""Every builder config composes and matches its typed schema; typos fail at once."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from data_builders.cli import split_build_config
+from data_builders.config import BuildConfig, FramesConfig, typed
+from data_builders.mixture import MixtureConfig
+from data_builders.registry import SOURCES, get_source
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+
+
+def test_every_source_yaml_mirrors_its_options_dataclass():
+    get_source("toy")
+    names = sorted(p.stem for p in (CONF / "source").glob("*.yaml"))
+    assert names == sorted(SOURCES)
+    for name in names:
+        first = (CONF / "source" / f"{name}.yaml").read_text().splitlines()[:2]
+        assert first[0] == "# @package _global_" and first[1].startswith(
+            f"# python -m data_builders build source={name}"
+        )
+        with initialize_config_dir(str(CONF), version_base=None):
+            cfg = compose("build", overrides=[f"source={name}", "out=/tmp/x"])
+        base, options = split_build_config(cfg, name)
+        assert options == SOURCES[name].options()  # yaml defaults == dataclass defaults, same keys
+        assert base == BuildConfig(out="/tmp/x")
+
+
+def test_typos_and_wrong_types_fail():
+    with initialize_config_dir(str(CONF), version_base=None):
+        with pytest.raises(Exception, match="nn"):
+            compose("build", overrides=["source=toy", "nn=3"])
+        cfg = compose("build", overrides=["source=toy", "n=abc"])
+    with pytest.raises(ValueError, match="source=toy"):
+        split_build_config(cfg, "toy")
+    with pytest.raises(ValueError, match="has no option"):
+        SOURCES["toy"].make_options({"seeds": 1})
+
+
+def test_frames_and_mixture_configs_compose():
+    with initialize_config_dir(str(CONF), version_base=None):
+        frames = compose("frames", overrides=["records=/tmp/d"])
+        mix = compose("mix", overrides=["data=mix_p3i"])
+    plain = OmegaConf.to_container(frames)
+    assert typed(FramesConfig, plain, "frames") == FramesConfig(records="/tmp/d")
+    m = typed(MixtureConfig, OmegaConf.to_container(mix.data), "data")
+    assert {k: (s.weight, s.count) for k, s in m.sources.items()} == {
+        "shot2story": (10000, 10000),
+        "llava_video": (2000, 2000),
+        "nexar": (600, 600),
+        "ego4d_events": (768, 768),
+    }
+    assert sum(m.splits.values()) == 1.0
+    for path in [
+        CONF / "build.yaml",
+        CONF / "frames.yaml",
+        CONF / "mix.yaml",
+        *sorted((CONF / "data").glob("*.yaml")),
+    ]:
+        assert path.read_text().startswith("# python -m data_builders "), path
+    assert {f.name for f in dataclasses.fields(BuildConfig)} <= set(OmegaConf.load(CONF / "build.yaml"))
