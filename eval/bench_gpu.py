@@ -1,0 +1,214 @@
+"""Accelerator benchmark: the real Qwen3-VL architecture (random weights) through an SFT step and the
+streaming engine. No download: the model is built from its config (``model.random_init``).
+
+    python -m eval.bench_gpu --model conf/model/qwen3_vl_4b.yaml            # on a GPU machine
+    python -m eval.bench_gpu --model conf/model/tiny.yaml --device cpu --size 64 --steps 6 --window-steps 24
+
+Frames are drawn in memory from the toy scripts (no video files). Prints one JSON object on its last
+line: model size, SFT step time / tokens per second / peak memory (vision frozen, AdamW), streaming
+engine vs naive re-prefill per-step cost, batched vs sequential throughput, and per-step latency
+with a bounded frame window early vs late in a long stream. Times are medians; ratios come from
+one run, so they hold on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+from data_builders.records import Stream
+from data_builders.toy import INSTRUCTIONS, _draw, make_script
+from eval.naive import NaiveStreamer
+from eval.streaming import EngineConfig, StreamingEngine
+from train.model import count_parameters, load_model_and_processor
+from train.render import RenderConfig, TurnRenderer
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _peak_gib(device: str) -> float | None:
+    if device.startswith("cuda"):
+        return round(torch.cuda.max_memory_allocated() / 2**30, 2)
+    return None
+
+
+def _reset_peak(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+
+
+def toy_stream(index: int, steps: int, size: int) -> tuple[Stream, np.ndarray]:
+    """A scripted toy clip of ``steps`` seconds drawn in memory at ``size`` pixels."""
+    script = make_script(index, seed=0, duration=max(steps, 12), size=size, negative_share=0.0)
+    frames = np.stack([_draw(script, float(t), size) for t in range(steps)])
+    stream = Stream(
+        id=f"bench-{index}",
+        source="toy",
+        task=script.task,
+        video="",
+        clip_start=0.0,
+        clip_end=float(steps),
+        instruction=INSTRUCTIONS[script.task],
+    )
+    return stream, frames
+
+
+def bench_sft(model, renderer: TurnRenderer, device: str, steps: int, size: int, repeats: int) -> dict:
+    stream, frames = toy_stream(0, steps, size)
+    batch = renderer.render(stream, frames)
+    inputs = {k: v.to(device) for k, v in batch.as_model_inputs().items()}
+    labels = batch.labels[None].to(device)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=1e-5)
+    model.train()
+    times = []
+    _reset_peak(device)
+    for i in range(repeats + 1):
+        _sync(device)
+        t0 = time.perf_counter()
+        loss = model(**inputs, labels=labels).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        _sync(device)
+        if i:  # the first step warms up kernels and allocates optimizer state
+            times.append(time.perf_counter() - t0)
+    model.eval()
+    del opt
+    step_s = statistics.median(times)
+    n_tokens = int(batch.input_ids.numel())
+    return {
+        "tokens": n_tokens,
+        "frames": steps,
+        "step_s": round(step_s, 4),
+        "tokens_per_s": round(n_tokens / step_s, 1),
+        "peak_gib": _peak_gib(device),
+        "loss": float(loss.detach()),
+    }
+
+
+def bench_stream(
+    model,
+    renderer: TurnRenderer,
+    device: str,
+    steps: int,
+    size: int,
+    batch: int,
+    window_steps: int,
+    threshold: float,
+) -> dict:
+    cfg = EngineConfig(threshold=threshold, max_new_tokens=8)
+    stream, frames = toy_stream(1, steps, size)
+    StreamingEngine(model, renderer, cfg).run([stream], [frames[:4]])  # warm-up
+    _sync(device)
+    t0 = time.perf_counter()
+    naive = NaiveStreamer(model, renderer, threshold=threshold, max_new_tokens=8).run(stream, frames)
+    _sync(device)
+    naive_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    [single] = StreamingEngine(model, renderer, cfg).run([stream], [frames])
+    _sync(device)
+    engine_s = time.perf_counter() - t0
+
+    many = [toy_stream(i, steps, size) for i in range(batch)]
+    t0 = time.perf_counter()
+    for s, f in many:
+        StreamingEngine(model, renderer, cfg).run([s], [f])
+    _sync(device)
+    sequential_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    StreamingEngine(model, renderer, cfg).run([s for s, _ in many], [f for _, f in many])
+    _sync(device)
+    batched_s = time.perf_counter() - t0
+
+    long_stream, long_frames = toy_stream(2, window_steps, size)
+    _reset_peak(device)
+    window_cfg = EngineConfig(threshold=threshold, max_new_tokens=8, frame_window=32)
+    [windowed] = StreamingEngine(model, renderer, window_cfg).run([long_stream], [long_frames])
+    lat = [s.latency_s for s in windowed.steps]
+    early = statistics.median(lat[50:70]) if len(lat) >= 70 else statistics.median(lat[: len(lat) // 2])
+    late = statistics.median(lat[-20:])
+    return {
+        "steps": steps,
+        "threshold": threshold,
+        "fires": sum(s.fired for s in naive.steps),
+        "same_decisions": [s.text for s in naive.steps] == [s.text for s in single.steps],
+        "naive_s": round(naive_s, 3),
+        "engine_s": round(engine_s, 3),
+        "engine_vs_naive": round(naive_s / engine_s, 2),
+        "engine_step_ms_median": round(1000 * statistics.median(s.latency_s for s in single.steps), 2),
+        "batched_vs_sequential": round(sequential_s / batched_s, 2),
+        "batch": batch,
+        "window_steps": window_steps,
+        "window_late_vs_early": round(late / early, 3),
+        "window_step_ms_early": round(1000 * early, 2),
+        "window_step_ms_late": round(1000 * late, 2),
+        "window_peak_gib": _peak_gib(device),
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="conf/model/qwen3_vl_4b.yaml", help="a conf/model/*.yaml file")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--size", type=int, default=448, help="frame side in pixels")
+    ap.add_argument("--steps", type=int, default=30, help="frames per SFT window and per stream")
+    ap.add_argument("--stream-steps", type=int, default=60, help="steps of the engine vs naive streams")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--window-steps", type=int, default=480, help="length of the bounded-window stream")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument(
+        "--threshold",
+        type=float,
+        default=1.01,
+        help="decision threshold; above 1 the model never fires, which times the decision path alone",
+    )
+    args = ap.parse_args(argv)
+    cfg = yaml.safe_load(Path(args.model).read_text())
+    if cfg["kind"] == "pretrained":
+        cfg.update(random_init=True, init_device=args.device)
+    if args.device == "cpu":
+        cfg["dtype"] = "float32"
+    torch.manual_seed(0)
+    t0 = time.perf_counter()
+    model, processor = load_model_and_processor(cfg, cache_dir=Path(".cache"))
+    model.to(args.device).eval()
+    _sync(args.device)
+    build_s = time.perf_counter() - t0
+    renderer = TurnRenderer(processor, RenderConfig(max_pixels=args.size * args.size))
+    out = {
+        "model": cfg["name"],
+        "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
+        "dtype": cfg["dtype"],
+        "parameters": count_parameters(model),
+        "build_s": round(build_s, 1),
+        "frame_tokens": renderer.image_tokens(renderer.encode_frames(toy_stream(0, 1, args.size)[1])[1][0]),
+    }
+    out["sft"] = bench_sft(model, renderer, args.device, args.steps, args.size, args.repeats)
+    with torch.no_grad():
+        out["stream"] = bench_stream(
+            model,
+            renderer,
+            args.device,
+            args.stream_steps,
+            args.size,
+            args.batch,
+            args.window_steps,
+            args.threshold,
+        )
+    print(json.dumps(out))
+    return out
+
+
+if __name__ == "__main__":
+    main()
