@@ -1,0 +1,174 @@
+"""Streaming engine benchmark on the tiny model and toy streams (CPU), one run, ratios within it.
+
+    python -m eval.bench                       # ~1-2 min on 2 cores
+    python -m eval.bench --steps 10,20 --window-at 20,60 --repeats 1     (a quick check)
+    python -m eval.bench memory                (the long-horizon memory benchmark, eval.memory.bench)
+
+Prints one JSON object on its last line:
+
+- ``engine_vs_naive``: T -> (naive full re-run time) / (KV-cache engine time) for one stream of T
+  steps (the naive reference re-prefills every past frame and turn each step: O(T^2)).
+- ``window_step<b>_vs_step<a>``: with a ``--window``-frame window, the engine's per-step latency
+  (``StepDecision.latency_s``, median over the 21 steps centred on each point) at step b over step a.
+- ``memory``: at steps a and b, with and without the window: ``kv_cache_bytes`` (exact: the bytes of
+  the key/value tensors the engine holds after that step) and ``rss_mb`` (the process's resident
+  set from ``/proc/self/statm`` right after the run; it includes everything else the process holds,
+  so it shows growth, not the cache alone); ``peak_rss_mb`` is the process peak (``ru_maxrss``).
+- ``batched_vs_sequential``: throughput of ``--batch`` streams run in lock step over the same
+  streams run one after another.
+
+Run times are this process's CPU seconds (``time.process_time``), medians over ``--repeats``
+interleaved repetitions after a warm-up: on a shared machine other processes stretch wall time
+(a load of 9 on 2 cores made steps 5x slower) but not the CPU time a run needs. The per-step
+latencies of the window figure are the engine's own wall-clock ``latency_s``; both of its points
+come from one run, so load shifts them alike. Decisions use threshold 0.5,
+at which the untrained tiny model stays silent: the steady-state cost of a step. ``--threads``
+defaults to 1: the tiny model's ops are too small to gain from intra-op threads, and on a shared
+2-core machine a second spinning thread makes every small op wait for a busy core (measured: ~10x
+slower steps under load), which would swamp the ratios with noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+from data_builders.records import Stream
+from data_builders.toy import generate_toy
+from eval.naive import NaiveStreamer
+from eval.streaming import EngineConfig, StreamingEngine
+from train.config import quiet_libraries
+from train.model import build_tiny_checkpoint, load_model_and_processor
+from train.render import RenderConfig, TurnRenderer, stream_frames
+
+TINY = Path(__file__).resolve().parents[1] / "conf" / "model" / "tiny.yaml"
+
+
+def tiled(stream: Stream, frames: np.ndarray, steps: int) -> tuple[Stream, np.ndarray]:
+    """A negative stream of ``steps`` 1-s steps whose frames repeat the toy clip's frames."""
+    reps = -(-steps // len(frames))
+    long = Stream(**{**stream.__dict__, "clip_end": stream.clip_start + steps, "targets": []})
+    return long, np.concatenate([frames] * reps)[:steps]
+
+
+def timed(fn) -> float:
+    """CPU seconds of this process spent in ``fn`` (see the module docstring: why not wall time)."""
+    t0 = time.process_time()
+    fn()
+    return time.process_time() - t0
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def kv_bytes(engine: StreamingEngine) -> int:
+    return sum(
+        t.numel() * t.element_size() for layer in engine.cache.layers for t in (layer.keys, layer.values)
+    )
+
+
+def run_bench(steps: list[int], window_at: tuple[int, int], window: int, batch: int, repeats: int) -> dict:
+    quiet_libraries()
+    tmp = Path(tempfile.mkdtemp(prefix="eval-bench-"))
+    cfg = yaml.safe_load(TINY.read_text())
+    ckpt = build_tiny_checkpoint(cfg, tmp / "tiny")
+    model, processor = load_model_and_processor(cfg | {"path": str(ckpt)})
+    model.eval()
+    renderer = TurnRenderer(processor, RenderConfig(max_pixels=64 * 64))
+    streams = generate_toy(tmp / "toy", n=batch, seed=0, duration=20)
+    frames = [stream_frames(s, tmp / "toy" / s.video, renderer.cfg) for s in streams]
+
+    def engine(streams_, frames_, frame_window=None) -> StreamingEngine:
+        e = StreamingEngine(model, renderer, EngineConfig(threshold=0.5, frame_window=frame_window))
+        e.last = e.run(streams_, frames_)
+        return e
+
+    engine(streams[:1], frames[:1])  # warm-up
+    speedup = {}
+    for t in steps:
+        s, f = tiled(streams[0], frames[0], t)
+        naive_t, engine_t = [], []
+        for _ in range(repeats):
+            naive_t.append(timed(lambda s=s, f=f: NaiveStreamer(model, renderer, 0.5).run(s, f)))
+            engine_t.append(timed(lambda s=s, f=f: engine([s], [f])))
+        speedup[str(t)] = statistics.median(naive_t) / statistics.median(engine_t)
+
+    a, b = window_at
+    memory = {}
+    for label, fw in (("window", window), ("no_window", None)):
+        for point in (a, b):
+            s, f = tiled(streams[0], frames[0], point + 1)
+            e = engine([s], [f], fw)
+            memory[f"{label}_step{point}"] = {
+                "kv_cache_bytes": kv_bytes(e),
+                "cache_tokens": e.cache_length(),
+                "rss_mb": round(rss_mb(), 1),
+            }
+    s, f = tiled(streams[0], frames[0], b + 11)
+    lat = [d.latency_s for d in engine([s], [f], window).last[0].steps]
+    per_step = {p: statistics.median(lat[p - 10 : p + 11]) for p in (a, b)}
+
+    batched_t, seq_t = [], []
+    for _ in range(repeats):
+        batched_t.append(timed(lambda: engine(streams, frames)))
+        seq_t.append(timed(lambda: [engine([s], [f]) for s, f in zip(streams, frames, strict=True)]))
+    return {
+        "engine_vs_naive": {k: round(v, 2) for k, v in speedup.items()},
+        f"window_step{b}_vs_step{a}": round(per_step[b] / per_step[a], 3),
+        "per_step_ms": {f"step{p}": round(1e3 * v, 3) for p, v in per_step.items()},
+        "frame_window": window,
+        "memory": memory,
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "batched_vs_sequential": round(statistics.median(seq_t) / statistics.median(batched_t), 2),
+        "batch": batch,
+        "repeats": repeats,
+        "torch_threads": torch.get_num_threads(),
+        "clock": "process CPU time (ratios); wall-clock latency_s (per-step)",
+    }
+
+
+#: ``python -m eval.bench <name> ...`` runs another benchmark's ``main(argv)``.
+SUBCOMMANDS = {"memory": "eval.memory.bench"}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in SUBCOMMANDS:
+        return importlib.import_module(SUBCOMMANDS[argv[0]]).main(argv[1:])
+    parser = argparse.ArgumentParser(prog="python -m eval.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", default="30,60,120", help="stream lengths for engine vs naive")
+    parser.add_argument("--window-at", default="60,480", help="the two steps compared with a frame window")
+    parser.add_argument("--window", type=int, default=32, help="frame window, in steps")
+    parser.add_argument("--batch", type=int, default=8, help="streams batched vs run in sequence")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (both sides alike)")
+    args = parser.parse_args(argv)
+    a, b = (int(x) for x in args.window_at.split(","))
+    previous = torch.get_num_threads()
+    torch.set_num_threads(args.threads)
+    try:
+        result = run_bench(
+            [int(x) for x in args.steps.split(",")], (a, b), args.window, args.batch, args.repeats
+        )
+    finally:
+        torch.set_num_threads(previous)
+    print(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,191 @@
+"""Evaluate a checkpoint on a benchmark: causal KV-cache streaming, resumable predictions, scores, W&B.
+
+    python -m eval.run checkpoint=runs/sft/checkpoint-500 benchmark=p3i data=toy split=test
+    python -m eval.run checkpoint=null records=/tmp/toy/records.jsonl limit=8 logger=wandb
+    python -m eval.run checkpoint=DIR threshold=0.3,0.5,0.7 -m        (sweep, see eval.sweep)
+
+1. Compose ``conf/eval.yaml``; read the records (``records=PATH`` or ``<data.dir>/<split>``).
+2. Append one line per record to ``<out>/predictions.jsonl`` as its batch finishes (fsynced), so a
+   killed run resumes: finished ids are skipped, a torn last line is dropped (``eval.store``).
+   Batches are a fixed plan over the record order, so a resumed batch holds the same records.
+3. Score with ``eval.score``'s functions into ``metrics.json`` (what ``python -m eval.score``
+   prints; order-independent), ``per_sample.jsonl``; plot timelines; log (``eval.tracking``).
+
+``evaluate(cfg)`` does all of it and returns the metrics dict (used by ``make demo``). The resolved
+config is written once to ``<out>/config.yaml``; resuming with a config that would change the
+decisions fails instead of mixing predictions. Prints a per-task table, then the metrics as one
+JSON object on the last line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import hydra
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+from data_builders.records import Stream, load_streams, resolve_video, write_jsonl
+from data_builders.video import FrameCache
+from eval.config import EvalConfig
+from eval.memory import build_memory
+from eval.runners import get_runner
+from eval.store import PredictionLog
+from eval.streaming import EngineConfig, StreamingEngine
+from eval.sweep import fingerprint, point_dir, reuse_rows, sibling_passes, write_summary
+from eval.tracking import format_table, make_logger, plot_timelines
+from train.config import quiet_libraries, validate
+from train.model import load_model_and_processor
+from train.render import RenderConfig, TurnRenderer, stream_frames
+
+CONF = str(Path(__file__).resolve().parents[1] / "conf")
+
+
+def load_config(overrides: list[str] | None = None) -> DictConfig:
+    """``conf/eval.yaml`` composed with command-line style overrides and validated, for callers
+    outside Hydra (``make demo``, tests): ``evaluate(load_config(["checkpoint=null", "limit=8"]))``."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        return validate(compose(config_name="eval", overrides=overrides or []), EvalConfig)
+
+
+def checkpoint_name(cfg: DictConfig) -> str:
+    """``<run>_<checkpoint-N>`` for trainer checkpoints, the dir name otherwise, ``<model>-untrained``."""
+    if cfg.checkpoint is None:
+        return f"{cfg.model.name}-untrained"
+    p = Path(cfg.checkpoint).resolve()
+    return f"{p.parent.name}_{p.name}" if p.name.startswith("checkpoint-") else p.name
+
+
+def training_step(cfg: DictConfig) -> int:
+    if cfg.step is not None:
+        return int(cfg.step)
+    state = Path(cfg.checkpoint or "") / "trainer_state.json"
+    if cfg.checkpoint is not None and state.exists():
+        return int(json.loads(state.read_text()).get("global_step", 0))
+    return 0
+
+
+def records_path(cfg: DictConfig) -> Path:
+    if cfg.records is not None:
+        return Path(cfg.records)
+    if cfg.data.dir is None:
+        raise ValueError("give records=PATH or a data mixture with data.dir set")
+    return Path(cfg.data.dir) / cfg.split / "records.jsonl"
+
+
+def _start_dir(out: Path, cfg: DictConfig) -> None:
+    """Write the resolved config once; a resume must not change anything that decides."""
+    saved = out / "config.yaml"
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    if saved.exists():
+        old = OmegaConf.to_container(OmegaConf.load(saved))
+        if fingerprint(old) != fingerprint(plain) or old["threshold"] != plain["threshold"]:
+            raise ValueError(f"{out} holds a run with another config ({saved}); pick another out_dir")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(OmegaConf.create(plain), saved)
+
+
+def _run_streams(
+    cfg: DictConfig, streams: list[Stream], done: set[str], path: Path, log: PredictionLog
+) -> int:
+    """Stream the not-yet-done records through the engine, batch by batch; returns records run."""
+    model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
+    if cfg.checkpoint is not None:
+        model_cfg |= {
+            "name": checkpoint_name(cfg),
+            "kind": "pretrained",
+            "path": cfg.checkpoint,
+            "random_init": False,
+        }
+    model, processor = load_model_and_processor(model_cfg, cache_dir=cfg.paths.cache_dir)
+    model.eval()
+    renderer = TurnRenderer(processor, RenderConfig(**OmegaConf.to_container(cfg.render, resolve=True)))
+    engine_cfg = EngineConfig(
+        threshold=cfg.threshold, max_new_tokens=cfg.max_new_tokens, frame_window=cfg.frame_window
+    )
+    runner, cache, n = get_runner(cfg.benchmark.protocol), FrameCache(cfg.paths.frame_cache_dir), 0
+    memory = build_memory(cfg.memory, model, processor)  # None with memory=off
+    for i in range(0, len(streams), cfg.batch_size):
+        batch = [s for s in streams[i : i + cfg.batch_size] if s.id not in done]
+        if not batch:
+            continue
+        frames = [
+            stream_frames(s, resolve_video(s, path, cfg.video_root), renderer.cfg, cache) for s in batch
+        ]
+        with torch.inference_mode():
+            results = StreamingEngine(model, renderer, engine_cfg, memory=memory).run(batch, frames)
+        for s, res in zip(batch, results, strict=True):
+            log.append(runner.prediction_row(s, res, cfg.benchmark))
+        n += len(batch)
+    return n
+
+
+def evaluate(cfg: DictConfig, sweep: bool = False, echo: bool = True) -> dict:
+    """Run, score and log one evaluation (one threshold); returns the metrics dict."""
+    quiet_libraries()
+    bench, runner = cfg.benchmark, get_runner(cfg.benchmark.protocol)
+    path = records_path(cfg)
+    streams = load_streams(path)[: cfg.limit]
+    base = (
+        Path(cfg.out_dir)
+        if cfg.out_dir
+        else Path(cfg.paths.runs_dir) / "eval" / checkpoint_name(cfg) / bench.name
+    )
+    out = point_dir(base, cfg.threshold) if sweep else base
+    _start_dir(out, cfg)
+    gt = out / "gt.jsonl"
+    write_jsonl(gt, [runner.gt_row(s) for s in streams])
+    log = PredictionLog(out / "predictions.jsonl")
+    done = log.done_ids()
+    reused = 0
+    if sweep:
+        passes = sibling_passes(base, out, cfg)
+        todo = [s for s in streams if s.id not in done]
+        for row in reuse_rows(todo, passes, cfg.threshold, cfg.sweep_mode, bench.steps_per_second).values():
+            log.append(row)
+            done.add(row["id"])
+            reused += 1
+    ran = _run_streams(cfg, streams, done, path, log) if len(done) < len(streams) else 0
+    metrics, per_sample = runner.score(gt, log.path, bench)
+    write_jsonl(out / "per_sample.jsonl", per_sample)
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+    pngs = plot_timelines(streams[: cfg.timelines], log.rows(), bench.steps_per_second, cfg.threshold, out)
+    columns, table = runner.table(metrics, per_sample, streams)
+    name = checkpoint_name(cfg)
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    tracker = make_logger(
+        cfg.logger,
+        f"{name}/{bench.name}" + (f"@{cfg.threshold:g}" if sweep else ""),
+        plain,
+        group=f"eval-{bench.name}",
+    )
+    prefix = f"eval/{bench.name}"
+    tracker.log_metrics(metrics, training_step(cfg), prefix)
+    tracker.log_table(f"{prefix}/per_task", columns, table)
+    tracker.log_images(f"{prefix}/timeline", pngs, [s.id for s in streams[: len(pngs)]])
+    tracker.finish()
+    if sweep:
+        write_summary(base)
+    if echo:
+        print(
+            f"{name} on {bench.name} ({len(streams)} records, {ran} streamed, {reused} reused, threshold {cfg.threshold:g}) -> {out}"
+        )
+        print(format_table(columns, table))
+    return metrics
+
+
+@hydra.main(config_path=CONF, config_name="eval", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    cfg = validate(cfg, EvalConfig)
+    metrics = evaluate(cfg, sweep=HydraConfig.get().mode == RunMode.MULTIRUN)
+    print(json.dumps(metrics))
+
+
+if __name__ == "__main__":
+    main()

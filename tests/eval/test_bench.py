@@ -1,0 +1,21 @@
+"""eval.bench on small sizes: the JSON contract, and the figures that do not depend on the machine."""
+
+from __future__ import annotations
+
+import json
+
+from eval import bench
+
+
+def test_bench_prints_one_json_object_with_every_figure(capsys):
+    result = bench.main(
+        ["--steps", "8,24", "--window-at", "12,30", "--window", "6", "--batch", "3", "--repeats", "1"]
+    )
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == result
+    assert set(result["engine_vs_naive"]) == {"8", "24"} and result["engine_vs_naive"]["24"] > 1.0
+    assert result["window_step30_vs_step12"] > 0 and result["batched_vs_sequential"] > 0
+    mem = result["memory"]
+    # a bounded window keeps the cache flat; without one it grows with the steps
+    assert mem["window_step30"]["cache_tokens"] <= 1.1 * mem["window_step12"]["cache_tokens"]
+    assert mem["no_window_step30"]["cache_tokens"] > 2 * mem["no_window_step12"]["cache_tokens"]
+    assert mem["no_window_step30"]["kv_cache_bytes"] > mem["window_step30"]["kv_cache_bytes"]
