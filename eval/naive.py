@@ -16,15 +16,18 @@ import numpy as np
 import torch
 
 from data_builders.records import Stream
-from eval.streaming import StepDecision, StreamResult, decision_probability
+from eval.streaming import StepDecision, StreamResult, decision_probability, evidence_turn
 from train.render import TurnRenderer
 
 
 class NaiveStreamer:
     """Re-prefills the whole conversation at each step (reference implementation)."""
 
-    def __init__(self, model, renderer: TurnRenderer, threshold: float = 0.5, max_new_tokens: int = 32):
+    def __init__(
+        self, model, renderer: TurnRenderer, threshold: float = 0.5, max_new_tokens: int = 32, memory=None
+    ):
         self.model = model
+        self.memory = memory  # the engine's memory hook (eval.memory), same turns
         self.renderer = renderer
         self.threshold = threshold
         self.max_new_tokens = max_new_tokens
@@ -51,6 +54,8 @@ class NaiveStreamer:
         history: list[int] = []
         result = StreamResult(stream.id)
         for k, t in enumerate(times):
+            block = self.memory.evidence(stream, t, frame=frames[k]) if self.memory else None
+            history += evidence_turn(r, block) if block else []
             history += r.user_turn(
                 t - stream.clip_start, r.image_tokens(grid[k]), r.context_for_step(stream, k, 0)
             )
@@ -62,7 +67,7 @@ class NaiveStreamer:
             answer = [r.response_id if fired else r.silence_id]
             if fired:
                 for _ in range(self.max_new_tokens):
-                    nxt = int(self._logits(history + answer, pv, g).argmax())
+                    nxt = int(r.mask_text_logits(self._logits(history + answer, pv, g)).argmax())
                     if nxt == r.im_end_id:
                         break
                     answer.append(nxt)

@@ -23,8 +23,9 @@ step (user turn and silent assistant turn) when it carried no instruction and no
 its timestamp and frame tokens. Evicted columns are masked per row and removed from the cache once
 dead in every row, so memory stays flat on long videos. Positions keep counting up.
 
-Frames shared by several rows (the same array object, as in a GRPO group) are encoded once per
-step and their features reused for every row.
+Frames are encoded ``frame_chunk`` steps ahead in one vision call (a live camera would use 1);
+frames shared by several rows (the same array object, as in a GRPO group) are encoded once and
+their features reused for every row. ``frames_encoded`` counts the frames the vision tower saw.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ class EngineConfig:
     """Draw decisions and response tokens at ``temperature`` instead of threshold / greedy."""
     temperature: float = 1.0
     seed: int = 0
+    frame_chunk: int = 16
+    """Frames encoded per vision call (1: strictly one frame per step, as a live camera gives them)."""
 
 
 @dataclass
@@ -89,6 +92,11 @@ class StreamResult:
         return out
 
 
+def evidence_turn(renderer: TurnRenderer, text: str) -> list[int]:
+    """Ids of a memory evidence block appended as its own user turn (before a step's user turn)."""
+    return renderer.encode(f"<|im_start|>user\nEvidence:\n{text}<|im_end|>\n")
+
+
 def decision_probability(logits: torch.Tensor, silence_id: int, response_id: int) -> torch.Tensor:
     """P(</Response>) from the two decision logits (last dim = vocabulary)."""
     pair = torch.stack([logits[..., silence_id], logits[..., response_id]], dim=-1).float()
@@ -115,37 +123,52 @@ class _Row:
 class StreamingEngine:
     """KV-cache streaming over one or many streams (see the module docstring)."""
 
-    def __init__(self, model, renderer: TurnRenderer, cfg: EngineConfig | None = None):
+    def __init__(self, model, renderer: TurnRenderer, cfg: EngineConfig | None = None, memory=None):
         self.model = model
+        self.memory = memory  # optional: evidence(stream, step_time, frame=) -> str | None (eval.memory)
         self.renderer = renderer
         self.cfg = cfg or EngineConfig()
         if self.cfg.frame_window is not None and self.cfg.frame_window < 1:
             raise ValueError(f"frame_window must be at least 1 step, got {self.cfg.frame_window}")
         self.device = next(model.parameters()).device
-        self.vision_calls = 0
+        self.frames_encoded = 0
         self.generator = torch.Generator().manual_seed(self.cfg.seed)
 
     # -- vision -------------------------------------------------------------------------------
 
     def _encode(self, rows: list[_Row], k: int, active: list[int]) -> BaseModelOutputWithDeepstackFeatures:
-        """Image features of step k for the active rows; frames shared between rows encoded once."""
-        distinct: dict[int, int] = {}
+        """Image features of step k for the active rows. Frames are encoded ``frame_chunk`` steps at
+        a time in one vision call (amortizing its fixed cost), and frames shared between rows once."""
+        need: dict[int, int] = {}
         for b in active:
-            distinct.setdefault(id(rows[b].frames), b)
-        pv = torch.cat(
-            [
-                rows[b].pixel_values[rows[b].patch_start[k] : rows[b].patch_start[k + 1]]
-                for b in distinct.values()
-            ]
-        )
-        grid = torch.stack([rows[b].grid[k] for b in distinct.values()])
-        out = self.model.model.get_image_features(pv.to(self.device), grid.to(self.device))
-        self.vision_calls += len(distinct)
-        slot = {key: i for i, key in enumerate(distinct)}
-        pick = [slot[id(rows[b].frames)] for b in active]
+            held = self._feats.get(id(rows[b].frames))
+            if held is None or not held[0] <= k < held[1]:
+                need.setdefault(id(rows[b].frames), b)
+        if need:
+            spans, pvs, grids = [], [], []
+            for b in need.values():
+                row = rows[b]
+                end = min(k + self.cfg.frame_chunk, len(row.frames))
+                spans.append((id(row.frames), end))
+                pvs.append(row.pixel_values[row.patch_start[k] : row.patch_start[end]])
+                grids.append(row.grid[k:end])
+            grid = torch.cat(grids)
+            out = self.model.model.get_image_features(torch.cat(pvs).to(self.device), grid.to(self.device))
+            self.frames_encoded += int(grid.shape[0])
+            i = 0
+            for key, end in spans:
+                n = end - k
+                self._feats[key] = (
+                    k,
+                    end,
+                    out.pooler_output[i : i + n],
+                    [layer[i : i + n] for layer in out.deepstack_features],
+                )
+                i += n
+        picks = [self._feats[id(rows[b].frames)] for b in active]
         return BaseModelOutputWithDeepstackFeatures(
-            pooler_output=tuple(out.pooler_output[i] for i in pick),
-            deepstack_features=[tuple(layer[i] for i in pick) for layer in out.deepstack_features],
+            pooler_output=tuple(f[2][k - f[0]] for f in picks),
+            deepstack_features=[tuple(f[3][j][k - f[0]] for f in picks) for j in range(len(picks[0][3]))],
         )
 
     # -- one batched forward ------------------------------------------------------------------
@@ -232,6 +255,7 @@ class StreamingEngine:
         return fired, p, logp.gather(1, fired.long()[:, None])[:, 0]
 
     def _next_token(self, logits: torch.Tensor) -> tuple[int, float]:
+        logits = self.renderer.mask_text_logits(logits)
         if self.cfg.sample:
             logp = torch.log_softmax(logits / self.cfg.temperature, dim=-1)
             tok = int(torch.multinomial(logp.exp(), 1, generator=self.generator))
@@ -258,6 +282,7 @@ class StreamingEngine:
             pv, grid = encoded[id(fr)]
             starts = [0] + grid.prod(-1).cumsum(0).tolist()
             self.rows.append(_Row(stream, fr, pv, grid, starts, StreamResult(stream.id)))
+        self._feats: dict[int, tuple] = {}
         self.cache = DynamicCache(config=self.model.config)
         self.mask = torch.zeros((len(streams), 0), dtype=torch.long)
         times = [r.step_plan(row.stream)[0][: len(row.frames)] for row in self.rows]
@@ -270,12 +295,16 @@ class StreamingEngine:
                 row = self.rows[b]
                 context = r.context_for_step(row.stream, k, 0)
                 user = r.user_turn(times[b][k] - row.stream.clip_start, r.image_tokens(row.grid[k]), context)
-                chunks[b] = row.pending + user + r.assistant_open
+                block = None
+                if self.memory is not None:  # a new evidence block becomes its own user turn
+                    block = self.memory.evidence(row.stream, times[b][k], frame=row.frames[k])
+                mem = evidence_turn(r, block) if block else []  # never evicted: outside whole/frame_span
+                chunks[b] = row.pending + mem + user + r.assistant_open
                 grids[b] = row.grid[k]
                 start = self.mask.shape[1]
                 if row.pending:  # closing tokens of step k-1's assistant turn
                     row.whole.setdefault(k - 1, []).append((start, start + len(row.pending)))
-                u0 = start + len(row.pending)
+                u0 = start + len(row.pending) + len(mem)
                 row.whole[k] = [(u0, start + len(chunks[b]))]
                 ts = u0 + len(r._user_open) + (len(r.encode(context + "\n")) if context else 0)
                 row.frame_span[k] = (ts, u0 + len(user) - 2)  # timestamp .. <|vision_end|>

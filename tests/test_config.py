@@ -31,10 +31,21 @@ def _compose(root: str, overrides: list[str] | None = None):
         return compose(config_name=root, overrides=overrides or [], return_hydra_config=False)
 
 
+def _entry(path: Path) -> str | None:
+    """The module an option's or root's header command runs (``# python -m train.grpo ...``)."""
+    for line in path.read_text().splitlines()[:4]:
+        if line.startswith("# python -m "):
+            return line.split()[3]
+    return None
+
+
 def _cases():
     for group in GROUPS:
-        for option in sorted(p.stem for p in (CONF / group).rglob("*.yaml")):
+        for path in sorted((CONF / group).rglob("*.yaml")):
+            option = path.stem
             users = [r for r in ROOTS if group in _defaults(r)]
+            if group == "experiment":  # an experiment belongs to the root whose command it names
+                users = [r for r in users if _entry(CONF / f"{r}.yaml") == _entry(path)]
             if users:
                 yield from ((r, [f"{group}={option}"]) for r in users)
             else:

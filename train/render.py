@@ -101,6 +101,25 @@ class TurnRenderer:
         self._vision_close_turn_end = self.encode("<|vision_end|><|im_end|>\n")
         self.assistant_open = self.encode("<|im_start|>assistant\n")
         self.turn_end = [self.im_end_id] + self.encode("\n")
+        banned = [
+            "<|image_pad|>",
+            "<|video_pad|>",
+            "<|vision_start|>",
+            "<|vision_end|>",
+            "<|im_start|>",
+            "<|endoftext|>",
+            SILENCE,
+            RESPONSE,
+        ]
+        #: Tokens a response text may not contain (vision placeholders, turn and decision markers):
+        #: the engine masks them when decoding and the GRPO loss uses the same masked distribution.
+        self.banned_text_ids = sorted({i for i in tok.convert_tokens_to_ids(banned) if i is not None})
+
+    def mask_text_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """Logits for response-text decoding: the banned tokens set to -inf (last dim = vocab)."""
+        logits = logits.clone()
+        logits[..., self.banned_text_ids] = float("-inf")
+        return logits
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]

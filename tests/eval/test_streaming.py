@@ -91,10 +91,10 @@ def test_shared_frames_are_encoded_once(setup):
     model, renderer, streams, frames = setup
     group = StreamingEngine(model, renderer, EngineConfig(sample=True, seed=3))
     group.run([streams[0]] * 4, [frames[0]] * 4)
-    assert group.vision_calls == 40
+    assert group.frames_encoded == 40
     separate = StreamingEngine(model, renderer, EngineConfig(sample=True, seed=3))
     separate.run([streams[0]] * 4, [frames[0].copy() for _ in range(4)])
-    assert separate.vision_calls == 160
+    assert separate.frames_encoded == 160
 
 
 def test_sampling_is_seeded(setup):
