@@ -68,6 +68,9 @@ class EvalConfig:
     """Streams run in lock step by the engine."""
     limit: int | None = None
     """Evaluate only the first N records."""
+    blank_frames: bool = False
+    """Replace every frame by a uniform grey one: the control for a model that reads the timestamps
+    and its own past turns but ignores the video."""
     out_dir: str | None = None
     """Where predictions.jsonl and metrics.json go (null: ``<runs>/eval/<checkpoint>/<benchmark>``;
     a ``-m`` sweep puts each threshold in ``threshold_<t>/`` below it)."""

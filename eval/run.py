@@ -23,6 +23,7 @@ import json
 from pathlib import Path
 
 import hydra
+import numpy as np
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -41,6 +42,7 @@ from train.config import quiet_libraries, validate
 from train.model import load_model_and_processor
 from train.render import RenderConfig, TurnRenderer, stream_frames
 
+BLANK_GREY = 128  # the value of every pixel of a blank-video control frame
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 
 
@@ -118,6 +120,8 @@ def _run_streams(
         frames = [
             stream_frames(s, resolve_video(s, path, cfg.video_root), renderer.cfg, cache) for s in batch
         ]
+        if cfg.blank_frames:
+            frames = [np.full_like(f, BLANK_GREY) for f in frames]
         with torch.inference_mode():
             results = StreamingEngine(model, renderer, engine_cfg, memory=memory).run(batch, frames)
         for s, res in zip(batch, results, strict=True):

@@ -50,7 +50,7 @@ from eval.egoserve_files import (
 from rewards.content import ContentScorer, Unscorable, get_content_scorer
 from rewards.egoserve import TOLERANCE_S, ServiceEvent, combine_counts, egoserve_metrics, match_services
 from rewards.propermem import DEFAULT_TOLERANCE_S, clip_outcome, propermem_metrics
-from rewards.prs import DEFAULT_ALPHA, PRSScores, aggregate_prs, prs_scores
+from rewards.prs import DEFAULT_ALPHA, PRSScores, aggregate_prs, prs_scores, redundant_replies
 from rewards.turns import split_category
 
 PROTOCOLS: dict[str, Callable[[argparse.Namespace], tuple[dict, list[dict]]]] = {}
@@ -188,7 +188,8 @@ def _texts(replies: list[Reply]) -> list[str]:
 def score_p3i(args: argparse.Namespace) -> tuple[dict, list[dict]]:
     content = build_content(args)
     unscorable = _Counter()
-    rows, per_sample, negatives = [], [], []
+    rows, every, per_sample, negatives = [], [], [], []
+    redundant_total = 0
     paired = pair_predictions(load_ground_truth(args.gt), args.pred, args.gt, args.allow_missing)
     _prepare(content, paired)
     for gt, replies in paired:
@@ -207,10 +208,22 @@ def score_p3i(args: argparse.Namespace) -> tuple[dict, list[dict]]:
             rows.append((gt.task, s))
         else:
             negatives.append(s.u)
-        per_sample.append({"id": gt.id, "task": gt.task, **_named(s)})
+        every.append((gt.task, s))
+        redundant = redundant_replies([t.time for t in gt.targets], [r.time for r in replies])
+        redundant_total += redundant
+        per_sample.append(
+            {"id": gt.id, "task": gt.task, **_named(s), "replies": len(replies), "redundant": redundant}
+        )
     result = aggregate_prs(rows)
+    result["redundant_replies"] = redundant_total
     if negatives:
         result["negatives"] = {"n": len(negatives), "silent": 100.0 * sum(negatives) / len(negatives)}
+        both = aggregate_prs(every)
+        result["with_negatives"] = {
+            "prs_u": both["prs_u"],
+            "prs_b": both["prs_b"],
+            "per_task": {t: {"prs_u": v["prs_u"], "prs_b": v["prs_b"]} for t, v in both["per_task"].items()},
+        }
     if unscorable.pairs:
         result["unscorable"] = unscorable.report()
     return result, per_sample

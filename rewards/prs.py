@@ -187,6 +187,19 @@ def prs_scores(
     return PRSScores(su / n, sb / n, sup / n, sbp / n)
 
 
+def redundant_replies(target_times: Sequence[float], reply_times: Sequence[float]) -> int:
+    """Replies beyond the first for each target (bidirectional assignment), and every reply of a
+    sample without targets: what a model says more than once, or says for nothing.
+
+    >>> redundant_replies([10.0, 30.0], [9.0, 10.0, 11.0, 31.0]), redundant_replies([], [4.0, 5.0])
+    (2, 2)
+    """
+    if not target_times:
+        return len(reply_times)
+    hit = {assign_bidirectional(target_times, t) for t in reply_times}
+    return len(reply_times) - len(hit)
+
+
 def mean_score(scores: Iterable[float]) -> float:
     """Exact mean of scores (0 for none), via ``math.fsum``.
 
