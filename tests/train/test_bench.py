@@ -1,0 +1,37 @@
+"""``python -m train.bench sft``: throughput and peak memory, vision tower frozen vs trained."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from train.bench import run_variant
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_variant_measures_a_training_step():
+    frozen = run_variant(True, steps=1, batch=2, threads=2, warmup=0)
+    trained = run_variant(False, steps=1, batch=2, threads=2, warmup=0)
+    assert frozen["tokens_per_s"] > 0 and frozen["peak_memory_mb"] > 0
+    assert frozen["tokens_per_batch"] == trained["tokens_per_batch"] > 0
+    assert frozen["trainable_parameters"] < trained["trainable_parameters"]
+
+
+@pytest.mark.slow
+def test_cli_prints_one_json_object_last():
+    out = subprocess.run(
+        [sys.executable, "-m", "train.bench", "sft", "--steps", "1", "--batch", "2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    for variant in ("frozen_vision", "trained_vision"):
+        assert result[variant]["tokens_per_s"] > 0 and result[variant]["peak_memory_mb"] > 0

@@ -1,0 +1,174 @@
+"""SFT stage end to end on the tiny model and toy streams (CPU): pinned losses of the first steps,
+HF checkpoints the engine loads, run directory, frozen vision tower, NaN guard, LoRA, W&B offline."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from train.run_dir import complete_checkpoints, resolve_resume
+from train.sft import build_trainer, compose_config, train
+from train.toy_eval import build_toy_mixture
+from train.trainer import NonFiniteLoss
+
+#: Loss of steps 1 and 2 (focal gamma 2, static balanced weights, lr 1e-3, batch 4, seed 0) on the
+#: 16-clip toy mixture; a change means the data, the renderer, the model or the loss changed.
+PINNED_LOSSES = (6.5793, 5.75551)
+
+
+@pytest.fixture(scope="module")
+def toy_data(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("sftdata")
+    build_toy_mixture(root / "built", root / "toy", n=16, seed=0)
+    return root
+
+
+def sft_cfg(data: Path, out: Path, *overrides: str):
+    return compose_config(
+        [
+            "experiment=toy_sft",
+            f"paths.data_dir={data}",
+            f"paths.cache_dir={data / 'cache'}",
+            f"train.output_dir={out}",
+            "train.per_device_batch_size=4",
+            "train.max_steps=2",
+            "train.logging_steps=1",
+            "train.save_steps=2",
+            "train.time_budget_s=null",
+            "train.num_threads=2",
+            *overrides,
+        ]
+    )
+
+
+def test_two_steps_pinned_losses_checkpoint_and_run_dir(toy_data, tmp_path):
+    final = train(sft_cfg(toy_data, tmp_path / "run"))
+    run = tmp_path / "run"
+    state = json.loads((run / "checkpoint-2" / "trainer_state.json").read_text())
+    logs = [h for h in state["log_history"] if "loss" in h]
+    assert [round(h["loss"], 5) for h in logs] == pytest.approx(PINNED_LOSSES, abs=2e-4)
+    for key in (
+        "loss_decision",
+        "loss_text",
+        "decision_accuracy",
+        "recall_silence",
+        "fire_rate",
+        "tokens_per_s",
+    ):
+        assert key in logs[0], key
+    assert logs[0]["learning_rate"] == pytest.approx(1e-3)
+    ckpt = run / "checkpoint-2"
+    for name in (
+        "model.safetensors",
+        "optimizer.pt",
+        "scheduler.pt",
+        "rng_state.pth",
+        "tokenizer.json",
+        "COMPLETE",
+    ):
+        assert (ckpt / name).exists(), name
+    assert complete_checkpoints(run) == [ckpt] and resolve_resume("auto", run) == str(ckpt)
+    info = json.loads((run / "run_info.json").read_text())
+    assert info["packages"]["torch"] and info["packages"]["transformers"] and "commit" in info["git"]
+    assert "learning_rate: 0.001" in (run / "config.yaml").read_text()
+    # the final checkpoint is an ordinary HF directory the streaming engine runs
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from data_builders.records import load_streams
+    from eval.streaming import EngineConfig, StreamingEngine
+    from train.render import RenderConfig, TurnRenderer, stream_frames
+
+    model = AutoModelForImageTextToText.from_pretrained(final)
+    processor = AutoProcessor.from_pretrained(final)
+    renderer = TurnRenderer(processor, RenderConfig(max_pixels=4096))
+    records = toy_data / "toy" / "test" / "records.jsonl"
+    stream = load_streams(records)[0]
+    frames = stream_frames(stream, records.parent / stream.video, renderer.cfg)
+    [result] = StreamingEngine(model.eval(), renderer, EngineConfig()).run([stream], [frames])
+    assert len(result.steps) == 20
+
+
+def test_frozen_vision_tower_gets_no_gradient_and_does_not_change(toy_data, tmp_path):
+    from train.model import vision_tower_parameters
+
+    trainer, _ = build_trainer(sft_cfg(toy_data, tmp_path / "run", "train.max_steps=1"))
+    model = trainer.model
+    batch = next(iter(trainer.get_train_dataloader()))
+    trainer.compute_loss(model, batch).backward()
+    tower = vision_tower_parameters(model)
+    assert tower and all(p.grad is None and not p.requires_grad for p in tower.values())
+    merger = {n: p for n, p in model.model.visual.named_parameters() if n.startswith("merger")}
+    language = dict(model.model.language_model.named_parameters())
+    assert all(p.grad is not None for p in merger.values())
+    assert all(p.grad is not None for p in language.values())
+    model.zero_grad(set_to_none=True)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    trainer.train()
+    after = dict(model.named_parameters())
+    prefix = "model.visual."
+    assert all(torch.equal(before[prefix + n], after[prefix + n]) for n in tower)
+    assert all(not torch.equal(before[prefix + n], after[prefix + n]) for n in merger)
+    changed = [n for n in language if not torch.equal(before["model.language_model." + n], language[n])]
+    assert len(changed) == len(language)
+
+
+def test_nonfinite_loss_is_skipped_then_stops(toy_data, tmp_path):
+    trainer, _ = build_trainer(
+        sft_cfg(toy_data, tmp_path / "run", "train.max_steps=3", "train.save_steps=100")
+    )
+    poisoned = {2}
+    weights: dict[int, dict[str, torch.Tensor]] = {}
+
+    def hook(module, args, output):
+        step = trainer.state.global_step + 1
+        return output * float("nan") if step in poisoned else output
+
+    trainer.model.lm_head.register_forward_hook(hook)
+
+    class Snapshot:
+        def on_step_end(self, args, state, control, **kwargs):
+            weights[state.global_step] = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+
+    from transformers import TrainerCallback
+
+    trainer.add_callback(type("SnapshotCallback", (TrainerCallback,), dict(vars(Snapshot)))())
+    trainer.train()
+    assert all(torch.equal(weights[1][n], weights[2][n]) for n in weights[1])  # step 2 skipped
+    assert any(not torch.equal(weights[2][n], weights[3][n]) for n in weights[2])
+    skipped = [h["nonfinite_skipped"] for h in trainer.state.log_history if "nonfinite_skipped" in h]
+    assert skipped == [0, 1, 0]
+    poisoned.update(range(1, 100))
+    trainer.args.max_steps = 10
+    trainer.max_nonfinite_steps = 3
+    with pytest.raises(NonFiniteLoss, match="3 non-finite losses in a row"):
+        trainer.train()
+
+
+def test_lora_trains_adapters_decision_rows_and_merger(toy_data, tmp_path):
+    cfg = sft_cfg(toy_data, tmp_path / "run", "lora.enabled=true", "train.max_steps=1", "lora.r=4")
+    trainer, _ = build_trainer(cfg)
+    trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
+    assert any("lora_A" in n for n in trainable) and any("merger" in n for n in trainable)
+    assert any("token_adapter" in n or "trainable_tokens" in n for n in trainable)
+    assert not any("visual.blocks" in n for n in trainable)
+    final = train(cfg)
+    state = load_file(final / "model.safetensors")
+    assert not any("lora" in k for k in state) and (final / "tokenizer.json").exists()
+
+
+@pytest.mark.slow
+def test_wandb_offline_logs_the_loss_parts(toy_data, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    train(sft_cfg(toy_data, tmp_path / "run", "logger=wandb"))
+    runs = list((tmp_path / "run" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    [record] = runs[0].glob("run-*.wandb")  # the offline run's protobuf log: keys are stored as text
+    data = record.read_bytes()
+    for key in ("train/loss_decision", "train/loss_text", "train/recall_response", "train/fire_rate"):
+        assert key.encode() in data, key
+    assert b"train/tokens_per_s" in data and b"train/learning_rate" in data

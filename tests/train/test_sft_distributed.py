@@ -1,0 +1,81 @@
+"""``accelerate launch --num_processes 2`` with the DeepSpeed ZeRO-2 config on CPU (gloo): 2 steps whose
+losses match a single process on the same global batch.
+
+The training split holds exactly one global batch (4 windows), so every step sees the same windows
+in one process or split over two, whatever order each sampler draws them in."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from data_builders.build import write_outputs
+from data_builders.records import load_streams
+from train.sft import compose_config, train
+from train.toy_eval import build_toy_mixture
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+def losses(run: Path) -> list[float]:
+    ckpt = max(run.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    state = json.loads((ckpt / "trainer_state.json").read_text())
+    return [h["loss"] for h in state["log_history"] if "loss" in h]
+
+
+def test_zero2_two_processes_match_one_process(tmp_path):
+    build_toy_mixture(tmp_path / "built", tmp_path / "mix", n=16, seed=0)
+    split = tmp_path / "toy" / "train"
+    streams = load_streams(tmp_path / "mix" / "train" / "records.jsonl")[:4]
+    write_outputs(
+        split,
+        [
+            s.__class__.from_dict(
+                {**s.to_dict(), "video": str((tmp_path / "mix" / "train" / s.video).resolve())}
+            )
+            for s in streams
+        ],
+    )
+    common = [
+        "experiment=toy_sft",
+        f"paths.data_dir={tmp_path}",
+        f"paths.cache_dir={tmp_path / 'cache'}",
+        "train.max_steps=2",
+        "train.logging_steps=1",
+        "train.save_steps=2",
+        "train.time_budget_s=null",
+        "train.num_threads=1",
+        "train.resume=none",
+    ]
+    single = tmp_path / "single"
+    train(compose_config([*common, f"train.output_dir={single}", "train.per_device_batch_size=4"]))
+    accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or "accelerate"
+    two = tmp_path / "two"
+    cmd = [
+        accelerate,
+        "launch",
+        "--config_file",
+        "conf/accelerate/zero2.yaml",
+        "--num_processes",
+        "2",
+        "-m",
+        "train.sft",
+        *common,
+        f"train.output_dir={two}",
+        "train.per_device_batch_size=2",
+    ]
+    out = subprocess.run(cmd, cwd=ROOT, env={**os.environ}, capture_output=True, text=True, timeout=500)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    a, b = losses(single), losses(two)
+    assert len(a) == len(b) == 2
+    assert a == pytest.approx(b, abs=1e-4)
+    state = json.loads((two / "checkpoint-2" / "trainer_state.json").read_text())
+    assert state["log_history"][0]["epoch"] == pytest.approx(1.0)  # 4 windows = one global batch
+    assert (two / "final" / "model.safetensors").exists()

@@ -1,0 +1,176 @@
+"""SFT stage: Qwen3-VL on silence/response streams with a focal, frequency-balanced decision loss.
+
+    python -m train.sft model=tiny data=toy experiment=toy_sft                  # the demo's settings, CPU
+    python -m train.sft model=qwen3_vl_4b data=mix_p3i data.dir=/data/mix_p3i   # the recipe (lr 1e-5, 1 epoch)
+    accelerate launch --config_file conf/accelerate/zero2.yaml -m train.sft model=qwen3_vl_4b ...
+    sbatch slurm/sft.sh model=qwen3_vl_4b data=mix_p3i data.dir=/data/mix_p3i
+
+Assembles the parts and hands them to the Trainer: the model (``train.model``; vision tower frozen,
+merger and language model trained, or LoRA adapters), the training split of a built mixture as
+rendered windows (``train.data``), the decision loss (``train.losses``) inside a narrow Trainer
+subclass (``train.trainer``). Checkpoints are HF directories (model + processor, safetensors);
+``train.resume=auto`` continues from the newest complete one. On SIGUSR1 / SIGTERM the run saves and
+exits with ``train.requeue_exit_code`` (75) for the sbatch script to requeue. The final weights go to
+``<train.output_dir>/final``, which ``train(cfg)`` returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+import hydra
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from data_builders.video import FrameCache
+from train.config import quiet_libraries, validate
+from train.data import StreamWindowDataset, WindowCollator
+from train.losses import class_weights, counts_from_stats
+from train.model import count_parameters, load_model_and_processor
+from train.render import RenderConfig, TurnRenderer
+from train.run_dir import resolve_resume, write_run_info
+from train.sft_config import SFTConfig
+from train.trainer import (
+    CompleteMarkerCallback,
+    DecisionTrainer,
+    PreemptionCallback,
+    TimeBudgetCallback,
+    logger_report_to,
+    training_arguments,
+)
+
+log = logging.getLogger("train.sft")
+
+
+class Preempted(RuntimeError):
+    """The run saved a checkpoint on a signal and should be requeued."""
+
+    def __init__(self, checkpoint: Path | None, exit_code: int):
+        super().__init__(f"preempted: saved {checkpoint}; exit {exit_code} to be requeued")
+        self.checkpoint = checkpoint
+        self.exit_code = exit_code
+
+
+def apply_lora(model, lora_cfg, decision_ids: list[int]):
+    """Wrap the language model's projections in LoRA adapters; the decision-token embedding rows
+    (new tokens) and, by default, the vision merger stay trainable."""
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(
+        r=lora_cfg.r,
+        lora_alpha=lora_cfg.alpha,
+        lora_dropout=lora_cfg.dropout,
+        target_modules=lora_cfg.target_modules,
+        trainable_token_indices={"embed_tokens": list(decision_ids)},
+        modules_to_save=["merger"] if lora_cfg.train_merger else None,
+    )
+    return get_peft_model(model, config)
+
+
+def build_trainer(cfg: DictConfig) -> tuple[DecisionTrainer, PreemptionCallback]:
+    """The Trainer of a validated config (model, data, loss, callbacks), ready to ``train()``."""
+    quiet_libraries()
+    t = cfg.train
+    if t.num_threads:
+        torch.set_num_threads(t.num_threads)
+    out = Path(t.output_dir)
+    if int(os.environ.get("RANK", "0")) == 0:
+        write_run_info(out, cfg)
+    torch.manual_seed(t.seed)
+    model, processor = load_model_and_processor(cfg.model, cache_dir=cfg.paths.cache_dir)
+    renderer = TurnRenderer(processor, RenderConfig(**cfg.render))
+    decision_ids = (renderer.silence_id, renderer.response_id)
+    if cfg.lora.enabled:
+        model = apply_lora(model, cfg.lora, list(decision_ids))
+    model.config.use_cache = False
+    cache = FrameCache(cfg.paths.frame_cache_dir)
+    split_dir = Path(cfg.data.dir) / t.train_split
+    train_set = StreamWindowDataset.from_split(split_dir, renderer, cache, keep_rendered=t.keep_rendered)
+    eval_set = None
+    if t.eval_split:
+        eval_set = StreamWindowDataset.from_split(Path(cfg.data.dir) / t.eval_split, renderer, cache)
+    static = None
+    if cfg.loss.balance == "static":
+        static = class_weights(counts_from_stats(split_dir / "stats.json"), cfg.loss.balance_power)
+    params = count_parameters(model)
+    log.info("model %s: %s parameters, %s trainable", cfg.model.name, params["total"], params["trainable"])
+    log.info("train windows: %d from %s; class weights %s", len(train_set), split_dir, static)
+    preemption = PreemptionCallback()
+    callbacks = [preemption, CompleteMarkerCallback()]
+    if t.time_budget_s:
+        callbacks.append(TimeBudgetCallback(t.time_budget_s))
+    trainer = DecisionTrainer(
+        model=model,
+        args=training_arguments(cfg, logger_report_to(cfg)),
+        data_collator=WindowCollator(processor.tokenizer.pad_token_id),
+        train_dataset=train_set,
+        eval_dataset=eval_set,
+        processing_class=processor,
+        callbacks=callbacks,
+        decision_ids=decision_ids,
+        gamma=cfg.loss.gamma,
+        balance=cfg.loss.balance,
+        balance_power=cfg.loss.balance_power,
+        static_weights=static,
+        decision_weight=cfg.loss.decision_weight,
+        text_weight=cfg.loss.text_weight,
+        max_nonfinite_steps=t.max_nonfinite_steps,
+    )
+    return trainer, preemption
+
+
+def train(cfg: DictConfig) -> Path:
+    """Run the SFT stage of a validated config; returns the final checkpoint dir (model + processor)."""
+    t = cfg.train
+    out = Path(t.output_dir)
+    trainer, preemption = build_trainer(cfg)
+    processor = trainer.processing_class
+    resume = resolve_resume(t.resume, out)
+    if resume:
+        log.info("resuming from %s", resume)
+    trainer.train(resume_from_checkpoint=resume)
+    if preemption.received is not None:
+        ckpt = out / f"checkpoint-{trainer.state.global_step}"
+        raise Preempted(ckpt if ckpt.is_dir() else None, t.requeue_exit_code)
+    final = out / "final"
+    if cfg.lora.enabled and cfg.lora.merge_on_save:
+        if trainer.is_world_process_zero():
+            trainer.accelerator.unwrap_model(trainer.model).merge_and_unload().save_pretrained(final)
+            processor.save_pretrained(final)
+    else:
+        trainer.save_model(str(final))
+    trainer.accelerator.wait_for_everyone()
+    if "wandb" in trainer.args.report_to and trainer.is_world_process_zero():
+        import wandb
+
+        wandb.finish()  # flushes the summary (offline runs too) before the demo's evaluation starts
+    return final
+
+
+def compose_config(overrides: list[str] | None = None) -> DictConfig:
+    """``conf/sft.yaml`` composed with command-line style ``overrides`` and validated (for the demo
+    and tests: ``train(compose_config(["experiment=toy_sft", "train.seed=1"]))``)."""
+    from hydra import compose, initialize_config_dir
+
+    conf = str(Path(__file__).resolve().parents[1] / "conf")
+    with initialize_config_dir(config_dir=conf, version_base="1.3"):
+        return validate(compose(config_name="sft", overrides=list(overrides or [])), SFTConfig)
+
+
+@hydra.main(config_path="../conf", config_name="sft", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", force=True)
+    cfg = validate(cfg, SFTConfig)
+    try:
+        final = train(cfg)
+    except Preempted as exc:
+        log.warning("%s", exc)
+        sys.exit(exc.exit_code)
+    print(OmegaConf.to_yaml({"final_checkpoint": str(final)}).strip())
+
+
+if __name__ == "__main__":
+    main()

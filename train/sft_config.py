@@ -1,0 +1,112 @@
+"""Typed schema of ``conf/sft.yaml`` (``python -m train.sft``): every key, its unit and why.
+
+The root composes ``paths``, ``model``, ``data`` (a :class:`data_builders.mixture.MixtureConfig`:
+the built mixture at ``<data.dir>/<split>/records.jsonl`` + ``stats.json``), ``logger`` and an
+optional ``experiment``; the blocks below hold the stage's own knobs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from data_builders.mixture import MixtureConfig
+from train.config import LoggerConfig, ModelConfig, PathsConfig
+from train.render import RenderConfig
+
+#: Exit status of a run that saved a checkpoint on SIGUSR1 / SIGTERM and should be requeued. 75 is
+#: the "temporary failure, try again" status of sysexits.h; 124 is left to ``timeout``'s own exit.
+REQUEUE_EXIT_CODE = 75
+
+
+@dataclass
+class TrainSettings:
+    """Optimization, checkpointing and run-control knobs (the ``train`` block)."""
+
+    output_dir: str = "runs/sft"
+    """Run directory: checkpoints, ``final/``, the resolved config and ``run_info.json``."""
+    seed: int = 0
+    train_split: str = "train"
+    """Split of the mixture to train on (``<data.dir>/<train_split>``)."""
+    eval_split: str | None = None
+    """Split for the trainer's eval loss (None: none)."""
+    num_epochs: float = 1.0
+    max_steps: int = -1
+    """Optimizer steps; -1: ``num_epochs`` over the training split."""
+    per_device_batch_size: int = 8
+    gradient_accumulation_steps: int = 1
+    learning_rate: float = 1e-5
+    weight_decay: float = 0.0
+    lr_scheduler: str = "cosine"
+    """Any ``transformers`` scheduler name (``constant``, ``linear``, ``cosine``, ...)."""
+    warmup_steps: int = 0
+    max_grad_norm: float = 1.0
+    bf16: str = "auto"
+    """``auto``: bf16 autocast when a CUDA device is present; ``true`` / ``false`` force it."""
+    gradient_checkpointing: bool = False
+    logging_steps: int = 10
+    save_steps: int = 500
+    save_total_limit: int | None = 2
+    dataloader_num_workers: int = 0
+    keep_rendered: bool = True
+    """Keep rendered windows in memory after their first use (small data sets)."""
+    num_threads: int | None = None
+    """CPU threads for torch (None: torch's default); the toy runs use 1-2."""
+    time_budget_s: float | None = None
+    """Stop (and save) after this many seconds of training, whatever the step count."""
+    resume: str = "auto"
+    """``auto``: newest complete checkpoint in ``output_dir`` if any; ``none``; or a checkpoint dir."""
+    max_nonfinite_steps: int = 5
+    """Stop with an error after this many NaN/inf losses in a row (each one is skipped)."""
+    requeue_exit_code: int = REQUEUE_EXIT_CODE
+    """Exit status after a SIGUSR1 / SIGTERM checkpoint; the sbatch script requeues on it."""
+
+
+@dataclass
+class LossSettings:
+    """The decision loss (``train.losses``)."""
+
+    gamma: float = 2.0
+    """Focal exponent on the decision tokens (0: plain cross-entropy)."""
+    balance: str = "static"
+    """Class weights: ``static`` (from the training split's stats.json), ``dynamic`` (per batch) or
+    ``none``."""
+    balance_power: float = 1.0
+    """Weights proportional to count ** -power (1: fully frequency-balanced)."""
+    decision_weight: float = 1.0
+    text_weight: float = 1.0
+
+
+@dataclass
+class LoraSettings:
+    """LoRA on the language model instead of full fine-tuning (``enabled: true``)."""
+
+    enabled: bool = False
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.05
+    target_modules: str = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
+    """Regex over module names."""
+    train_merger: bool = True
+    """Keep the vision merger fully trainable alongside the adapters."""
+    merge_on_save: bool = True
+    """Write ``final/`` with the adapters merged (a plain checkpoint the engine loads)."""
+
+
+@dataclass
+class SFTConfig:
+    """Root of ``conf/sft.yaml``."""
+
+    run_name: str = "sft"
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: MixtureConfig = field(default_factory=MixtureConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    render: RenderConfig = field(default_factory=RenderConfig)
+    train: TrainSettings = field(default_factory=TrainSettings)
+    loss: LossSettings = field(default_factory=LossSettings)
+    lora: LoraSettings = field(default_factory=LoraSettings)
+
+
+from train.config import SCHEMAS  # noqa: E402 - the registry the config tests read
+
+SCHEMAS["sft"] = SFTConfig

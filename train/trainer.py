@@ -1,0 +1,287 @@
+"""A narrow ``transformers.Trainer`` subclass for the SFT stage, and the callbacks that run with it.
+
+- :class:`DecisionTrainer` overrides ``compute_loss`` only to call :func:`train.losses.decision_loss`
+  (focal, frequency-balanced decision tokens + text cross-entropy), and ``log`` to add the parts it
+  accumulated since the last log: ``loss_decision``, ``loss_text``, ``ce_decision``,
+  ``decision_accuracy``, ``recall_silence``, ``recall_response``, ``fire_rate``, ``tokens_per_s``,
+  ``nonfinite_skipped``. Everything else (optimizer, scheduler, checkpoints with optimizer /
+  scheduler / RNG state, resume with data skipping, DDP and DeepSpeed through accelerate) is the
+  Trainer's own.
+- NaN guard: a non-finite loss is replaced by a zero that touches no parameter, so the step leaves
+  every gradient empty and AdamW leaves the weights (and its moments) as they were; it is logged,
+  and ``max_nonfinite_steps`` of them in a row stop training with :class:`NonFiniteLoss`.
+- :class:`PreemptionCallback`: SIGUSR1 / SIGTERM set a flag; at the end of the current step the
+  Trainer saves a checkpoint and stops, and the entry point exits with the requeue status.
+- :class:`CompleteMarkerCallback`: writes ``COMPLETE`` into a checkpoint once the Trainer finished
+  saving it, so ``resume=auto`` never picks a half-written one.
+- :class:`TimeBudgetCallback`: stops (and saves) after a wall-clock budget.
+- :func:`training_arguments`: ``TrainingArguments`` from the ``train`` block; under ``accelerate launch``
+  with a DeepSpeed config it hands the JSON to the Trainer (and, on CPU, forms the gloo ranks).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import time
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig
+from transformers import Trainer, TrainerCallback, TrainingArguments
+
+from train.losses import WEIGHT_MODES, decision_loss, decision_metrics
+from train.run_dir import COMPLETE_MARKER
+
+log = logging.getLogger(__name__)
+
+
+class NonFiniteLoss(RuntimeError):
+    """Too many NaN/inf losses in a row: the run is diverging or the data is broken."""
+
+
+class DecisionTrainer(Trainer):
+    """``Trainer`` with the decision loss (see the module docstring)."""
+
+    #: The loss is normalized by the labelled tokens of the whole accumulated batch already.
+    loss_is_scaled_for_ga = True
+
+    def __init__(
+        self,
+        *args,
+        decision_ids: tuple[int, int],
+        gamma: float = 2.0,
+        balance: str = "static",
+        balance_power: float = 1.0,
+        static_weights: torch.Tensor | None = None,
+        decision_weight: float = 1.0,
+        text_weight: float = 1.0,
+        max_nonfinite_steps: int = 5,
+        **kwargs,
+    ):
+        super().__init__(*args, **kwargs)
+        # compute_loss consumes the labelled-token count of the whole accumulated, all-rank batch
+        # (the model itself never sees it): ask the Trainer to count it whatever the model declares.
+        self.model_accepts_loss_kwargs = True
+        if balance not in WEIGHT_MODES:
+            raise ValueError(f"loss.balance={balance!r}: choose one of {sorted(WEIGHT_MODES)}")
+        self.decision_ids = decision_ids
+        self.gamma = gamma
+        self.balance = balance
+        self.balance_power = balance_power
+        self.static_weights = static_weights
+        self.decision_weight = decision_weight
+        self.text_weight = text_weight
+        self.max_nonfinite_steps = max_nonfinite_steps
+        self.nonfinite_in_a_row = 0
+        self._reset_parts()
+
+    def _reset_parts(self) -> None:
+        # sums since the last log: decision, text, decision CE, n decisions, n text, tokens, skipped, spare
+        self._parts = torch.zeros(8, dtype=torch.float64)
+        self._confusion = torch.zeros(2, 2, dtype=torch.float64)
+        self._since = time.perf_counter()
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        inputs = dict(inputs)
+        labels = inputs.pop("labels")
+        decision_mask = inputs.pop("decision_mask")
+        outputs = model(**inputs)
+        classes = decision_mask[decision_mask >= 0].cpu()
+        weights = WEIGHT_MODES[self.balance](self.static_weights, classes, self.balance_power)
+        parts = decision_loss(
+            outputs.logits,
+            labels,
+            decision_mask,
+            decision_ids=self.decision_ids,
+            gamma=self.gamma,
+            weights=weights,
+            decision_weight=self.decision_weight,
+            text_weight=self.text_weight,
+            n_items=num_items_in_batch,
+        )
+        loss = parts.loss
+        if num_items_in_batch is not None and self.model.training:
+            loss = loss * self.accelerator.num_processes  # DDP / DeepSpeed average gradients over ranks
+        if model.training:
+            loss = self._guard(loss, parts, int(inputs["attention_mask"].sum()))
+        return (loss, outputs) if return_outputs else loss
+
+    def _guard(self, loss: torch.Tensor, parts, n_tokens: int) -> torch.Tensor:
+        """Account the batch's parts; replace a non-finite loss by a parameter-free zero."""
+        if torch.isfinite(loss.detach()).item():
+            self.nonfinite_in_a_row = 0
+            self._parts += torch.tensor(
+                [
+                    float(parts.decision_sum),
+                    float(parts.text_sum),
+                    float(parts.decision_ce_sum),
+                    parts.n_decisions,
+                    parts.n_text,
+                    n_tokens,
+                    0,
+                    0,
+                ],
+                dtype=torch.float64,
+            )
+            self._confusion += parts.confusion.cpu().double()
+            return loss
+        self.nonfinite_in_a_row += 1
+        self._parts[6] += 1
+        log.warning(
+            "non-finite loss (%s) at step %d: skipped (%d in a row)",
+            float(loss.detach()),
+            self.state.global_step,
+            self.nonfinite_in_a_row,
+        )
+        if self.nonfinite_in_a_row >= self.max_nonfinite_steps:
+            raise NonFiniteLoss(
+                f"{self.nonfinite_in_a_row} non-finite losses in a row (up to step {self.state.global_step}): "
+                "training stopped. Lower train.learning_rate, check the data, or resume from the last "
+                "checkpoint."
+            )
+        return torch.zeros((), device=loss.device, requires_grad=True)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs and self.model.training:
+            logs.update(self._logged_parts())
+        super().log(logs, start_time)
+
+    def _logged_parts(self) -> dict[str, float]:
+        parts, confusion = self._parts.clone(), self._confusion.clone()
+        if self.accelerator.num_processes > 1:
+            device = self.accelerator.device
+            parts = self.accelerator.reduce(parts.to(device), reduction="sum").cpu()
+            confusion = self.accelerator.reduce(confusion.to(device), reduction="sum").cpu()
+        elapsed = time.perf_counter() - self._since
+        dec, text, ce_dec, n_dec, n_text, tokens, skipped, _ = parts.tolist()
+        out = {
+            "loss_decision": dec / n_dec if n_dec else math.nan,
+            "loss_text": text / n_text if n_text else math.nan,
+            "ce_decision": ce_dec / n_dec if n_dec else math.nan,
+            "tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
+            "nonfinite_skipped": skipped,
+        }
+        out.update(decision_metrics(confusion))
+        self._reset_parts()
+        return out
+
+
+class PreemptionCallback(TrainerCallback):
+    """SIGUSR1 / SIGTERM -> save a checkpoint at the end of the current step and stop."""
+
+    SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._previous: dict[int, object] = {}
+
+    def _handle(self, signum, frame) -> None:
+        self.received = signum
+        log.warning("signal %s: saving a checkpoint at the end of this step, then exiting", signum)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        for sig in self.SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._handle)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.received is not None:
+            control.should_save = True
+            control.should_training_stop = True
+
+    def on_train_end(self, args, state, control, **kwargs):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+class CompleteMarkerCallback(TrainerCallback):
+    """Marks a checkpoint complete once the Trainer has written all of it."""
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if ckpt.is_dir():
+                (ckpt / COMPLETE_MARKER).write_text(f"{state.global_step}\n")
+
+
+class TimeBudgetCallback(TrainerCallback):
+    """Stops training (with a final save) once ``budget_s`` seconds of training have passed."""
+
+    def __init__(self, budget_s: float):
+        self.budget_s = budget_s
+        self.start = 0.0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if time.perf_counter() - self.start >= self.budget_s:
+            control.should_training_stop = True
+            control.should_save = True
+
+
+def training_arguments(cfg: DictConfig, report_to: list[str]) -> TrainingArguments:
+    t = cfg.train
+    bf16 = torch.cuda.is_available() if t.bf16 == "auto" else str(t.bf16).lower() == "true"
+    ds_file = os.environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE")
+    return TrainingArguments(
+        deepspeed=ds_file,
+        accelerator_config=_cpu_ranks(use_deepspeed=ds_file is not None),
+        output_dir=t.output_dir,
+        seed=t.seed,
+        data_seed=t.seed,
+        num_train_epochs=t.num_epochs,
+        max_steps=t.max_steps,
+        per_device_train_batch_size=t.per_device_batch_size,
+        per_device_eval_batch_size=t.per_device_batch_size,
+        gradient_accumulation_steps=t.gradient_accumulation_steps,
+        learning_rate=t.learning_rate,
+        weight_decay=t.weight_decay,
+        lr_scheduler_type=t.lr_scheduler,
+        warmup_steps=t.warmup_steps,
+        max_grad_norm=t.max_grad_norm,
+        bf16=bf16,
+        activation_checkpointing=t.gradient_checkpointing,
+        logging_steps=t.logging_steps,
+        save_strategy="steps",
+        save_steps=t.save_steps,
+        save_total_limit=t.save_total_limit,
+        eval_strategy="steps" if t.eval_split else "no",
+        eval_steps=t.save_steps if t.eval_split else None,
+        dataloader_num_workers=t.dataloader_num_workers,
+        dataloader_pin_memory=torch.cuda.is_available(),
+        remove_unused_columns=False,
+        average_tokens_across_devices=True,
+        ddp_find_unused_parameters=False,
+        report_to=report_to,
+        run_name=cfg.run_name,
+        disable_tqdm=True,
+    )
+
+
+def _cpu_ranks(use_deepspeed: bool) -> dict | None:
+    """accelerate forms DeepSpeed ranks only on accelerators; under ``accelerate launch`` on CPU (the
+    distributed test, laptops) the gloo group is made here and handed to the Trainer as is."""
+    if torch.cuda.is_available() or int(os.environ.get("WORLD_SIZE", "1")) == 1 or not use_deepspeed:
+        return None
+    from accelerate import PartialState
+
+    os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
+    PartialState(backend="gloo")
+    return {"use_configured_state": True}
+
+
+def logger_report_to(cfg: DictConfig) -> list[str]:
+    """The Trainer's ``report_to`` for the ``logger`` group (W&B settings go through its env vars)."""
+    if cfg.logger.name != "wandb":
+        return []
+    os.environ.setdefault("WANDB_PROJECT", cfg.logger.project)
+    os.environ["WANDB_MODE"] = cfg.logger.mode
+    os.environ.setdefault("WANDB_DIR", cfg.train.output_dir)
+    if cfg.logger.entity:
+        os.environ.setdefault("WANDB_ENTITY", cfg.logger.entity)
+    if cfg.logger.tags:
+        os.environ.setdefault("WANDB_TAGS", ",".join(cfg.logger.tags))
+    return ["wandb"]
