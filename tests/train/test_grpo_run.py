@@ -1,0 +1,87 @@
+"""`python -m train.grpo` end to end on the tiny model: a 2x2 reward sweep and resume after a stop."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = [
+    "grpo.windows_per_step=1",
+    "grpo.group_size=2",
+    "grpo.window_steps=10",
+    "grpo.max_new_tokens=4",
+    "grpo.eval_split=null",
+    "grpo.learning_rate=1e-3",
+]
+
+
+@pytest.fixture(scope="module")
+def toy_mixture(tmp_path_factory) -> Path:
+    from train.toy_eval import build_toy_mixture
+
+    root = tmp_path_factory.mktemp("grpo_data")
+    return build_toy_mixture(root / "built", root / "toy", n=8, seed=0)
+
+
+def _run(args: list[str], tmp: Path) -> subprocess.CompletedProcess:
+    flags = [a for a in args if a.startswith("-")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "train.grpo",
+        *flags,
+        f"paths.root_dir={tmp}",
+        *[a for a in args if a not in flags],
+    ]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+
+
+@pytest.mark.slow
+def test_reward_sweep_leaves_one_run_dir_per_point(toy_mixture, tmp_path):
+    out = _run(
+        [
+            "-m",
+            f"data.dir={toy_mixture}",
+            "grpo.max_steps=1",
+            *TINY,
+            "reward.weights.prs=1,2",
+            "reward.redundancy.lambda=0.1,0.2",
+        ],
+        tmp_path,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    points = sorted(p.name for p in (tmp_path / "runs" / "grpo_sweep").iterdir() if p.is_dir())
+    assert len(points) == 4, points
+    assert {(n.split("lambda=")[1][:3], n[-1]) for n in points} == {
+        ("0.1", "1"),
+        ("0.1", "2"),
+        ("0.2", "1"),
+        ("0.2", "2"),
+    }
+    for name in points:
+        run = tmp_path / "runs" / "grpo_sweep" / name
+        assert (run / "final" / "model.safetensors").exists()
+        cfg = yaml.safe_load((run / "config.yaml").read_text())
+        point = dict(kv.split("=") for kv in name.split(","))
+        assert cfg["reward"]["weights"]["prs"] == float(point["reward.weights.prs"])
+        assert cfg["reward"]["redundancy"]["lambda"] == float(point["reward.redundancy.lambda"])
+        assert len((run / "history.jsonl").read_text().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_resume_continues_from_the_last_complete_checkpoint(toy_mixture, tmp_path):
+    first = _run([f"data.dir={toy_mixture}", "grpo.max_steps=2", "grpo.save_every=1", *TINY], tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    run = tmp_path / "runs" / "grpo"
+    assert (run / "checkpoint-2" / "COMPLETE").exists()
+    again = _run([f"data.dir={toy_mixture}", "grpo.max_steps=3", "grpo.save_every=1", *TINY], tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    steps = [json.loads(line)["step"] for line in (run / "history.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3]  # the rerun did only update 3
+    assert "resumed from" in again.stderr and "checkpoint-2" in again.stderr

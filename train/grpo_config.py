@@ -1,0 +1,84 @@
+"""Typed schema of ``conf/grpo.yaml`` (``python -m train.grpo``): every key, its unit and why."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from data_builders.mixture import MixtureConfig
+from train.config import SCHEMAS, LoggerConfig, ModelConfig, PathsConfig
+from train.render import RenderConfig
+from train.sft_config import REQUEUE_EXIT_CODE
+
+
+@dataclass
+class GRPOSettings:
+    """Rollouts and updates (the ``grpo`` block)."""
+
+    output_dir: str = "runs/grpo"
+    """Run directory: ``checkpoint-<step>`` dirs, ``final``, config, ``run_info.json``, ``history.jsonl``."""
+    seed: int = 0
+    train_split: str = "train"
+    eval_split: str | None = "val"
+    """Held-out split evaluated every ``eval_every`` updates (None: no evaluation)."""
+    window_steps: int = 20
+    """Decision steps per rollout window (one GRPO prompt)."""
+    negative_share: float = 0.25
+    """Share of windows without a target."""
+    group_size: int = 4
+    """Rollouts per window (G); advantages are normalized within the group."""
+    windows_per_step: int = 8
+    """Windows (groups) per update."""
+    temperature: float = 1.0
+    """Sampling temperature of decisions (two-way softmax) and response tokens."""
+    max_new_tokens: int = 16
+    learning_rate: float = 5e-7
+    weight_decay: float = 0.0
+    clip_eps: float = 0.2
+    """Ratio clipping of the GRPO objective."""
+    beta: float = 0.0
+    """KL coefficient against the initial policy (0: no reference model)."""
+    max_grad_norm: float = 1.0
+    max_steps: int = 100
+    """Updates."""
+    time_budget_s: float | None = None
+    """Stop (and save) after this many seconds of updates."""
+    save_every: int = 50
+    save_total_limit: int = 2
+    eval_every: int = 0
+    """Updates between held-out evaluations (0: only before and after)."""
+    eval_threshold: float = 0.5
+    resume: str = "auto"
+    """``auto``: newest complete checkpoint in ``output_dir``; ``none``; or a checkpoint dir."""
+    max_nonfinite_steps: int = 5
+    requeue_exit_code: int = REQUEUE_EXIT_CODE
+    num_threads: int | None = None
+
+
+@dataclass
+class OverfireSettings:
+    """``experiment=toy_overfire``: make an over-firing SFT start point first (``train.toy_overfire``)."""
+
+    enabled: bool = False
+    n_streams: int = 96
+    sft_overrides: list[str] = field(default_factory=list)
+    """Overrides for ``conf/sft.yaml`` when training the over-firing checkpoint."""
+
+
+@dataclass
+class GRPOConfig:
+    run_name: str = "grpo"
+    init: str | None = None
+    """SFT checkpoint to start from (a model + processor dir); None: the ``model`` config as is."""
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: MixtureConfig = field(default_factory=MixtureConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    render: RenderConfig = field(default_factory=RenderConfig)
+    reward: dict[str, Any] = field(default_factory=dict)
+    """A ``conf/reward/*.yaml`` block: weights, prs, redundancy, format (``rewards.grpo.build_reward``)."""
+    grpo: GRPOSettings = field(default_factory=GRPOSettings)
+    overfire: OverfireSettings = field(default_factory=OverfireSettings)
+
+
+SCHEMAS["grpo"] = GRPOConfig

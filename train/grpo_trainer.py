@@ -1,0 +1,232 @@
+"""The GRPO update loop over streaming rollouts (see ``train/grpo_loss.py`` for why it is not trl's).
+
+Each update: ``windows_per_step`` windows are drawn (seeded by the step, so a resumed run draws the
+same ones), each gets ``group_size`` sampled streaming rollouts, the configured weighted reward
+(``rewards.grpo.build_reward``), group-normalized advantages, and one loss forward with the
+window's frames; gradients are averaged over the windows, clipped, and the optimizer steps. A group
+whose rewards are all equal gives no gradient and is counted (``zero_std_groups``).
+
+Checkpoints are ordinary HF directories (``checkpoint-<step>``: model + processor, safetensors)
+plus ``grpo_state.pt`` (optimizer state and step, read back with ``torch.load(weights_only=True)``)
+and the ``COMPLETE`` marker; ``resume=auto`` restarts from the newest complete one. SIGUSR1 /
+SIGTERM save a checkpoint after the current update and stop with ``Preempted``; a non-finite loss
+skips the update, and ``max_nonfinite_steps`` of them in a row stop the run with a clear error.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import signal
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from eval.tracking import flatten
+from train.grpo_loss import grpo_loss, policy_batch, token_logprobs
+from train.render import TurnRenderer
+from train.rollout import Rollout, Window, group_advantages, rollout_group
+from train.run_dir import COMPLETE_MARKER, complete_checkpoints
+
+log = logging.getLogger(__name__)
+STATE_FILE = "grpo_state.pt"
+
+
+class Preempted(RuntimeError):
+    """A signal arrived: a checkpoint was saved; the caller exits with the requeue status."""
+
+    def __init__(self, checkpoint: Path):
+        super().__init__(f"preempted: saved {checkpoint}")
+        self.checkpoint = checkpoint
+
+
+class NonFiniteLoss(RuntimeError):
+    pass
+
+
+class GRPOLoop:
+    """Rollouts, rewards and clipped-ratio updates; ``cfg`` is the ``grpo`` block of ``conf/grpo.yaml``."""
+
+    def __init__(
+        self,
+        cfg,
+        model,
+        processor,
+        renderer: TurnRenderer,
+        reward_fn,
+        windows: list[Window],
+        run_dir: str | Path,
+        ref_model=None,
+        evaluate: Callable[[object], dict] | None = None,
+        on_log: Callable[[dict, int], None] | None = None,
+    ):
+        self.cfg = cfg
+        self.model = model
+        self.processor = processor
+        self.renderer = renderer
+        self.reward_fn = reward_fn
+        self.windows = windows
+        self.run_dir = Path(run_dir)
+        self.ref_model = ref_model
+        self.evaluate = evaluate
+        self.on_log = on_log or (lambda row, step: None)
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+        self.step = 0
+        self.history: list[dict] = []
+        self._signal: int | None = None
+
+    # -- checkpoints --------------------------------------------------------------------------
+
+    def save(self) -> Path:
+        path = self.run_dir / f"checkpoint-{self.step}"
+        path.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(path, safe_serialization=True)
+        self.processor.save_pretrained(path)
+        torch.save({"optimizer": self.optimizer.state_dict(), "step": self.step}, path / STATE_FILE)
+        (path / COMPLETE_MARKER).write_text(f"{self.step}\n")
+        for old in complete_checkpoints(self.run_dir)[: -self.cfg.save_total_limit]:
+            for f in sorted(old.rglob("*"), reverse=True):
+                f.unlink() if f.is_file() else f.rmdir()
+            old.rmdir()
+        return path
+
+    def load_state(self, checkpoint: str | Path) -> None:
+        """Optimizer state and step of a checkpoint (the weights were loaded with the model)."""
+        state = torch.load(Path(checkpoint) / STATE_FILE, weights_only=True)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step = int(state["step"])
+
+    # -- one update ---------------------------------------------------------------------------
+
+    def _windows_for(self, step: int) -> list[Window]:
+        rng = random.Random(self.cfg.seed * 1_000_003 + step)
+        return rng.sample(self.windows, min(self.cfg.windows_per_step, len(self.windows)))
+
+    def _reward(self, rollouts: list[Rollout]) -> tuple[list[float], list[dict]]:
+        cols = {
+            "targets": [[t.to_dict() for t in r.window.stream.targets] for r in rollouts],
+            "task": [r.window.stream.task for r in rollouts],
+        }
+        rewards = self.reward_fn([r.turns for r in rollouts], **cols)
+        return [float(x) for x in rewards], list(self.reward_fn.last_parts)
+
+    def update(self) -> dict:
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        groups = []
+        self.model.eval()
+        for j, window in enumerate(self._windows_for(self.step)):
+            seed = (cfg.seed * 7919 + self.step) * 1009 + j
+            with torch.no_grad():
+                rollouts, _ = rollout_group(
+                    self.model,
+                    self.renderer,
+                    window,
+                    cfg.group_size,
+                    cfg.temperature,
+                    cfg.max_new_tokens,
+                    seed,
+                )
+            groups.append(rollouts)
+        t_rollout = time.perf_counter() - t0
+        rewards, parts, stds, advantages = [], [], [], []
+        for rollouts in groups:
+            r, p = self._reward(rollouts)
+            rewards.append(r)
+            parts += p
+            stds.append(statistics.pstdev(r))
+            advantages.append(group_advantages(r))
+        t_reward = time.perf_counter() - t0 - t_rollout
+        loss_parts = []
+        total = 0.0
+        live = [(g, a) for g, a in zip(groups, advantages, strict=True) if any(abs(x) > 0 for x in a)]
+        for rollouts, adv in live:
+            batch = policy_batch(rollouts, self.renderer)
+            new = token_logprobs(self.model, self.renderer, rollouts, batch, cfg.temperature)
+            ref = None
+            if cfg.beta > 0:
+                with torch.no_grad():
+                    ref = token_logprobs(self.ref_model, self.renderer, rollouts, batch, cfg.temperature)
+            loss, lp = grpo_loss(new, batch, adv, cfg.clip_eps, cfg.beta, ref)
+            loss_parts.append(lp)
+            total += float(loss.detach())
+            (loss / len(live)).backward()
+        row = self._row(rewards, parts, stds, loss_parts, len(groups) - len(live))
+        if live and not torch.isfinite(torch.tensor(total)):
+            self.optimizer.zero_grad(set_to_none=True)
+            row["nonfinite"] = 1
+        elif live:
+            row["grad_norm"] = float(
+                torch.nn.utils.clip_grad_norm_(
+                    [p for p in self.model.parameters() if p.requires_grad], cfg.max_grad_norm
+                )
+            )
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        row.update(
+            rollout_s=t_rollout, reward_s=t_reward, update_s=time.perf_counter() - t0 - t_rollout - t_reward
+        )
+        return row
+
+    @staticmethod
+    def _row(rewards, parts, stds, loss_parts, zero_std) -> dict:
+        flat = [x for r in rewards for x in r]
+        row = {
+            "reward/mean": sum(flat) / len(flat),
+            "reward/group_std": sum(stds) / len(stds),
+            "zero_std_groups": zero_std,
+        }
+        for key in sorted({k for p in parts for k in p}):
+            vals = [float(p[key]) for p in parts if key in p]
+            row[f"reward/{key}"] = sum(vals) / len(vals)
+        for key in ("loss", "clip_fraction", "kl", "ratio_mean"):
+            if loss_parts:
+                row[key] = sum(lp[key] for lp in loss_parts) / len(loss_parts)
+        return row
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def _handle(self, signum, frame) -> None:
+        log.warning("signal %s: saving a checkpoint after this update, then stopping", signum)
+        self._signal = signum
+
+    def train(self) -> Path:
+        cfg = self.cfg
+        previous = {s: signal.signal(s, self._handle) for s in (signal.SIGUSR1, signal.SIGTERM)}
+        start, nonfinite = time.perf_counter(), 0
+        try:
+            if self.evaluate and self.step == 0 and cfg.eval_every:
+                self._log_eval()
+            while self.step < cfg.max_steps:
+                if cfg.time_budget_s and time.perf_counter() - start > cfg.time_budget_s:
+                    log.warning("time budget of %ss reached at update %d", cfg.time_budget_s, self.step)
+                    break
+                row = self.update()
+                nonfinite = nonfinite + 1 if row.get("nonfinite") else 0
+                if nonfinite >= cfg.max_nonfinite_steps:
+                    raise NonFiniteLoss(
+                        f"{nonfinite} updates in a row had a non-finite loss (last at update "
+                        f"{self.step}); stopping. Lower the learning rate or check the data."
+                    )
+                self.step += 1
+                self.history.append({"step": self.step, **row})
+                self.on_log(row, self.step)
+                if self.evaluate and cfg.eval_every and self.step % cfg.eval_every == 0:
+                    self._log_eval()
+                if self._signal is not None:
+                    raise Preempted(self.save())
+                if cfg.save_every and self.step % cfg.save_every == 0:
+                    self.save()
+            return self.save()
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
+
+    def _log_eval(self) -> None:
+        metrics = self.evaluate(self.model)
+        self.history.append({"step": self.step, "eval": metrics})
+        self.on_log(flatten(metrics, "eval"), self.step)

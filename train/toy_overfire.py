@@ -1,0 +1,76 @@
+"""``python -m train.grpo experiment=toy_overfire``: the failure GRPO exists to fix, on CPU.
+
+1. Toy data (``overfire.n_streams`` clips, split by video), then an *over-firing* copy of the
+   training split: every positive stream's target is repeated at every step from the event to the
+   end of the clip, as the papers' adapted models behave (they keep talking once something happened).
+2. SFT on that copy (``conf/sft.yaml`` + ``overfire.sft_overrides``): a checkpoint that looks at the
+   frames and speaks at the event, then at every later step too.
+3. Held-out evaluation before GRPO, GRPO from that checkpoint (``grpo`` block, reward ``reward``),
+   evaluation after. ``<grpo.output_dir>/summary.json`` holds ``before`` and ``after``: P3I metrics
+   as ``eval.score`` prints them (plus ``with_negatives``) and ``redundant_replies``, the count of
+   replies beyond the first per target (and every reply on a negative), over the held-out streams;
+   and ``curve``: held-out PRS-B and mean reward along the updates.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from data_builders.build import write_outputs
+from data_builders.records import Target, load_streams, resolve_video, step_times, target_step
+from train.data import split_records
+from train.toy_eval import build_toy_mixture
+
+
+def overfire_split(src_dir: Path, out_dir: Path, steps_per_second: float = 1.0) -> Path:
+    """Copy a split with each target repeated at every step from its step to the clip's end."""
+    records = split_records(src_dir)
+    streams = []
+    for s in load_streams(records):
+        times = step_times(s, steps_per_second)
+        targets: list[Target] = []
+        for t in s.targets:
+            k = target_step(s, t, steps_per_second)
+            targets += [replace(t, time=times[j], window=None) for j in range(k, len(times))]
+        video = str(resolve_video(s, records).resolve())
+        streams.append(replace(s, targets=targets, video=video))
+    write_outputs(out_dir, streams, steps_per_second=steps_per_second)
+    return out_dir
+
+
+def run_experiment(cfg: DictConfig) -> dict:
+    """The three stages above; returns (and writes) the summary."""
+    from train.grpo import run as run_grpo
+    from train.sft import compose_config
+    from train.sft import train as run_sft
+    from train.toy_eval import evaluate_checkpoint
+
+    out = Path(cfg.grpo.output_dir)
+    data_dir = Path(cfg.data.dir)
+    build_toy_mixture(Path(cfg.data.root), data_dir, n=cfg.overfire.n_streams, seed=cfg.data.seed)
+    overfire_split(data_dir / "train", data_dir / "train_overfire", cfg.render.steps_per_second)
+    sft_cfg = compose_config([
+        f"paths.root_dir={cfg.paths.root_dir}", f"data.dir={data_dir}", "train.train_split=train_overfire",
+        f"train.output_dir={out / 'sft'}", *cfg.overfire.sft_overrides,
+    ])
+    init = run_sft(sft_cfg)
+    render = OmegaConf.to_container(cfg.render, resolve=True)
+    from train.render import RenderConfig
+
+    held_out = data_dir / cfg.grpo.eval_split
+    before = evaluate_checkpoint(init, held_out, RenderConfig(**render), threshold=cfg.grpo.eval_threshold)
+    grpo_cfg = OmegaConf.merge(cfg, {"init": str(init)})
+    final = run_grpo(grpo_cfg, out)
+    after = evaluate_checkpoint(final, held_out, RenderConfig(**render), threshold=cfg.grpo.eval_threshold)
+    history = [json.loads(line) for line in (out / "history.jsonl").read_text().splitlines()]
+    curve = [{"step": h["step"], "prs_b": h["eval/with_negatives/prs_b"]} for h in history if "eval/with_negatives/prs_b" in h]
+    rewards = {h["step"]: h["reward/mean"] for h in history if "reward/mean" in h}
+    for point in curve:
+        point["reward"] = rewards.get(point["step"])
+    summary = {"before": before, "after": after, "curve": curve, "init": str(init), "final": str(final)}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return summary
