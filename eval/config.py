@@ -72,7 +72,7 @@ class EvalConfig:
     """Replace every frame by a uniform grey one: the control for a model that reads the timestamps
     and its own past turns but ignores the video."""
     out_dir: str | None = None
-    """Where predictions.jsonl and metrics.json go (null: ``<runs>/eval/<checkpoint>/<benchmark>``;
+    """Where predictions.jsonl and metrics.json go (null: ``<runs>/eval/<checkpoint>/<benchmark>[_memory]``;
     a ``-m`` sweep puts each threshold in ``threshold_<t>/`` below it)."""
     step: int | None = None
     """The checkpoint's training step, the x axis in W&B (null: ``trainer_state.json``, else 0)."""

@@ -139,7 +139,10 @@ def evaluate(cfg: DictConfig, sweep: bool = False, echo: bool = True) -> dict:
     base = (
         Path(cfg.out_dir)
         if cfg.out_dir
-        else Path(cfg.paths.runs_dir) / "eval" / checkpoint_name(cfg) / bench.name
+        else Path(cfg.paths.runs_dir)
+        / "eval"
+        / checkpoint_name(cfg)
+        / (bench.name + ("_memory" if cfg.memory.enabled else ""))
     )
     out = point_dir(base, cfg.threshold) if sweep else base
     _start_dir(out, cfg)

@@ -1,7 +1,8 @@
-"""`make demo` end to end on the tiny model (CPU): it runs and prints the step-by-step decisions."""
+"""`make demo` end to end on the tiny model (CPU), shrunk: data -> untrained eval -> SFT -> GRPO -> summary."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -12,13 +13,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
-def test_demo_runs_end_to_end(tmp_path):
-    cmd = [sys.executable, "-m", "train.demo", f"paths.root_dir={tmp_path}", "demo.n_streams=4"]
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+def test_demo_runs_every_stage(tmp_path):
+    cmd = [sys.executable, "-m", "train.demo", f"paths.root_dir={tmp_path}", "demo.n_streams=16",
+           "demo.sft_overrides=[experiment=toy_sft,train.max_steps=4,train.time_budget_s=null]",
+           "demo.grpo_overrides=[experiment=toy_grpo,grpo.max_steps=1,grpo.windows_per_step=1]"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads((tmp_path / "runs" / "demo" / "summary.json").read_text())
+    assert list(summary) == ["untrained", "sft", "sft_blank_video", "grpo"]
+    for metrics in summary.values():
+        assert {"prs_u", "prs_b", "prs_u_prime", "prs_b_prime", "per_task", "micro"} <= set(metrics)
+        assert 0.0 <= metrics["prs_b"] <= 100.0
     lines = out.stdout.splitlines()
-    assert any(line.startswith("[1/4] toy data: 4 streams") for line in lines)
-    steps = [line for line in lines if line.strip()[:1].isdigit() and "</" in line]
-    assert len(steps) == 20
-    assert (tmp_path / "runs" / "demo" / "data" / "records.jsonl").exists()
-    assert "demo finished" in lines[-1]
+    assert lines[-1].startswith("demo finished in")
+    assert any(line.startswith("stage") and "PRS-B" in line for line in lines)
+    assert (tmp_path / "runs" / "demo" / "grpo" / "final" / "model.safetensors").exists()

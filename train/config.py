@@ -7,6 +7,7 @@ the image processor) stay open dictionaries, since they are handed to ``transfor
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 from dataclasses import dataclass, field
@@ -62,13 +63,18 @@ class LoggerConfig:
 
 @dataclass
 class DemoSettings:
-    n_streams: int = 16
-    """Toy clips to generate."""
+    n_streams: int = 160
+    """Toy clips to generate (split by video into ``splits``)."""
+    splits: dict[str, float] = field(default_factory=lambda: {"train": 0.7, "val": 0.1, "test": 0.2})
     seed: int = 0
     show_stream: int = 0
     """Which toy stream the demo renders and runs step by step."""
     threshold: float = 0.5
     """Fire when P(</Response>) at the decision position is at least this."""
+    sft_overrides: list[str] = field(default_factory=lambda: ["experiment=toy_sft"])
+    """Overrides of ``conf/sft.yaml`` for the SFT stage."""
+    grpo_overrides: list[str] = field(default_factory=list)
+    """Overrides of ``conf/grpo.yaml`` for the GRPO stage."""
 
 
 @dataclass
@@ -114,3 +120,8 @@ def quiet_libraries() -> None:
 
 #: The typed schema of each root config in ``conf/`` (the composition test validates against these).
 SCHEMAS: dict[str, type] = {"demo": DemoConfig}
+# eval.config and train.sft_config build on the dataclasses above and add "eval" / "sft" to SCHEMAS;
+# imported last, so either module can be imported first.
+importlib.import_module("eval.config")
+importlib.import_module("train.sft_config")
+importlib.import_module("train.grpo_config")

@@ -1,72 +1,169 @@
 """The whole pipeline on the tiny model and toy videos, on CPU.
 
     python -m train.demo            (or: make demo)
+    python -m train.demo demo.n_streams=64 demo.sft_overrides='[train.time_budget_s=60]'
 
-1. Build toy stream records and their mp4 clips (``source=toy``).
-2. Build (or reuse) the tiny Qwen3-VL checkpoint.
-3. Render one stream into the model's turn format and print what the model sees.
-4. Run the untrained model over that stream step by step, as the causal protocol does, and print
-   its decision at every step.
+1. Build toy clips (``source=toy``) and split them by video (``data=toy``), as the builders do.
+2. Build the tiny Qwen3-VL checkpoint; render one stream and print what the model sees.
+3. Evaluate the untrained model on the held-out streams (the causal KV-cache engine, P3I scoring).
+4. SFT (``experiment=toy_sft``), then evaluate it, and again with every frame blanked.
+5. GRPO from the SFT checkpoint, then evaluate it.
+6. Print one table and write ``<run dir>/summary.json``: per stage the P3I metrics as
+   ``eval.score`` prints them (``with_negatives`` counts a silent negative as 1 in its task).
 """
 
 from __future__ import annotations
 
+import json
+import sys
 import time
 from pathlib import Path
 
-import hydra
 from omegaconf import DictConfig
 
-from data_builders.records import write_jsonl
-from data_builders.toy import generate_toy
+from data_builders.records import load_streams
 from data_builders.video import FrameCache
-from eval.naive import NaiveStreamer
+from eval.run import evaluate
+from eval.run import load_config as eval_config
+from eval.tracking import format_table
 from train.config import DemoConfig, quiet_libraries, validate
 from train.model import count_parameters, load_model_and_processor
 from train.render import RenderConfig, TurnRenderer, stream_frames
+from train.toy_eval import build_toy_mixture
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+def _evaluate(
+    cfg: DictConfig, run_dir: Path, records: Path, name: str, checkpoint: Path | None, blank: bool = False
+) -> dict:
+    overrides = [
+        f"paths.root_dir={cfg.paths.root_dir}",
+        f"records={records}",
+        f"out_dir={run_dir / 'eval' / name}",
+        f"checkpoint={checkpoint if checkpoint else 'null'}",
+        f"blank_frames={str(blank).lower()}",
+        f"render.max_pixels={cfg.render.max_pixels}",
+        f"threshold={cfg.demo.threshold}",
+        "logger=none",
+        "timelines=2",
+    ]
+    return evaluate(eval_config(overrides), echo=False)
+
+
+def _table(summary: dict) -> str:
+    tasks = sorted({t for m in summary.values() for t in m.get("with_negatives", m)["per_task"]})
+    rows = []
+    for stage, m in summary.items():
+        view = m.get("with_negatives", m)
+        rows.append(
+            [
+                stage,
+                view["prs_b"],
+                view["prs_u"],
+                *[view["per_task"].get(t, {}).get("prs_b") for t in tasks],
+                m.get("redundant_replies"),
+            ]
+        )
+    return format_table(["stage", "PRS-B", "PRS-U", *[f"{t} B" for t in tasks], "redundant"], rows)
 
 
 def run_demo(cfg: DictConfig) -> dict:
+    from train.grpo import run as run_grpo
+    from train.grpo_config import GRPOConfig
+    from train.sft import compose_config as sft_config
+    from train.sft import train as run_sft
+
     quiet_libraries()
     t0 = time.time()
     run_dir = Path(cfg.paths.runs_dir) / cfg.run_name
-    data_dir = run_dir / "data"
-    streams = generate_toy(data_dir, n=cfg.demo.n_streams, seed=cfg.demo.seed)
-    write_jsonl(data_dir / "records.jsonl", streams)
-    n_neg = sum(s.is_negative for s in streams)
-    print(f"[1/4] toy data: {len(streams)} streams ({n_neg} negatives) in {data_dir}")
+    data_dir = build_toy_mixture(
+        run_dir / "data" / "built",
+        run_dir / "data" / "toy",
+        n=cfg.demo.n_streams,
+        seed=cfg.demo.seed,
+        splits=dict(cfg.demo.splits),
+    )
+    test = data_dir / "test" / "records.jsonl"
+    counts = {split: len(load_streams(data_dir / split / "records.jsonl")) for split in cfg.demo.splits}
+    print(f"[1/6] toy data: {sum(counts.values())} clips split by video {counts} in {data_dir}")
 
     model, processor = load_model_and_processor(cfg.model, cache_dir=cfg.paths.cache_dir)
-    model.eval()
     params = count_parameters(model)
-    print(f"[2/4] model {cfg.model.name}: {params['total']:,} parameters, {params['trainable']:,} trainable")
-
-    render_cfg = RenderConfig(**cfg.render)
-    renderer = TurnRenderer(processor, render_cfg)
-    stream = streams[cfg.demo.show_stream]
-    frames = stream_frames(stream, data_dir / stream.video, render_cfg, FrameCache(cfg.paths.frame_cache_dir))
-    rendered = renderer.render(stream, frames)
-    n_image = int((rendered.input_ids == renderer.image_pad_id).sum())
-    print(
-        f"[3/4] stream {stream.id} ({stream.task}): {len(rendered.step_times)} steps, "
-        f"{rendered.input_ids.numel()} tokens ({n_image} image tokens); targets at "
-        f"{[t.time for t in stream.targets]} s"
+    renderer = TurnRenderer(processor, RenderConfig(**cfg.render))
+    stream = load_streams(test)[cfg.demo.show_stream]
+    frames = stream_frames(
+        stream,
+        Path(stream.video) if Path(stream.video).is_absolute() else test.parent / stream.video,
+        renderer.cfg,
+        FrameCache(cfg.paths.frame_cache_dir),
     )
-    print("      first turns: " + processor.tokenizer.decode(rendered.input_ids[:40]).replace("\n", "\\n"))
+    rendered = renderer.render(stream, frames)
+    print(
+        f"[2/6] model {cfg.model.name}: {params['total']:,} parameters ({params['trainable']:,} trainable); "
+        f"stream {stream.id} ({stream.task}) renders to {rendered.input_ids.numel()} tokens, "
+        f"targets at {[t.time for t in stream.targets]} s"
+    )
+    print("      " + processor.tokenizer.decode(rendered.input_ids[:40]).replace("\n", "\\n"))
 
-    result = NaiveStreamer(model, renderer, threshold=cfg.demo.threshold).run(stream, frames)
-    print(f"[4/4] untrained model, step by step (threshold {cfg.demo.threshold}):")
-    print("      step  time  P(response)  decision")
-    for s in result.steps:
-        print(f"      {s.step:4d} {s.time:5.1f}  {s.p_response:11.3f}  {s.text[:60]}")
-    fires = sum(s.fired for s in result.steps)
-    print(f"demo finished in {time.time() - t0:.1f} s: {fires} fires over {len(result.steps)} steps")
-    return {"fires": fires, "steps": len(result.steps)}
+    summary = {"untrained": _evaluate(cfg, run_dir, test, "untrained", None)}
+    print(
+        f"[3/6] untrained: PRS-B {summary['untrained']['with_negatives']['prs_b']:.1f} ({time.time() - t0:.0f} s)"
+    )
+
+    sft = run_sft(
+        sft_config(
+            [
+                f"paths.root_dir={cfg.paths.root_dir}",
+                f"data.dir={data_dir}",
+                f"train.output_dir={run_dir / 'sft'}",
+                *cfg.demo.sft_overrides,
+            ]
+        )
+    )
+    summary["sft"] = _evaluate(cfg, run_dir, test, "sft", sft)
+    summary["sft_blank_video"] = _evaluate(cfg, run_dir, test, "sft_blank_video", sft, blank=True)
+    print(
+        f"[4/6] SFT: PRS-B {summary['sft']['with_negatives']['prs_b']:.1f}, blank video "
+        f"{summary['sft_blank_video']['with_negatives']['prs_b']:.1f} ({time.time() - t0:.0f} s)"
+    )
+
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        grpo_cfg = validate(
+            compose(
+                config_name="grpo",
+                overrides=[
+                    f"paths.root_dir={cfg.paths.root_dir}",
+                    f"data.dir={data_dir}",
+                    f"init={sft}",
+                    f"grpo.output_dir={run_dir / 'grpo'}",
+                    *cfg.demo.grpo_overrides,
+                ],
+            ),
+            GRPOConfig,
+        )
+    grpo = run_grpo(grpo_cfg, run_dir / "grpo")
+    summary["grpo"] = _evaluate(cfg, run_dir, test, "grpo", grpo)
+    print(f"[5/6] GRPO: PRS-B {summary['grpo']['with_negatives']['prs_b']:.1f} ({time.time() - t0:.0f} s)")
+
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(f"[6/6] held-out toy streams ({counts['test']}), negatives included; {run_dir / 'summary.json'}")
+    print(_table(summary))
+    print(f"demo finished in {time.time() - t0:.0f} s")
+    return summary
 
 
-@hydra.main(config_path="../conf", config_name="demo", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    run_demo(validate(cfg, DemoConfig))
+def main(argv: list[str] | None = None) -> dict:
+    """Compose ``conf/demo.yaml`` with command-line overrides (the stages compose their own roots,
+    so the demo is not a ``hydra.main`` app itself) and run it."""
+    from hydra import compose, initialize_config_dir
+
+    overrides = sys.argv[1:] if argv is None else argv
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = validate(compose(config_name="demo", overrides=overrides), DemoConfig)
+    return run_demo(cfg)
 
 
 if __name__ == "__main__":
