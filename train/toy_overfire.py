@@ -53,10 +53,15 @@ def run_experiment(cfg: DictConfig) -> dict:
     data_dir = Path(cfg.data.dir)
     build_toy_mixture(Path(cfg.data.root), data_dir, n=cfg.overfire.n_streams, seed=cfg.data.seed)
     overfire_split(data_dir / "train", data_dir / "train_overfire", cfg.render.steps_per_second)
-    sft_cfg = compose_config([
-        f"paths.root_dir={cfg.paths.root_dir}", f"data.dir={data_dir}", "train.train_split=train_overfire",
-        f"train.output_dir={out / 'sft'}", *cfg.overfire.sft_overrides,
-    ])
+    sft_cfg = compose_config(
+        [
+            f"paths.root_dir={cfg.paths.root_dir}",
+            f"data.dir={data_dir}",
+            "train.train_split=train_overfire",
+            f"train.output_dir={out / 'sft'}",
+            *cfg.overfire.sft_overrides,
+        ]
+    )
     init = run_sft(sft_cfg)
     render = OmegaConf.to_container(cfg.render, resolve=True)
     from train.render import RenderConfig
@@ -67,7 +72,11 @@ def run_experiment(cfg: DictConfig) -> dict:
     final = run_grpo(grpo_cfg, out)
     after = evaluate_checkpoint(final, held_out, RenderConfig(**render), threshold=cfg.grpo.eval_threshold)
     history = [json.loads(line) for line in (out / "history.jsonl").read_text().splitlines()]
-    curve = [{"step": h["step"], "prs_b": h["eval/with_negatives/prs_b"]} for h in history if "eval/with_negatives/prs_b" in h]
+    curve = [
+        {"step": h["step"], "prs_b": h["eval/with_negatives/prs_b"]}
+        for h in history
+        if "eval/with_negatives/prs_b" in h
+    ]
     rewards = {h["step"]: h["reward/mean"] for h in history if "reward/mean" in h}
     for point in curve:
         point["reward"] = rewards.get(point["step"])
