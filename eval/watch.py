@@ -1,0 +1,202 @@
+"""Evaluate every complete checkpoint of a training run once, as it appears, and chart it in W&B.
+
+    python -m eval.watch run_dir=runs/sft_4b benchmark=p3i data=mix_p3i data.dir=/data/mix_p3i
+    python -m eval.watch run_dir=runs/toy_sft data=toy once=true              # one pass, then exit
+    EVAL_MODULE=eval.watch sbatch slurm/eval.sh run_dir=runs/sft_4b benchmark=p3i data=mix_p3i
+
+Every ``poll_s`` seconds the watcher lists the run's complete checkpoints
+(``train.run_dir.complete_checkpoints``: ``checkpoint-<step>`` dirs holding ``COMPLETE``, so a
+checkpoint still being written is never read) and runs ``eval.run.evaluate`` on each one not yet in
+``<run_dir>/eval_watch.json``, with ``checkpoint=<that dir>`` and ``step=<its training step>``, into
+``<run_dir>/eval/<benchmark>/<checkpoint-N>/`` (or ``<out_dir>/<checkpoint-N>/``). A result is recorded
+(atomically: write, fsync, rename) only after its evaluation finished, so a killed watcher redoes at
+most the checkpoint it was on, and that one resumes from its ``predictions.jsonl``; a restarted watcher
+evaluates nothing twice. A checkpoint that the trainer's ``save_total_limit`` deleted before its
+evaluation finished is recorded as ``deleted``. Run one watcher per run dir and benchmark.
+
+W&B: with ``logger_from_run=true`` (default) the evaluations go to the training run's project and
+entity (its ``config.yaml``; ``WANDB_MODE`` from the environment wins over the recorded mode), one eval
+run per checkpoint, logged against ``trainer/global_step`` = the checkpoint's step, so the benchmark
+curves sit beside the training loss. A ``WANDB_RUN_ID`` / ``WANDB_RESUME`` inherited from a training
+job is dropped, so an evaluation never writes into the training run itself.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from eval.config import EvalConfig
+from train.config import SCHEMAS, validate
+from train.run_dir import COMPLETE_MARKER, complete_checkpoints
+
+log = logging.getLogger("eval.watch")
+CONF = str(Path(__file__).resolve().parents[1] / "conf")
+LEDGER = "eval_watch.json"
+#: Environment that would point an evaluation's W&B run at the training run.
+TRAINING_RUN_ENV = ("WANDB_RUN_ID", "WANDB_RESUME")
+
+
+@dataclass
+class WatchConfig(EvalConfig):
+    """``python -m eval.watch``: ``conf/eval.yaml``'s evaluation, applied to each new checkpoint."""
+
+    run_dir: str | None = None
+    """The training run dir to watch (``train.output_dir`` / ``grpo.output_dir``)."""
+    poll_s: float = 60.0
+    """Seconds between looks for new checkpoints."""
+    once: bool = False
+    """Evaluate what is there now, then exit (tests, cron)."""
+    stop_after_final: bool = True
+    """Exit once the run wrote ``final/`` and every complete checkpoint is evaluated."""
+    logger_from_run: bool = True
+    """Log to the W&B project/entity/tags of ``<run_dir>/config.yaml`` instead of the ``logger`` group."""
+
+
+SCHEMAS["watch"] = WatchConfig
+WATCH_KEYS = {f.name for f in fields(WatchConfig)} - {f.name for f in fields(EvalConfig)}
+
+
+def checkpoint_step(checkpoint: Path) -> int:
+    """The training step of ``checkpoint-<step>``."""
+    m = re.fullmatch(r"checkpoint-(\d+)", checkpoint.name)
+    if not m:
+        raise ValueError(f"{checkpoint} is not a checkpoint-<step> dir")
+    return int(m.group(1))
+
+
+def read_ledger(run_dir: Path) -> dict[str, dict]:
+    """``{"<benchmark>/<checkpoint-N>": record}`` of what was evaluated (empty if nothing yet)."""
+    path = run_dir / LEDGER
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def record(run_dir: Path, key: str, entry: dict) -> None:
+    """Add one entry to the ledger atomically (re-read first, so entries are never lost)."""
+    ledger = read_ledger(run_dir) | {key: entry}
+    tmp = run_dir / f".{LEDGER}.{os.getpid()}.tmp"
+    with tmp.open("w") as fh:
+        fh.write(json.dumps(ledger, indent=1, sort_keys=True) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, run_dir / LEDGER)
+
+
+def ledger_key(cfg: DictConfig, checkpoint: Path) -> str:
+    return f"{cfg.benchmark.name}/{checkpoint.name}"
+
+
+def pending(cfg: DictConfig, run_dir: Path) -> list[Path]:
+    """Complete checkpoints of ``run_dir`` not yet in the ledger for this benchmark, oldest first."""
+    done = read_ledger(run_dir)
+    return [c for c in complete_checkpoints(run_dir) if ledger_key(cfg, c) not in done]
+
+
+def run_logger(cfg: DictConfig, run_dir: Path) -> dict:
+    """The logger block for the evaluations: the training run's W&B project when it logged to W&B."""
+    own = OmegaConf.to_container(cfg.logger, resolve=True)
+    saved = run_dir / "config.yaml"
+    if not cfg.logger_from_run or not saved.exists():
+        return own
+    trained = OmegaConf.to_container(OmegaConf.load(saved)).get("logger") or {}
+    if trained.get("name") != "wandb":
+        return own
+    mode = os.environ.get("WANDB_MODE") or trained.get("mode") or own["mode"]
+    return (
+        own | {k: trained[k] for k in ("name", "project", "entity", "tags") if k in trained} | {"mode": mode}
+    )
+
+
+def checkpoint_config(cfg: DictConfig, run_dir: Path, checkpoint: Path) -> DictConfig:
+    """The ``eval.run`` config of one checkpoint: the watcher's config less its own keys."""
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    for key in WATCH_KEYS:
+        plain.pop(key)
+    base = Path(cfg.out_dir) if cfg.out_dir else run_dir / "eval" / cfg.benchmark.name
+    plain |= {
+        "checkpoint": str(checkpoint),
+        "step": checkpoint_step(checkpoint),
+        "out_dir": str(base / checkpoint.name),
+        "logger": run_logger(cfg, run_dir),
+    }
+    return validate(OmegaConf.create(plain), EvalConfig)
+
+
+def _run_evaluate(cfg: DictConfig) -> dict:
+    from eval.run import evaluate
+
+    return evaluate(cfg)
+
+
+def evaluate_checkpoint(
+    cfg: DictConfig, run_dir: Path, checkpoint: Path, evaluate: Callable[[DictConfig], dict]
+) -> dict:
+    """Evaluate one checkpoint and record it; returns the ledger entry."""
+    point = checkpoint_config(cfg, run_dir, checkpoint)
+    entry = {"checkpoint": str(checkpoint), "step": point.step, "out_dir": point.out_dir}
+    log.info("evaluating %s (step %d) on %s", checkpoint, point.step, cfg.benchmark.name)
+    t0 = time.time()
+    try:
+        entry["metrics"] = evaluate(point)
+        entry["status"] = "done"
+    except Exception:
+        if (checkpoint / COMPLETE_MARKER).exists():
+            raise
+        log.warning("%s was deleted before its evaluation finished; skipping it", checkpoint)
+        entry["status"] = "deleted"
+    entry["seconds"] = round(time.time() - t0, 1)
+    entry["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    record(run_dir, ledger_key(cfg, checkpoint), entry)
+    return entry
+
+
+def watch(cfg: DictConfig, evaluate: Callable[[DictConfig], dict] = _run_evaluate) -> list[str]:
+    """Poll ``cfg.run_dir`` and evaluate each new complete checkpoint once; returns the ledger keys
+    evaluated by this call. Stops after one pass (``once``) or when the run finished (``final/``)."""
+    if not cfg.run_dir:
+        raise ValueError("give run_dir=<training run dir>")
+    run_dir = Path(cfg.run_dir)
+    for key in TRAINING_RUN_ENV:
+        os.environ.pop(key, None)
+    evaluated: list[str] = []
+    while True:
+        todo = pending(cfg, run_dir)
+        for checkpoint in todo:
+            if not (checkpoint / COMPLETE_MARKER).exists():  # rotated away since the listing
+                continue
+            evaluate_checkpoint(cfg, run_dir, checkpoint, evaluate)
+            evaluated.append(ledger_key(cfg, checkpoint))
+        if todo:
+            continue  # new checkpoints may have landed while evaluating
+        if cfg.once or (cfg.stop_after_final and (run_dir / "final").exists()):
+            return evaluated
+        time.sleep(cfg.poll_s)
+
+
+def load_config(overrides: list[str] | None = None) -> DictConfig:
+    """``conf/watch.yaml`` composed with command-line style overrides and validated (tests)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        return validate(compose(config_name="watch", overrides=overrides or []), WatchConfig)
+
+
+@hydra.main(config_path=CONF, config_name="watch", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", force=True)
+    cfg = validate(cfg, WatchConfig)
+    evaluated = watch(cfg)
+    print(json.dumps({"run_dir": cfg.run_dir, "evaluated": evaluated}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,177 @@
+"""eval.watch: each complete checkpoint of a run is evaluated exactly once, across restarts, logged to
+the training run's W&B project against the checkpoint's training step."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from omegaconf import DictConfig
+
+from eval import tracking
+from eval.watch import LEDGER, load_config, read_ledger, watch
+from train.config import SCHEMAS
+from train.run_dir import COMPLETE_MARKER
+
+
+def make_checkpoint(run_dir: Path, step: int, complete: bool = True, source: Path | None = None) -> Path:
+    ckpt = run_dir / f"checkpoint-{step}"
+    if source is not None:
+        shutil.copytree(source, ckpt)
+    ckpt.mkdir(parents=True, exist_ok=True)
+    if complete:
+        (ckpt / COMPLETE_MARKER).write_text(f"{step}\n")
+    return ckpt
+
+
+def make_run(tmp: Path, logger: str = "wandb") -> Path:
+    run_dir = tmp / "runs" / "sft_a"
+    run_dir.mkdir(parents=True)
+    logged = {"name": logger, "project": "train-project", "entity": "team", "mode": "online", "tags": ["t"]}
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({"run_name": "sft_a", "logger": logged}))
+    return run_dir
+
+
+class Recorder:
+    """A stand-in for ``eval.run.evaluate`` that records the configs it gets; ``then`` runs a hook."""
+
+    def __init__(self, then=None):
+        self.seen: list[DictConfig] = []
+        self.then = then or {}
+
+    def __call__(self, cfg: DictConfig) -> dict:
+        self.seen.append(cfg)
+        hook = self.then.get(Path(cfg.checkpoint).name)
+        if hook:
+            hook()
+        return {"overall": {"prs_b": float(cfg.step)}}
+
+    @property
+    def steps(self) -> list[int]:
+        return [c.step for c in self.seen]
+
+
+def cfg_for(run_dir: Path, *extra: str) -> DictConfig:
+    return load_config([f"run_dir={run_dir}", "poll_s=0.01", *extra])
+
+
+def test_watch_config_composes_into_its_schema():
+    cfg = cfg_for(Path("runs/x"))
+    assert SCHEMAS["watch"].__name__ == "WatchConfig"
+    assert cfg.run_dir == "runs/x" and cfg.once is False and cfg.benchmark.name == "p3i"
+
+
+def test_new_checkpoints_are_evaluated_once_until_the_run_finishes(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_RUN_ID", "slurm-1")  # inherited from a training job: must not leak
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    run_dir = make_run(tmp_path)
+    make_checkpoint(run_dir, 2)
+    make_checkpoint(run_dir, 4, complete=False)  # being written: not evaluated yet
+
+    def more():  # while checkpoint-2 is evaluated, checkpoint-4 completes and checkpoint-6 lands
+        (run_dir / "checkpoint-4" / COMPLETE_MARKER).write_text("4\n")
+        make_checkpoint(run_dir, 6)
+
+    def finish():
+        (run_dir / "final").mkdir()
+
+    ev = Recorder({"checkpoint-2": more, "checkpoint-6": finish})
+    env_seen = []
+    ev.then["checkpoint-4"] = lambda: env_seen.append(__import__("os").environ.get("WANDB_RUN_ID"))
+    assert watch(cfg_for(run_dir), evaluate=ev) == [
+        "p3i/checkpoint-2",
+        "p3i/checkpoint-4",
+        "p3i/checkpoint-6",
+    ]
+    assert ev.steps == [2, 4, 6] and env_seen == [None]
+    first = ev.seen[0]
+    assert first.checkpoint == str(run_dir / "checkpoint-2")
+    assert first.out_dir == str(run_dir / "eval" / "p3i" / "checkpoint-2")
+    assert (first.logger.name, first.logger.project, first.logger.entity) == (
+        "wandb",
+        "train-project",
+        "team",
+    )
+    assert first.logger.mode == "offline" and list(first.logger.tags) == ["t"]
+    assert "run_dir" not in first and "poll_s" not in first  # a plain eval.run config
+    ledger = read_ledger(run_dir)
+    assert sorted(ledger) == ["p3i/checkpoint-2", "p3i/checkpoint-4", "p3i/checkpoint-6"]
+    assert ledger["p3i/checkpoint-4"]["step"] == 4 and ledger["p3i/checkpoint-4"]["status"] == "done"
+    assert ledger["p3i/checkpoint-6"]["metrics"] == {"overall": {"prs_b": 6.0}}
+
+    again = Recorder()  # a restarted watcher: nothing twice, only what is new
+    assert watch(cfg_for(run_dir, "once=true"), evaluate=again) == [] and again.seen == []
+    make_checkpoint(run_dir, 8)
+    assert watch(cfg_for(run_dir, "once=true"), evaluate=again) == ["p3i/checkpoint-8"]
+    assert again.steps == [8] and len(read_ledger(run_dir)) == 4
+    other = Recorder()  # another benchmark keeps its own record
+    assert len(watch(cfg_for(run_dir, "once=true", "benchmark=propermem"), evaluate=other)) == 4
+
+
+def test_a_run_without_wandb_keeps_the_watchers_logger(tmp_path):
+    run_dir = make_run(tmp_path, logger="none")
+    make_checkpoint(run_dir, 1)
+    ev = Recorder()
+    watch(cfg_for(run_dir, "once=true", f"out_dir={tmp_path / 'evals'}"), evaluate=ev)
+    assert ev.seen[0].logger.name == "none" and ev.seen[0].out_dir == str(tmp_path / "evals" / "checkpoint-1")
+
+
+def test_a_checkpoint_deleted_during_its_evaluation_is_recorded_and_skipped(tmp_path):
+    run_dir = make_run(tmp_path)
+    ckpt = make_checkpoint(run_dir, 3)
+
+    def rotated(cfg):
+        shutil.rmtree(ckpt)
+        raise FileNotFoundError(cfg.checkpoint)
+
+    watch(cfg_for(run_dir, "once=true"), evaluate=rotated)
+    assert read_ledger(run_dir)["p3i/checkpoint-3"]["status"] == "deleted"
+
+    def broken(cfg):
+        raise RuntimeError("a real failure")
+
+    make_checkpoint(run_dir, 5)
+    with pytest.raises(RuntimeError):
+        watch(cfg_for(run_dir, "once=true"), evaluate=broken)
+    assert "p3i/checkpoint-5" not in read_ledger(run_dir)  # retried by the next watcher
+
+
+@pytest.mark.slow
+def test_real_evaluations_of_two_tiny_checkpoints(tiny_checkpoint, toy_dir, tmp_path, monkeypatch):
+    logged: list[tuple[str, str, int, str]] = []
+
+    class Captured(tracking.EvalLogger):
+        def __init__(self, cfg, run_name, config=None, group=None):
+            self.project, self.run_name = cfg.project, run_name
+
+        def log_metrics(self, metrics, step, prefix):
+            logged.append((self.project, self.run_name, step, prefix))
+
+    monkeypatch.setitem(tracking.LOGGERS, "wandb", Captured)
+    run_dir = make_run(tmp_path)
+    for step in (1, 3):
+        make_checkpoint(run_dir, step, source=tiny_checkpoint)
+    overrides = [
+        f"records={toy_dir / 'records.jsonl'}",
+        f"paths.cache_dir={tmp_path / 'cache'}",
+        "render.max_pixels=4096",
+        "max_new_tokens=4",
+        "limit=2",
+        "timelines=1",
+        "once=true",
+    ]
+    assert watch(cfg_for(run_dir, *overrides)) == ["p3i/checkpoint-1", "p3i/checkpoint-3"]
+    for step in (1, 3):
+        out = run_dir / "eval" / "p3i" / f"checkpoint-{step}"
+        assert (
+            json.loads((out / "metrics.json").read_text())
+            == read_ledger(run_dir)[f"p3i/checkpoint-{step}"]["metrics"]
+        )
+    assert logged == [
+        ("train-project", "sft_a_checkpoint-1/p3i", 1, "eval/p3i"),
+        ("train-project", "sft_a_checkpoint-3/p3i", 3, "eval/p3i"),
+    ]
+    assert watch(cfg_for(run_dir, *overrides)) == [] and (run_dir / LEDGER).exists()

