@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -51,6 +52,11 @@ def _output_dir(cfg: DictConfig) -> Path:
 def run(cfg: DictConfig, out: Path | None = None) -> Path:
     """Train from a validated config; returns the final checkpoint dir (model + processor)."""
     quiet_libraries()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise RuntimeError(
+            "train.grpo runs as a single process (its rollout/update loop is not distributed yet); "
+            "launch it with one process per run (slurm/grpo.sh asks for one GPU)"
+        )
     g = cfg.grpo
     out = Path(out or g.output_dir)
     if g.num_threads:

@@ -187,9 +187,28 @@ class PreemptionCallback(TrainerCallback):
             self._previous[sig] = signal.signal(sig, self._handle)
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.received is not None:
+        if self._any_rank_received():
             control.should_save = True
             control.should_training_stop = True
+
+    def _any_rank_received(self) -> bool:
+        """Whether any rank got the signal: every rank must stop at the same step, or the
+        collective checkpoint save would wait forever for the ranks that went on."""
+        import torch
+        import torch.distributed as dist
+
+        flag = self.received is not None
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            backend = dist.get_backend()
+            device = (
+                torch.device("cuda", torch.cuda.current_device())
+                if backend == "nccl"
+                else torch.device("cpu")
+            )
+            t = torch.tensor([int(flag)], device=device)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            flag = bool(t.item())
+        return flag
 
     def on_train_end(self, args, state, control, **kwargs):
         for sig, handler in self._previous.items():
