@@ -218,12 +218,12 @@ def score_p3i(args: argparse.Namespace) -> tuple[dict, list[dict]]:
     result["redundant_replies"] = redundant_total
     if negatives:
         result["negatives"] = {"n": len(negatives), "silent": 100.0 * sum(negatives) / len(negatives)}
-        both = aggregate_prs(every)
-        result["with_negatives"] = {
-            "prs_u": both["prs_u"],
-            "prs_b": both["prs_b"],
-            "per_task": {t: {"prs_u": v["prs_u"], "prs_b": v["prs_b"]} for t, v in both["per_task"].items()},
-        }
+    both = aggregate_prs(every)  # a negative counts in its task: 1 when silent, else 0
+    result["with_negatives"] = {
+        "prs_u": both["prs_u"],
+        "prs_b": both["prs_b"],
+        "per_task": {t: {"prs_u": v["prs_u"], "prs_b": v["prs_b"]} for t, v in both["per_task"].items()},
+    }
     if unscorable.pairs:
         result["unscorable"] = unscorable.report()
     return result, per_sample

@@ -20,8 +20,8 @@ def test_demo_runs_every_stage(tmp_path):
         "train.demo",
         f"paths.root_dir={tmp_path}",
         "demo.n_streams=16",
-        "demo.sft_overrides=[experiment=toy_sft,train.max_steps=4,train.time_budget_s=null]",
-        "demo.grpo_overrides=[experiment=toy_grpo,grpo.max_steps=1,grpo.windows_per_step=1]",
+        'demo.sft_overrides=["experiment=toy_sft","train.max_steps=4","train.time_budget_s=null"]',
+        'demo.grpo_overrides=["experiment=toy_grpo","grpo.max_steps=1","grpo.windows_per_step=1"]',
     ]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -1,7 +1,7 @@
 """The whole pipeline on the tiny model and toy videos, on CPU.
 
     python -m train.demo            (or: make demo)
-    python -m train.demo demo.n_streams=64 demo.sft_overrides='[train.time_budget_s=60]'
+    python -m train.demo demo.n_streams=64 'demo.sft_overrides=["experiment=toy_sft","train.time_budget_s=60"]'
 
 1. Build toy clips (``source=toy``) and split them by video (``data=toy``), as the builders do.
 2. Build the tiny Qwen3-VL checkpoint; render one stream and print what the model sees.

@@ -7,9 +7,9 @@
   and ``mix`` write them (records, parquet, stats.json).
 - :func:`evaluate_streams`: the causal streaming engine over every stream of a split, then P3I
   scoring as ``eval.score --protocol p3i --content label`` does (``label`` for targets with a label,
-  ``exact`` for the others). ``eval.score`` reports negatives apart (share silent); the toy
-  experiments judge learning with negatives inside every task's score, so the result also holds
-  ``with_negatives``: macro and per-task PRS over all streams, a negative scoring 1 when silent.
+  ``exact`` for the others), whose ``with_negatives`` view (macro and per-task PRS over all streams,
+  a negative scoring 1 when silent) is how the toy experiments judge learning; it also holds
+  ``fires_per_stream``.
   ``blank=True`` replaces every frame by a uniform grey one: the control for a model that reads
   the timestamps and ignores the video.
 """
@@ -27,13 +27,11 @@ from data_builders.build import build_source
 from data_builders.mixture import MixtureConfig, SourceShare, build_mixture
 from data_builders.records import Prediction, load_streams, resolve_video, write_jsonl
 from data_builders.video import FrameCache
+from eval.run import BLANK_GREY
 from eval.score import parse_args, score_p3i
 from eval.streaming import EngineConfig, StreamingEngine
-from rewards.prs import PRSScores, aggregate_prs
 from train.data import split_records
 from train.render import RenderConfig, TurnRenderer, stream_frames
-
-BLANK_VALUE = 128  # uniform mid-grey frame
 
 
 def build_toy_mixture(
@@ -78,26 +76,17 @@ def evaluate_streams(
         chunk = streams[i : i + batch_size]
         frames = [stream_frames(s, resolve_video(s, path), render_cfg, frame_cache) for s in chunk]
         if blank:
-            frames = [np.full_like(f, BLANK_VALUE) for f in frames]
+            frames = [np.full_like(f, BLANK_GREY) for f in frames]
         for s, result in zip(chunk, engine.run(chunk, frames), strict=True):
             preds.append(Prediction(s.id, result.replies()))
     with tempfile.TemporaryDirectory() as tmp:
         gt, pred = Path(tmp) / "gt.jsonl", Path(tmp) / "pred.jsonl"
         write_jsonl(gt, streams)
         write_jsonl(pred, preds)
-        result, per_sample = score_p3i(
+        result, _ = score_p3i(
             parse_args(["--protocol", "p3i", "--gt", str(gt), "--pred", str(pred), "--content", "label"])
         )
-    every = aggregate_prs(
-        (row["task"], PRSScores(row["prs_u"], row["prs_b"], row["prs_u_prime"], row["prs_b_prime"]))
-        for row in per_sample
-    )
-    result["with_negatives"] = {
-        "prs_u": every["prs_u"],
-        "prs_b": every["prs_b"],
-        "per_task": {t: {"prs_u": v["prs_u"], "prs_b": v["prs_b"]} for t, v in every["per_task"].items()},
-        "fires_per_stream": sum(len(p.replies) for p in preds) / max(1, len(preds)),
-    }
+    result["with_negatives"]["fires_per_stream"] = sum(len(p.replies) for p in preds) / max(1, len(preds))
     return result
 
 

@@ -292,13 +292,21 @@ def _cpu_ranks(use_deepspeed: bool) -> dict | None:
     return {"use_configured_state": True}
 
 
+_wandb_dir_set_here: str | None = None
+
+
 def logger_report_to(cfg: DictConfig) -> list[str]:
     """The Trainer's ``report_to`` for the ``logger`` group (W&B settings go through its env vars)."""
     if cfg.logger.name != "wandb":
         return []
+    global _wandb_dir_set_here
     os.environ.setdefault("WANDB_PROJECT", cfg.logger.project)
     os.environ["WANDB_MODE"] = cfg.logger.mode
-    os.environ.setdefault("WANDB_DIR", cfg.train.output_dir)
+    if os.environ.get("WANDB_DIR") in (None, _wandb_dir_set_here):  # the user's own WANDB_DIR wins
+        os.environ["WANDB_DIR"] = _wandb_dir_set_here = str(cfg.train.output_dir)
+    import wandb
+
+    wandb.teardown()  # settings are cached per process: a second run in it must read this run's env
     if cfg.logger.entity:
         os.environ.setdefault("WANDB_ENTITY", cfg.logger.entity)
     if cfg.logger.tags:
