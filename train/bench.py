@@ -2,6 +2,7 @@
 
     python -m train.bench sft                       # tiny model, toy windows, CPU; JSON on the last line
     python -m train.bench sft --steps 20 --batch 8 --threads 2
+    python -m train.bench grpo                      # rollouts with / without frame sharing (train/bench_grpo.py)
 
 One step is what the SFT trainer does per batch: forward over a padded batch of rendered toy windows
 (20 steps of 64x64 frames each), the decision loss, backward, gradient clipping and an AdamW step.
@@ -104,14 +105,20 @@ def bench_sft(steps: int, batch: int, threads: int) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m train.bench", description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=["sft", "variant"])
+    ap.add_argument("what", choices=["sft", "grpo", "variant"])
     ap.add_argument("name", nargs="?", choices=sorted(VARIANTS))
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--windows", type=int, default=8, help="grpo: rollout windows")
+    ap.add_argument("--group", type=int, default=4, help="grpo: rollouts per window")
     args = ap.parse_args(argv)
     if args.what == "variant":
         result = run_variant(VARIANTS[args.name], args.steps, args.batch, args.threads)
+    elif args.what == "grpo":
+        from train.bench_grpo import bench_grpo
+
+        result = bench_grpo(args.windows, args.group, args.threads)
     else:
         result = bench_sft(args.steps, args.batch, args.threads)
     print(json.dumps(result, sort_keys=True))

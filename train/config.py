@@ -63,9 +63,9 @@ class LoggerConfig:
 
 @dataclass
 class DemoSettings:
-    n_streams: int = 160
+    n_streams: int = 512
     """Toy clips to generate (split by video into ``splits``)."""
-    splits: dict[str, float] = field(default_factory=lambda: {"train": 0.7, "val": 0.1, "test": 0.2})
+    splits: dict[str, float] = field(default_factory=lambda: {"train": 0.75, "val": 0.125, "test": 0.125})
     seed: int = 0
     show_stream: int = 0
     """Which toy stream the demo renders and runs step by step."""

@@ -4,7 +4,8 @@
    training split: every positive stream's target is repeated at every step from the event to the
    end of the clip, as the papers' adapted models behave (they keep talking once something happened).
 2. SFT on that copy (``conf/sft.yaml`` + ``overfire.sft_overrides``): a checkpoint that looks at the
-   frames and speaks at the event, then at every later step too.
+   frames and speaks at the event, then at every later step too. It is kept in
+   ``<runs>/toy_overfire_sft/final`` and reused when there, so every GRPO seed starts from it.
 3. Held-out evaluation before GRPO, GRPO from that checkpoint (``grpo`` block, reward ``reward``),
    evaluation after. ``<grpo.output_dir>/summary.json`` holds ``before`` and ``after``: P3I metrics
    as ``eval.score`` prints them (plus ``with_negatives``) and ``redundant_replies``, the count of
@@ -53,16 +54,19 @@ def run_experiment(cfg: DictConfig) -> dict:
     data_dir = Path(cfg.data.dir)
     build_toy_mixture(Path(cfg.data.root), data_dir, n=cfg.overfire.n_streams, seed=cfg.data.seed)
     overfire_split(data_dir / "train", data_dir / "train_overfire", cfg.render.steps_per_second)
-    sft_cfg = compose_config(
-        [
-            f"paths.root_dir={cfg.paths.root_dir}",
-            f"data.dir={data_dir}",
-            "train.train_split=train_overfire",
-            f"train.output_dir={out / 'sft'}",
-            *cfg.overfire.sft_overrides,
-        ]
-    )
-    init = run_sft(sft_cfg)
+    sft_dir = Path(cfg.paths.runs_dir) / "toy_overfire_sft"
+    init = sft_dir / "final"
+    if not (init / "model.safetensors").exists():  # made once, shared by every GRPO seed
+        sft_cfg = compose_config(
+            [
+                f"paths.root_dir={cfg.paths.root_dir}",
+                f"data.dir={data_dir}",
+                "train.train_split=train_overfire",
+                f"train.output_dir={sft_dir}",
+                *cfg.overfire.sft_overrides,
+            ]
+        )
+        init = run_sft(sft_cfg)
     render = OmegaConf.to_container(cfg.render, resolve=True)
     from train.render import RenderConfig
 

@@ -35,3 +35,14 @@ def test_cli_prints_one_json_object_last():
     result = json.loads(out.stdout.strip().splitlines()[-1])
     for variant in ("frozen_vision", "trained_vision"):
         assert result[variant]["tokens_per_s"] > 0 and result[variant]["peak_memory_mb"] > 0
+
+
+def test_grpo_bench_counts_shared_and_unshared_frames():
+    from train.bench_grpo import bench_grpo
+
+    out = bench_grpo(windows=2, group=3, threads=2)
+    assert out["windows"] == 2
+    assert out["unshared"]["frames_encoded"] == 3 * out["shared"]["frames_encoded"] == 3 * 2 * 20
+    assert out["shared"]["windows_per_s"] > 0 and out["sharing_speedup"] > 0
+    assert set(out["update_time_s"]) == {"rollout_s", "reward_s", "update_s"}
+    assert abs(sum(out["update_time_share"].values()) - 1.0) < 1e-3

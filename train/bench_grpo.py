@@ -1,0 +1,91 @@
+"""GRPO throughput on the tiny model (CPU): rollouts with and without frame sharing, and the time
+split of one update between rollout, reward and policy update.
+
+    python -m train.bench grpo                      # JSON on the last line
+    python -m train.bench grpo --windows 8 --group 4 --threads 2
+
+``shared``: the G rollouts of a window use one frame array, so each frame goes through the vision
+tower once per window; ``unshared``: every rollout gets its own copy and its frames are encoded G
+times. ``frames_encoded`` counts what the vision tower saw.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+import yaml
+
+from train.bench import ROOT
+
+
+def bench_grpo(windows: int, group: int, threads: int) -> dict:
+    from data_builders.records import load_streams, write_jsonl
+    from data_builders.toy import generate_toy
+    from eval.streaming import EngineConfig, StreamingEngine
+    from rewards.grpo import build_reward
+    from train.config import quiet_libraries
+    from train.grpo_trainer import GRPOLoop
+    from train.model import load_model_and_processor
+    from train.render import RenderConfig, TurnRenderer, stream_frames
+    from train.rollout import make_windows
+
+    quiet_libraries()
+    torch.set_num_threads(threads)
+    cfg = yaml.safe_load((ROOT / "conf" / "model" / "tiny.yaml").read_text())
+    reward_cfg = yaml.safe_load((ROOT / "conf" / "reward" / "prs.yaml").read_text())
+    with tempfile.TemporaryDirectory() as tmp:
+        model, processor = load_model_and_processor(cfg, cache_dir=Path(tmp) / "cache")
+        write_jsonl(Path(tmp) / "records.jsonl", generate_toy(tmp, n=windows, seed=0))
+        renderer = TurnRenderer(processor, RenderConfig(max_pixels=4096))
+        streams = load_streams(Path(tmp) / "records.jsonl")
+        frames = {s.id: stream_frames(s, Path(tmp) / s.video, renderer.cfg) for s in streams}
+        pool = make_windows(streams, frames, renderer, window_steps=20, negative_share=1.0, seed=0)[:windows]
+        out: dict = {
+            "bench": "grpo",
+            "model": "tiny",
+            "device": "cpu",
+            "windows": len(pool),
+            "group": group,
+            "window_steps": 20,
+            "threads": threads,
+        }
+        model.eval()
+        for name, share in (("shared", True), ("unshared", False)):
+            encoded, t0 = 0, time.perf_counter()
+            for j, w in enumerate(pool):
+                rows = [w.frames] * group if share else [w.frames.copy() for _ in range(group)]
+                engine = StreamingEngine(
+                    model, renderer, EngineConfig(sample=True, max_new_tokens=16, seed=j)
+                )
+                with torch.no_grad():
+                    engine.run([w.stream] * group, rows)
+                encoded += engine.frames_encoded
+            elapsed = time.perf_counter() - t0
+            out[name] = {"windows_per_s": round(len(pool) / elapsed, 3), "frames_encoded": encoded}
+        out["sharing_speedup"] = round(out["shared"]["windows_per_s"] / out["unshared"]["windows_per_s"], 3)
+        loop_cfg = SimpleNamespace(
+            learning_rate=1e-4,
+            weight_decay=0.0,
+            seed=0,
+            windows_per_step=len(pool),
+            group_size=group,
+            temperature=1.0,
+            max_new_tokens=16,
+            clip_eps=0.2,
+            beta=0.0,
+            max_grad_norm=1.0,
+            save_total_limit=1,
+        )
+        loop = GRPOLoop(
+            loop_cfg, model, processor, renderer, build_reward(reward_cfg), pool, Path(tmp) / "run"
+        )
+        row = loop.update()
+    split = {k: row[k] for k in ("rollout_s", "reward_s", "update_s")}
+    total = sum(split.values())
+    out["update_time_s"] = {k: round(v, 4) for k, v in split.items()}
+    out["update_time_share"] = {k: round(v / total, 4) for k, v in split.items()}
+    return out
