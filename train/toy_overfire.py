@@ -57,6 +57,9 @@ def run_experiment(cfg: DictConfig) -> dict:
     sft_dir = Path(cfg.paths.runs_dir) / "toy_overfire_sft"
     init = sft_dir / "final"
     if not (init / "model.safetensors").exists():  # made once, shared by every GRPO seed
+        from hydra.core.global_hydra import GlobalHydra
+
+        GlobalHydra.instance().clear()  # composing conf/sft.yaml from inside the train.grpo app
         sft_cfg = compose_config(
             [
                 f"paths.root_dir={cfg.paths.root_dir}",
