@@ -20,6 +20,7 @@ JSON object on the last line.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import hydra
@@ -35,7 +36,7 @@ from eval.config import EvalConfig
 from eval.memory import build_memory
 from eval.runners import get_runner
 from eval.store import PredictionLog
-from eval.streaming import EngineConfig, StreamingEngine
+from eval.streaming import EngineConfig, StreamingEngine, StreamResult
 from eval.sweep import fingerprint, point_dir, reuse_rows, sibling_passes, write_summary
 from eval.tracking import format_table, make_logger, plot_timelines
 from train.config import quiet_libraries, validate
@@ -93,6 +94,34 @@ def _start_dir(out: Path, cfg: DictConfig) -> None:
     OmegaConf.save(OmegaConf.create(plain), saved)
 
 
+def stream_batches(
+    model,
+    renderer: TurnRenderer,
+    streams: list[Stream],
+    path: Path,
+    engine_cfg: EngineConfig,
+    *,
+    batch_size: int,
+    cache: FrameCache | None = None,
+    blank: bool = False,
+    video_root: str | None = None,
+    memory=None,
+    skip: set[str] | frozenset[str] = frozenset(),
+) -> Iterator[tuple[list[Stream], list[StreamResult]]]:
+    """The streams not in ``skip``, ``batch_size`` at a time, through the engine (frames read per
+    batch, every frame blank grey with ``blank``): yields each batch with its results."""
+    for i in range(0, len(streams), batch_size):
+        batch = [s for s in streams[i : i + batch_size] if s.id not in skip]
+        if not batch:
+            continue
+        frames = [stream_frames(s, resolve_video(s, path, video_root), renderer.cfg, cache) for s in batch]
+        if blank:
+            frames = [np.full_like(f, BLANK_GREY) for f in frames]
+        with torch.inference_mode():
+            results = StreamingEngine(model, renderer, engine_cfg, memory=memory).run(batch, frames)
+        yield batch, results
+
+
 def _run_streams(
     cfg: DictConfig, streams: list[Stream], done: set[str], path: Path, log: PredictionLog
 ) -> int:
@@ -111,19 +140,22 @@ def _run_streams(
     engine_cfg = EngineConfig(
         threshold=cfg.threshold, max_new_tokens=cfg.max_new_tokens, frame_window=cfg.frame_window
     )
-    runner, cache, n = get_runner(cfg.benchmark.protocol), FrameCache(cfg.paths.frame_cache_dir), 0
+    runner, n = get_runner(cfg.benchmark.protocol), 0
     memory = build_memory(cfg.memory, model, processor)  # None with memory=off
-    for i in range(0, len(streams), cfg.batch_size):
-        batch = [s for s in streams[i : i + cfg.batch_size] if s.id not in done]
-        if not batch:
-            continue
-        frames = [
-            stream_frames(s, resolve_video(s, path, cfg.video_root), renderer.cfg, cache) for s in batch
-        ]
-        if cfg.blank_frames:
-            frames = [np.full_like(f, BLANK_GREY) for f in frames]
-        with torch.inference_mode():
-            results = StreamingEngine(model, renderer, engine_cfg, memory=memory).run(batch, frames)
+    batches = stream_batches(
+        model,
+        renderer,
+        streams,
+        path,
+        engine_cfg,
+        batch_size=cfg.batch_size,
+        cache=FrameCache(cfg.paths.frame_cache_dir),
+        blank=cfg.blank_frames,
+        video_root=cfg.video_root,
+        memory=memory,
+        skip=done,
+    )
+    for batch, results in batches:
         for s, res in zip(batch, results, strict=True):
             log.append(runner.prediction_row(s, res, cfg.benchmark))
         n += len(batch)

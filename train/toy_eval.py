@@ -21,17 +21,15 @@ import json
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 from data_builders.build import build_source
 from data_builders.mixture import MixtureConfig, SourceShare, build_mixture
-from data_builders.records import Prediction, load_streams, resolve_video, write_jsonl
+from data_builders.records import Prediction, load_streams, write_jsonl
 from data_builders.video import FrameCache
-from eval.run import BLANK_GREY
+from eval.run import stream_batches
 from eval.score import parse_args, score_p3i
-from eval.streaming import EngineConfig, StreamingEngine
+from eval.streaming import EngineConfig
 from train.data import split_records
-from train.render import RenderConfig, TurnRenderer, stream_frames
+from train.render import RenderConfig, TurnRenderer
 
 
 def build_toy_mixture(
@@ -70,15 +68,21 @@ def evaluate_streams(
     path = split_records(split) if Path(split).is_dir() else Path(split)
     streams = load_streams(path)
     renderer = TurnRenderer(processor, render_cfg)
-    engine = StreamingEngine(model.eval(), renderer, EngineConfig(threshold=threshold))
-    preds = []
-    for i in range(0, len(streams), batch_size):
-        chunk = streams[i : i + batch_size]
-        frames = [stream_frames(s, resolve_video(s, path), render_cfg, frame_cache) for s in chunk]
-        if blank:
-            frames = [np.full_like(f, BLANK_GREY) for f in frames]
-        for s, result in zip(chunk, engine.run(chunk, frames), strict=True):
-            preds.append(Prediction(s.id, result.replies()))
+    batches = stream_batches(
+        model.eval(),
+        renderer,
+        streams,
+        path,
+        EngineConfig(threshold=threshold),
+        batch_size=batch_size,
+        cache=frame_cache,
+        blank=blank,
+    )
+    preds = [
+        Prediction(s.id, r.replies())
+        for batch, results in batches
+        for s, r in zip(batch, results, strict=True)
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         gt, pred = Path(tmp) / "gt.jsonl", Path(tmp) / "pred.jsonl"
         write_jsonl(gt, streams)
