@@ -20,30 +20,26 @@ JSON object on the last line.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import hydra
-import numpy as np
-import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from data_builders.records import Stream, load_streams, resolve_video, write_jsonl
+from data_builders.records import Stream, load_streams, write_jsonl
 from data_builders.video import FrameCache
 from eval.config import EvalConfig
 from eval.memory import build_memory
 from eval.runners import get_runner
 from eval.store import PredictionLog
-from eval.streaming import EngineConfig, StreamingEngine, StreamResult
+from eval.streaming import EngineConfig, stream_batches
 from eval.sweep import fingerprint, point_dir, reuse_rows, sibling_passes, write_summary
 from eval.tracking import format_table, make_logger, plot_timelines
 from train.config import quiet_libraries, validate
 from train.model import load_model_and_processor
-from train.render import RenderConfig, TurnRenderer, stream_frames
+from train.render import RenderConfig, TurnRenderer
 
-BLANK_GREY = 128  # the value of every pixel of a blank-video control frame
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 
 
@@ -92,34 +88,6 @@ def _start_dir(out: Path, cfg: DictConfig) -> None:
         return
     out.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(OmegaConf.create(plain), saved)
-
-
-def stream_batches(
-    model,
-    renderer: TurnRenderer,
-    streams: list[Stream],
-    path: Path,
-    engine_cfg: EngineConfig,
-    *,
-    batch_size: int,
-    cache: FrameCache | None = None,
-    blank: bool = False,
-    video_root: str | None = None,
-    memory=None,
-    skip: set[str] | frozenset[str] = frozenset(),
-) -> Iterator[tuple[list[Stream], list[StreamResult]]]:
-    """The streams not in ``skip``, ``batch_size`` at a time, through the engine (frames read per
-    batch, every frame blank grey with ``blank``): yields each batch with its results."""
-    for i in range(0, len(streams), batch_size):
-        batch = [s for s in streams[i : i + batch_size] if s.id not in skip]
-        if not batch:
-            continue
-        frames = [stream_frames(s, resolve_video(s, path, video_root), renderer.cfg, cache) for s in batch]
-        if blank:
-            frames = [np.full_like(f, BLANK_GREY) for f in frames]
-        with torch.inference_mode():
-            results = StreamingEngine(model, renderer, engine_cfg, memory=memory).run(batch, frames)
-        yield batch, results
 
 
 def _run_streams(

@@ -31,16 +31,21 @@ their features reused for every row. ``frames_encoded`` counts the frames the vi
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
 from transformers import DynamicCache
 from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
 
-from data_builders.records import Reply, Stream
+from data_builders.records import Reply, Stream, resolve_video
+from data_builders.video import FrameCache
 from rewards.turns import parse_turn
-from train.render import TurnRenderer
+from train.render import TurnRenderer, stream_frames
+
+BLANK_GREY = 128  # the value of every pixel of a blank-video control frame
 
 
 @dataclass
@@ -373,3 +378,31 @@ class StreamingEngine:
 
     def cache_length(self) -> int:
         return int(self.mask.shape[1])
+
+
+def stream_batches(
+    model,
+    renderer: TurnRenderer,
+    streams: list[Stream],
+    path: Path,
+    engine_cfg: EngineConfig,
+    *,
+    batch_size: int,
+    cache: FrameCache | None = None,
+    blank: bool = False,
+    video_root: str | None = None,
+    memory=None,
+    skip: set[str] | frozenset[str] = frozenset(),
+) -> Iterator[tuple[list[Stream], list[StreamResult]]]:
+    """The streams not in ``skip``, ``batch_size`` at a time, through the engine (frames read per
+    batch, every frame blank grey with ``blank``): yields each batch with its results."""
+    for i in range(0, len(streams), batch_size):
+        batch = [s for s in streams[i : i + batch_size] if s.id not in skip]
+        if not batch:
+            continue
+        frames = [stream_frames(s, resolve_video(s, path, video_root), renderer.cfg, cache) for s in batch]
+        if blank:
+            frames = [np.full_like(f, BLANK_GREY) for f in frames]
+        with torch.inference_mode():
+            results = StreamingEngine(model, renderer, engine_cfg, memory=memory).run(batch, frames)
+        yield batch, results

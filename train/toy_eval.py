@@ -25,9 +25,8 @@ from data_builders.build import build_source
 from data_builders.mixture import MixtureConfig, SourceShare, build_mixture
 from data_builders.records import Prediction, load_streams, write_jsonl
 from data_builders.video import FrameCache
-from eval.run import stream_batches
 from eval.score import parse_args, score_p3i
-from eval.streaming import EngineConfig
+from eval.streaming import EngineConfig, stream_batches
 from train.data import split_records
 from train.render import RenderConfig, TurnRenderer
 

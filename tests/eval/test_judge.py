@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -13,49 +11,16 @@ from rewards.content import TargetText, Unscorable, get_content_scorer
 from rewards.egoserve import ServiceEvent
 
 
-class FakeJudgeServer:
-    """Answers chat completions from a script: (substring of the prompt -> list of answers in order)."""
+def scripted(script: dict[str, list[str]]):
+    """An answer function: the first script key found in the prompt gives the next of its answers
+    (the last one repeats)."""
+    script = {k: list(v) for k, v in script.items()}
 
-    def __init__(self, script: dict[str, list[str]]):
-        self.script = {k: list(v) for k, v in script.items()}
-        self.requests: list[dict] = []
-        self.headers: list[dict] = []
-        outer = self
+    def answer(prompt: str) -> str:
+        key = next(k for k in script if k in prompt)
+        return script[key].pop(0) if len(script[key]) > 1 else script[key][0]
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 (http.server's name)
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.requests.append(body)
-                outer.headers.append(dict(self.headers))
-                prompt = body["messages"][0]["content"]
-                key = next(k for k in outer.script if k in prompt)
-                answer = outer.script[key].pop(0) if len(outer.script[key]) > 1 else outer.script[key][0]
-                data = json.dumps(
-                    {"choices": [{"message": {"role": "assistant", "content": answer}}]}
-                ).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
+    return answer
 
 
 def test_parse_rating_is_strict():
@@ -65,7 +30,7 @@ def test_parse_rating_is_strict():
     assert parse_rating("Rationality: 3", "Effectiveness") is None
 
 
-def test_judge_retry_malformed_and_cache(tmp_path, monkeypatch):
+def test_judge_retry_malformed_and_cache(tmp_path, monkeypatch, chat_server):
     monkeypatch.setenv("TEST_JUDGE_KEY", "sk-local-test")
     script = {
         "Reference message: careful, hot pan": ["I would say four.", "Rationality: 4"],  # retry succeeds
@@ -83,7 +48,7 @@ def test_judge_retry_malformed_and_cache(tmp_path, monkeypatch):
         ),
     ]
     cache = tmp_path / "judge.sqlite"
-    with FakeJudgeServer(script) as server:
+    with chat_server(scripted(script)) as server:
         judge = Judge(
             backend="http",
             cache_path=cache,
@@ -122,15 +87,15 @@ def test_judge_retry_malformed_and_cache(tmp_path, monkeypatch):
             scorer("Keys?", TargetText("keys on the table", category="memory_recall"))
 
 
-def test_judge_counts_a_dead_endpoint_as_unparsable(tmp_path):
-    with FakeJudgeServer({"": ["Rationality: 3"]}) as server:
+def test_judge_counts_a_dead_endpoint_as_unparsable(tmp_path, chat_server):
+    with chat_server(scripted({"": ["Rationality: 3"]})) as server:
         url = server.url
     judge = Judge(backend="http", cache_path=tmp_path / "c.sqlite", base_url=url, model="m", timeout_s=2.0)
     assert judge.rationality("a", "safety", "b", "safety") is None
     assert judge.errors == 3 and judge.unparsable == 1
 
 
-def test_eval_score_egoserve_runs_the_judge_on_matched_pairs(tmp_path, capsys):
+def test_eval_score_egoserve_runs_the_judge_on_matched_pairs(tmp_path, capsys, chat_server):
     from eval.score import main
 
     gt = tmp_path / "gt.jsonl"
@@ -156,7 +121,7 @@ def test_eval_score_egoserve_runs_the_judge_on_matched_pairs(tmp_path, capsys):
         "Reference message: careful, hot pan": ["Rationality: 5"],
         "Effectiveness from": ["Effectiveness: 3"],
     }
-    with FakeJudgeServer(script) as server:
+    with chat_server(scripted(script)) as server:
         argv = ["--protocol", "egoserve", "--gt", str(gt), "--pred", str(pred), "--content", "judge"]
         argv += ["--judge-url", server.url, "--judge-model", "m", "--judge-cache", str(tmp_path / "j.sqlite")]
         assert main(argv) == 0

@@ -4,11 +4,8 @@ the temporal restriction, and the generator + recall path at small scale."""
 
 from __future__ import annotations
 
-import json
 import math
 import random
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 
@@ -166,43 +163,14 @@ def test_rule_backend_summaries_and_parsing():
     assert parse_extraction("nothing useful") is None
 
 
-class ChatServer:
-    """An OpenAI-compatible endpoint on 127.0.0.1 answering by prompt kind."""
-
-    def __init__(self) -> None:
-        self.prompts: list[str] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 (http.server's name)
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                prompt = body["messages"][0]["content"]
-                outer.prompts.append(prompt)
-                answer = (
-                    "Entities: Marco; boiler\nRelations: Marco | is | landlord"
-                    if prompt.startswith("List the people")
-                    else "Marco checked the boiler in the hallway."
-                )
-                data = json.dumps(
-                    {"choices": [{"message": {"role": "assistant", "content": answer}}]}
-                ).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+def memory_answer(prompt: str) -> str:
+    if prompt.startswith("List the people"):
+        return "Entities: Marco; boiler\nRelations: Marco | is | landlord"
+    return "Marco checked the boiler in the hallway."
 
 
-def test_http_backend_summarizes_and_extracts_through_a_local_endpoint():
-    srv = ChatServer()
-    try:
+def test_http_backend_summarizes_and_extracts_through_a_local_endpoint(chat_server):
+    with chat_server(memory_answer) as srv:
         cfg = MemoryConfig(enabled=True, embedder="hashing", backend="http", activity_max_clips=2,
                            backend_options={"base_url": srv.url, "model": "m"})  # fmt: skip
         memory = build_memory(cfg)
@@ -213,8 +181,6 @@ def test_http_backend_summarizes_and_extracts_through_a_local_endpoint():
         summaries = [store.temporal.items[k].text for k in store.temporal.indexes["activity"].keys]
         assert summaries and all(s == "Marco checked the boiler in the hallway." for s in summaries)
         assert any("Summarize what happened" in p for p in srv.prompts)
-    finally:
-        srv.server.shutdown()
 
 
 def test_model_backend_runs_the_tiny_model_in_text_mode(tiny_model_and_processor):
