@@ -238,6 +238,41 @@ class CombinedReward(RewardFunction):
         return rows
 
 
+def step_rewards(reward: RewardFunction, completions: Sequence[Rollout], **columns: Any) -> list[list[float]]:
+    """Per-turn rewards: ``r_j = R(turns[:j+1]) - R(turns[:j])`` for every turn j of every rollout.
+
+    They telescope, ``sum_j r_j = R(turns) - R([])``, so they split a rollout's reward among its
+    decisions without changing what it sums to: a reply is charged, at its own step, for what it
+    adds (the first on-time reply earns the PRS) or costs (a repeat divides the target's score and
+    takes the redundancy penalty). ``R([])`` is 0 on a window with a target and the silent score
+    (PRS 1) on one without. Columns as for ``__call__``; ``reward.last_parts`` is left as it was.
+
+    >>> reward = build_reward({"weights": {"prs": 1.0, "redundancy": 1.0}})
+    >>> say = "</Response> Warning!"
+    >>> turns = [{"time": 9.0, "text": "</Silence>"}, {"time": 10.0, "text": say}, {"time": 11.0, "text": say}]
+    >>> cols = {"targets": [[{"time": 10.0, "content": "", "label": "Warning"}]], "task": ["accident_warning"]}
+    >>> [round(r, 6) for r in step_rewards(reward, [turns], **cols)[0]]
+    [0.0, 1.0, -0.7]
+    """
+    n = len(completions)
+    prefixes, cols = [], {"targets": [], "task": []}
+    for rollout, targets, task in zip(
+        completions, _column(columns, "targets", n, []), _column(columns, "task", n), strict=True
+    ):
+        for j in range(len(rollout) + 1):
+            prefixes.append(list(rollout[:j]))
+            cols["targets"].append(targets)
+            cols["task"].append(task)
+    key = f"{reward.name}/{reward.name}"
+    totals = [p[key] for p in reward.parts(prefixes, **cols)]
+    out, at = [], 0
+    for rollout in completions:
+        values = totals[at : at + len(rollout) + 1]
+        out.append([b - a for a, b in zip(values, values[1:])])
+        at += len(rollout) + 1
+    return out
+
+
 def build_reward(config: Mapping[str, Any]) -> CombinedReward:
     """The combined reward of a ``conf/reward/*.yaml`` dict: ``weights`` by name, and one options
     dict per reward under its name. Zero-weight rewards are still computed, for logging.

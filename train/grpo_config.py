@@ -29,6 +29,14 @@ class GRPOSettings:
     """Rollouts per window (G); advantages are normalized within the group."""
     windows_per_step: int = 8
     """Windows (groups) per update."""
+    credit: str = "sequence"
+    """``sequence``: one advantage per rollout (GRPO as published); ``decision``: one per decision step,
+    from per-step rewards that sum to the rollout's (``train.grpo_trainer``)."""
+    gamma: float = 0.0
+    """Discount of later steps' rewards in a decision's return (``credit=decision`` only). At 0 each
+    decision answers for its own increment of the reward. With PRS-B, which credits a reply made
+    before its target, that pays early guesses unless gamma > exp(-alpha) (0.95 at alpha 0.05), and
+    so high a gamma brings back the collapse to silence; a causal reward (PRS-U) has neither issue."""
     temperature: float = 1.0
     """Sampling temperature of decisions (two-way softmax) and response tokens."""
     max_new_tokens: int = 16

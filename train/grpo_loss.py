@@ -12,7 +12,8 @@ plain torch, as a function of the rollouts:
    softmax over ``</Silence>`` / ``</Response>``, text tokens (and a generated ``<|im_end|>``) from
    the vocabulary less the tokens a response may not contain (``TurnRenderer.banned_text_ids``),
    both at the rollout temperature.
-3. Loss per token ``-min(r A, clip(r, 1 - eps, 1 + eps) A)`` with ``r = exp(new - old)``, plus
+3. Loss per token ``-min(r A, clip(r, 1 - eps, 1 + eps) A)`` with ``r = exp(new - old)`` and ``A``
+   the token's advantage (its rollout's, or its decision step's: ``token_advantages``), plus
    ``beta * KL`` (k3 estimator against a frozen reference) when ``beta > 0``; averaged over each
    rollout's generated tokens, then over rollouts.
 
@@ -41,27 +42,34 @@ class PolicyBatch:
     positions: torch.Tensor  # (N,) index of the logits that predict the token (token index - 1)
     is_decision: torch.Tensor  # (N,) bool
     old_logprobs: torch.Tensor  # (N,)
+    steps: torch.Tensor  # (N,) the decision step the token belongs to (its decision or its reply)
 
 
 def policy_batch(rollouts: list[Rollout], renderer: TurnRenderer) -> PolicyBatch:
     width = max(len(r.result.tokens) for r in rollouts)
     ids = torch.full((len(rollouts), width), renderer.tokenizer.pad_token_id, dtype=torch.long)
     mask = torch.zeros_like(ids)
-    targets, rows, positions, decision, old = [], [], [], [], []
+    targets, rows, positions, decision, old, steps = [], [], [], [], [], []
     n_open = len(renderer.assistant_open)
     for b, r in enumerate(rollouts):
         toks = r.result.tokens
         ids[b, : len(toks)] = torch.tensor(toks)
         mask[b, : len(toks)] = 1
         logprobs = iter(r.result.logprobs)
+        step = -1
         for i, (tok, gen) in enumerate(zip(toks, r.result.generated, strict=True)):
             if not gen:
                 continue
+            is_decision = toks[i - n_open : i] == renderer.assistant_open
+            step += is_decision
             targets.append(tok)
             rows.append(b)
             positions.append(i - 1)
-            decision.append(toks[i - n_open : i] == renderer.assistant_open)
+            decision.append(is_decision)
             old.append(next(logprobs))
+            steps.append(step)
+        if step + 1 != len(r.result.steps):
+            raise ValueError(f"rollout {b}: {step + 1} decision tokens for {len(r.result.steps)} steps")
     return PolicyBatch(
         ids,
         mask,
@@ -70,6 +78,18 @@ def policy_batch(rollouts: list[Rollout], renderer: TurnRenderer) -> PolicyBatch
         torch.tensor(positions),
         torch.tensor(decision),
         torch.tensor(old, dtype=torch.float32),
+        torch.tensor(steps),
+    )
+
+
+def token_advantages(batch: PolicyBatch, advantages: list) -> torch.Tensor:
+    """The advantage of every generated token: ``advantages[row]`` is a rollout's advantage (a
+    float: sequence credit) or its per-step advantages (a list: decision credit)."""
+    if all(isinstance(a, int | float) for a in advantages):
+        return torch.tensor(advantages, dtype=torch.float32)[batch.rows]
+    return torch.tensor(
+        [advantages[r][s] for r, s in zip(batch.rows.tolist(), batch.steps.tolist(), strict=True)],
+        dtype=torch.float32,
     )
 
 
@@ -119,14 +139,15 @@ def token_logprobs(
 def grpo_loss(
     new: torch.Tensor,
     batch: PolicyBatch,
-    advantages: list[float],
+    advantages: torch.Tensor,
     clip_eps: float,
     beta: float = 0.0,
     ref: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Clipped-ratio GRPO loss over generated tokens; returns (loss, parts for logging)."""
+    """Clipped-ratio GRPO loss over generated tokens (``advantages``: one per token, see
+    ``token_advantages``); returns (loss, parts for logging)."""
     device = new.device
-    adv = torch.tensor(advantages, dtype=torch.float32, device=device)[batch.rows.to(device)]
+    adv = advantages.to(device)
     old = batch.old_logprobs.to(device)
     ratio = torch.exp(new - old)
     clipped = torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps)

@@ -4,7 +4,14 @@ Each update: ``windows_per_step`` windows are drawn (seeded by the step, so a re
 same ones), each gets ``group_size`` sampled streaming rollouts, the configured weighted reward
 (``rewards.grpo.build_reward``), group-normalized advantages, and one loss forward with the
 window's frames; gradients are averaged over the windows, clipped, and the optimizer steps. A group
-whose rewards are all equal gives no gradient and is counted (``zero_std_groups``).
+whose advantages are all zero gives no gradient and is counted (``zero_std_groups``).
+
+Credit (``credit``): ``sequence`` gives every token of a rollout its rollout's advantage (GRPO as
+published); ``decision`` splits each rollout's reward into per-step rewards that sum to it
+(``rewards.grpo.step_rewards``) and normalizes each step's discounted return (``gamma``) against
+the group's at the same step (``train.rollout.decision_advantages``). Under sequence credit an
+over-firing policy learns to fire less everywhere, its first, right reply included, and collapses
+to silence; decision credit charges each repeat at its own step and credits the first reply.
 
 Checkpoints are ordinary HF directories (``checkpoint-<step>``: model + processor, safetensors)
 plus ``grpo_state.pt`` (optimizer state and step, read back with ``torch.load(weights_only=True)``)
@@ -26,9 +33,10 @@ from pathlib import Path
 import torch
 
 from eval.tracking import flatten
-from train.grpo_loss import grpo_loss, policy_batch, token_logprobs
+from rewards.grpo import step_rewards
+from train.grpo_loss import grpo_loss, policy_batch, token_advantages, token_logprobs
 from train.render import TurnRenderer
-from train.rollout import Rollout, Window, group_advantages, rollout_group
+from train.rollout import Rollout, Window, decision_advantages, group_advantages, rollout_group
 from train.run_dir import COMPLETE_MARKER, complete_checkpoints
 
 log = logging.getLogger(__name__)
@@ -106,13 +114,22 @@ class GRPOLoop:
         rng = random.Random(self.cfg.seed * 1_000_003 + step)
         return rng.sample(self.windows, min(self.cfg.windows_per_step, len(self.windows)))
 
-    def _reward(self, rollouts: list[Rollout]) -> tuple[list[float], list[dict]]:
+    def _reward(self, rollouts: list[Rollout]) -> tuple[list[float], list[dict], list]:
+        """Rewards, their parts, and the advantages under the configured credit."""
         cols = {
             "targets": [[t.to_dict() for t in r.window.stream.targets] for r in rollouts],
             "task": [r.window.stream.task for r in rollouts],
         }
-        rewards = self.reward_fn([r.turns for r in rollouts], **cols)
-        return [float(x) for x in rewards], list(self.reward_fn.last_parts)
+        turns = [r.turns for r in rollouts]
+        rewards = [float(x) for x in self.reward_fn(turns, **cols)]
+        parts = list(self.reward_fn.last_parts)
+        if self.cfg.credit == "decision":
+            advantages = decision_advantages(step_rewards(self.reward_fn, turns, **cols), self.cfg.gamma)
+        elif self.cfg.credit == "sequence":
+            advantages = group_advantages(rewards)
+        else:
+            raise ValueError(f"grpo.credit must be 'sequence' or 'decision', got {self.cfg.credit!r}")
+        return rewards, parts, advantages
 
     def update(self) -> dict:
         cfg = self.cfg
@@ -135,17 +152,21 @@ class GRPOLoop:
         t_rollout = time.perf_counter() - t0
         rewards, parts, stds, advantages = [], [], [], []
         for rollouts in groups:
-            r, p = self._reward(rollouts)
+            r, p, a = self._reward(rollouts)
             rewards.append(r)
             parts += p
             stds.append(statistics.pstdev(r))
-            advantages.append(group_advantages(r))
+            advantages.append(a)
         t_reward = time.perf_counter() - t0 - t_rollout
         loss_parts = []
         total = 0.0
-        live = [(g, a) for g, a in zip(groups, advantages, strict=True) if any(abs(x) > 0 for x in a)]
-        for rollouts, adv in live:
+        live = []
+        for rollouts, adv in zip(groups, advantages, strict=True):
             batch = policy_batch(rollouts, self.renderer)
+            token_adv = token_advantages(batch, adv)
+            if bool(token_adv.abs().gt(0).any()):
+                live.append((rollouts, batch, token_adv))
+        for rollouts, batch, adv in live:
             new = token_logprobs(self.model, self.renderer, rollouts, batch, cfg.temperature)
             ref = None
             if cfg.beta > 0:

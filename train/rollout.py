@@ -124,3 +124,40 @@ def group_advantages(rewards: list[float], eps: float = 1e-4) -> list[float]:
     mean = sum(rewards) / len(rewards)
     std = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5
     return [(r - mean) / (std + eps) for r in rewards]
+
+
+def decision_advantages(
+    step_rewards: list[list[float]], gamma: float, eps: float = 1e-4
+) -> list[list[float]]:
+    """Per-decision advantages of a group from its per-step rewards (``rewards.grpo.step_rewards``).
+
+    The G rollouts of a window see the same frames at the same steps, so a decision is compared with
+    the group's decisions at the same step: return ``G_j = sum_{i>=j} gamma^(i-j) r_i``, minus the
+    group's mean return at step j, divided by the std of those differences over the steps where
+    the rollouts differ (steps where all agree would only shrink the std and inflate the rest). A
+    reply that repeats an earlier one is charged at its own step, and the first on-time reply is
+    credited at its own, which a single advantage per rollout cannot tell apart. With ``gamma=0``
+    and rollouts that differ at one step only, that step gets GRPO's per-rollout advantages and
+    every other step 0. All zeros when every rollout's return is the same at every step.
+
+    >>> [[round(a, 3) for a in row] for row in decision_advantages([[0.0, 1.0, -0.7], [0.0, 1.0, 0.0]], 0.0)]
+    [[0.0, 0.0, -1.0], [0.0, 0.0, 1.0]]
+    """
+    lengths = {len(r) for r in step_rewards}
+    if len(lengths) != 1:
+        raise ValueError(f"rollouts of one window must have the same number of steps, got {sorted(lengths)}")
+    returns = []
+    for rewards in step_rewards:
+        acc, out = 0.0, []
+        for r in reversed(rewards):
+            acc = r + gamma * acc
+            out.append(acc)
+        returns.append(out[::-1])
+    g = len(returns)
+    base = [sum(col) / g for col in zip(*returns, strict=True)]
+    diff = [[x - b for x, b in zip(row, base, strict=True)] for row in returns]
+    live = [col for col in zip(*diff, strict=True) if any(abs(x) > 1e-12 for x in col)]
+    if not live:
+        return [[0.0] * len(row) for row in diff]
+    std = (sum(x * x for col in live for x in col) / (g * len(live))) ** 0.5
+    return [[x / (std + eps) for x in row] for row in diff]

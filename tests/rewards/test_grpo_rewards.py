@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from rewards.grpo import REWARD_FUNCTIONS, build_reward, count_redundant
+from rewards.grpo import REWARD_FUNCTIONS, build_reward, count_redundant, step_rewards
 from rewards.prs import prs_scores
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,3 +96,40 @@ def test_conf_yamls_build_and_weights_combine():
 def test_unknown_reward_name_fails():
     with pytest.raises(KeyError, match="unknown reward"):
         build_reward({"weights": {"prs": 1.0, "brevity": 1.0}})
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    replies=st.lists(st.integers(0, 39), max_size=12),
+    wrong=st.lists(st.integers(0, 39), max_size=3),
+    negative=st.booleans(),
+)
+def test_step_rewards_split_the_rollout_reward(replies, wrong, negative):
+    """Per-step rewards sum to R(all turns) - R(no turns), and are 0 at every silent step."""
+    reward = build_reward({"weights": {"prs": 1.0, "redundancy": 1.0, "format": 0.5}})
+    r = rollout_from(replies)
+    for s_ in wrong:
+        r[s_] = turn(float(s_), "no decision token")
+    targets = [] if negative else TARGETS
+    cols = {"targets": [targets], "task": ["accident_warning"]}
+    steps = step_rewards(reward, [r], **cols)[0]
+    total = reward([r], **cols)[0]
+    empty = reward([[]], **cols)[0]
+    assert len(steps) == 40
+    assert sum(steps) == pytest.approx(total - empty, abs=1e-9)
+    assert empty == (1.0 if negative else 0.0)
+    before = reward.last_parts
+    step_rewards(reward, [r], **cols)
+    assert reward.last_parts == before  # the logged parts are the rollout's, not a prefix's
+
+
+def test_step_rewards_credit_the_first_reply_and_charge_repeats():
+    reward = build_reward({"weights": {"prs": 1.0, "redundancy": 1.0}, "redundancy": {"lambda": 0.2}})
+    cols = {"targets": [TARGETS[:1]], "task": ["accident_warning"]}
+    steps = step_rewards(reward, [rollout_from([10, 11, 12], steps=20)], **cols)[0]
+    assert steps[10] == pytest.approx(1.0)  # on time, right label: the whole PRS
+    assert steps[11] == pytest.approx(1 / 2 - 1 - 0.2)  # the target's score halves, one penalty
+    assert steps[12] == pytest.approx(1 / 3 - 1 / 2 - 0.2)
+    assert [x for k, x in enumerate(steps) if k not in (10, 11, 12)] == [0.0] * 17
+    negative = step_rewards(reward, [rollout_from([3, 4], steps=20)], targets=[[]], task=["accident_warning"])
+    assert negative[0][3] == pytest.approx(-1.2) and negative[0][4] == pytest.approx(-0.2)

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from data_builders.records import Stream, Target, load_streams
-from rewards.grpo import build_reward
-from train.grpo_loss import grpo_loss, policy_batch, token_logprobs
+from rewards.grpo import build_reward, step_rewards
+from train.grpo_loss import grpo_loss, policy_batch, token_advantages, token_logprobs
 from train.render import RenderConfig, TurnRenderer, stream_frames
-from train.rollout import group_advantages, make_windows, rollout_group
+from train.rollout import decision_advantages, group_advantages, make_windows, rollout_group
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +73,10 @@ def test_loss_gradient_reaches_merger_and_language_model(setup):
     batch = policy_batch(rollouts, renderer)
     model.zero_grad(set_to_none=True)
     loss, parts = grpo_loss(
-        token_logprobs(model, renderer, rollouts, batch, 1.0), batch, [1.0, -1.0, 0.5, -0.5], 0.2
+        token_logprobs(model, renderer, rollouts, batch, 1.0),
+        batch,
+        token_advantages(batch, [1.0, -1.0, 0.5, -0.5]),
+        0.2,
     )
     loss.backward()
     assert parts["ratio_mean"] == pytest.approx(1.0, abs=1e-5) and parts["clip_fraction"] == 0.0
@@ -127,3 +130,69 @@ def test_windows_keep_targets_inside():
     w = window_stream(s, 20, 40, 1.0)
     assert (w.clip_start, w.clip_end, w.instruction_time) == (20.0, 40.0, 20.0)
     assert [t.time for t in w.targets] == [25.0]
+
+
+def test_decision_credit_rewards_the_first_reply_that_sequence_credit_punishes():
+    """An over-firing group: sequence credit gives the on-time first reply of an over-firing rollout
+    a negative advantage; decision credit credits it and charges each repeat."""
+    reward = build_reward({"weights": {"prs": 1.0, "redundancy": 1.0}, "redundancy": {"lambda": 0.2}})
+    target = {"time": 8.0, "content": "", "label": "Warning"}
+    say = "</Response> Warning!"
+    group = [
+        _turns({t: say for t in (8.0, 9.0, 10.0, 11.0)}),  # over-fires from the event on
+        _turns({t: say for t in (8.0, 9.0)}),
+        _turns({8.0: say}),  # the policy we want
+        _turns({}),  # silent
+    ]
+    cols = {"targets": [[target]] * 4, "task": ["accident_warning"] * 4}
+    seq = group_advantages(reward(group, **cols))
+    dec = decision_advantages(step_rewards(reward, group, **cols), gamma=0.0)
+    assert seq[0] < 0  # its on-time first reply is pushed down with its repeats
+    assert seq[3] < 0 < seq[2]
+    assert dec[0][8] == dec[1][8] == dec[2][8] > 0 > dec[3][8]  # firing at the event, in every rollout
+    assert dec[0][9] < 0 < dec[2][9]  # the repeat is charged, staying silent after a reply credited
+    assert dec[0][11] < 0 and all(a == 0 for a in dec[0][:8])  # steps before the event: no signal
+    assert decision_advantages(step_rewards(reward, [group[2]] * 4, **cols), 0.5) == [[0.0] * 20] * 4
+    # rollouts that differ at one step only: that step gets GRPO's advantages, whatever the window length
+    pair = [_turns({8.0: say}, steps=60), _turns({8.0: say, 9.0: say}, steps=60)] * 2
+    dec = decision_advantages(step_rewards(reward, pair, **{k: v[:4] for k, v in cols.items()}), 0.0)
+    seq = group_advantages(reward(pair, **{k: v[:4] for k, v in cols.items()}))
+    assert [row[9] for row in dec] == pytest.approx(seq, abs=1e-3) and seq[0] == pytest.approx(1.0, abs=1e-3)
+    assert all(a == 0 for row in dec for k, a in enumerate(row) if k != 9)
+
+
+def test_token_advantages_follow_each_tokens_decision_step(setup):
+    model, renderer, windows = setup
+    window = next(w for w in windows if w.stream.targets)
+    rollouts, _ = rollout_group(
+        model, renderer, window, group_size=2, temperature=1.0, max_new_tokens=4, seed=3
+    )
+    batch = policy_batch(rollouts, renderer)
+    n = len(window.frames)
+    per_step = [[float(10 * b + k) for k in range(n)] for b in range(2)]
+    adv = token_advantages(batch, per_step)
+    assert adv.tolist() == [10.0 * r + s for r, s in zip(batch.rows.tolist(), batch.steps.tolist())]
+    for b in range(2):  # every step has its decision token, in order
+        steps = batch.steps[(batch.rows == b) & batch.is_decision].tolist()
+        assert steps == list(range(n))
+    assert token_advantages(batch, [1.0, -1.0]).tolist() == [
+        1.0 if r == 0 else -1.0 for r in batch.rows.tolist()
+    ]
+
+
+def test_undiscounted_returns_value_waiting_for_the_event_over_an_early_guess():
+    """PRS-B credits a reply 3 s before the target with exp(-0.15) at once; only a return that
+    counts the on-time reply still to come (gamma above exp(-alpha)) prefers staying silent."""
+    reward = build_reward({"weights": {"prs": 1.0, "redundancy": 1.0}, "redundancy": {"lambda": 0.2}})
+    say = "</Response> Warning!"
+    group = [_turns({5.0: say}), _turns({8.0: say}), _turns({5.0: say, 8.0: say}), _turns({})]
+    cols = {
+        "targets": [[{"time": 8.0, "content": "", "label": "Warning"}]] * 4,
+        "task": ["accident_warning"] * 4,
+    }
+    steps = step_rewards(reward, group, **cols)
+    myopic, full = decision_advantages(steps, 0.0), decision_advantages(steps, 1.0)
+    early, on_time = 0, 1
+    assert myopic[early][5] > 0 > myopic[on_time][5]  # gamma=0: guessing early beats waiting
+    assert full[on_time][5] > full[early][5]  # gamma=1: waiting wins
+    assert full[on_time][8] > 0 and full[2][8] < 0  # the on-time reply is credited, the repeat charged
