@@ -14,12 +14,12 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 import yaml
 
 from train.bench import ROOT
+from train.grpo_config import GRPOSettings
 
 
 def bench_grpo(windows: int, group: int, threads: int) -> dict:
@@ -67,17 +67,11 @@ def bench_grpo(windows: int, group: int, threads: int) -> dict:
             elapsed = time.perf_counter() - t0
             out[name] = {"windows_per_s": round(len(pool) / elapsed, 3), "frames_encoded": encoded}
         out["sharing_speedup"] = round(out["shared"]["windows_per_s"] / out["unshared"]["windows_per_s"], 3)
-        loop_cfg = SimpleNamespace(
+        loop_cfg = GRPOSettings(
             learning_rate=1e-4,
-            weight_decay=0.0,
-            seed=0,
             windows_per_step=len(pool),
             group_size=group,
-            temperature=1.0,
             max_new_tokens=16,
-            clip_eps=0.2,
-            beta=0.0,
-            max_grad_norm=1.0,
             save_total_limit=1,
         )
         loop = GRPOLoop(
