@@ -13,7 +13,7 @@ plain torch, as a function of the rollouts:
    the vocabulary less the tokens a response may not contain (``TurnRenderer.banned_text_ids``),
    both at the rollout temperature.
 3. Loss per token ``-min(r A, clip(r, 1 - eps, 1 + eps) A)`` with ``r = exp(new - old)`` and ``A``
-   the token's advantage (its rollout's, or its decision step's: ``token_advantages``), plus
+   the token's advantage (that of its rollout's decision step: ``token_advantages``), plus
    ``beta * KL`` (k3 estimator against a frozen reference) when ``beta > 0``; averaged over each
    rollout's generated tokens, then over rollouts.
 
@@ -82,11 +82,9 @@ def policy_batch(rollouts: list[Rollout], renderer: TurnRenderer) -> PolicyBatch
     )
 
 
-def token_advantages(batch: PolicyBatch, advantages: list) -> torch.Tensor:
-    """The advantage of every generated token: ``advantages[row]`` is a rollout's advantage (a
-    float: sequence credit) or its per-step advantages (a list: decision credit)."""
-    if all(isinstance(a, int | float) for a in advantages):
-        return torch.tensor(advantages, dtype=torch.float32)[batch.rows]
+def token_advantages(batch: PolicyBatch, advantages: list[list[float]]) -> torch.Tensor:
+    """The advantage of every generated token: ``advantages[row][step]`` of its rollout and
+    decision step (under sequence credit every step of a rollout holds the rollout's)."""
     return torch.tensor(
         [advantages[r][s] for r, s in zip(batch.rows.tolist(), batch.steps.tolist(), strict=True)],
         dtype=torch.float32,

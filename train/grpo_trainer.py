@@ -41,6 +41,7 @@ from train.run_dir import COMPLETE_MARKER, complete_checkpoints
 
 log = logging.getLogger(__name__)
 STATE_FILE = "grpo_state.pt"
+CREDITS = ("sequence", "decision")
 
 
 class Preempted(RuntimeError):
@@ -81,6 +82,8 @@ class GRPOLoop:
         self.ref_model = ref_model
         self.evaluate = evaluate
         self.on_log = on_log or (lambda row, step: None)
+        if cfg.credit not in CREDITS:
+            raise ValueError(f"grpo.credit must be one of {CREDITS}, got {cfg.credit!r}")
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
         self.step = 0
@@ -114,8 +117,8 @@ class GRPOLoop:
         rng = random.Random(self.cfg.seed * 1_000_003 + step)
         return rng.sample(self.windows, min(self.cfg.windows_per_step, len(self.windows)))
 
-    def _reward(self, rollouts: list[Rollout]) -> tuple[list[float], list[dict], list]:
-        """Rewards, their parts, and the advantages under the configured credit."""
+    def _reward(self, rollouts: list[Rollout]) -> tuple[list[float], list[dict], list[list[float]]]:
+        """Rewards, their parts, and the advantages under the configured credit, per rollout and step."""
         cols = {
             "targets": [[t.to_dict() for t in r.window.stream.targets] for r in rollouts],
             "task": [r.window.stream.task for r in rollouts],
@@ -125,10 +128,8 @@ class GRPOLoop:
         parts = list(self.reward_fn.last_parts)
         if self.cfg.credit == "decision":
             advantages = decision_advantages(step_rewards(self.reward_fn, turns, **cols), self.cfg.gamma)
-        elif self.cfg.credit == "sequence":
-            advantages = group_advantages(rewards)
         else:
-            raise ValueError(f"grpo.credit must be 'sequence' or 'decision', got {self.cfg.credit!r}")
+            advantages = [[a] * len(t) for a, t in zip(group_advantages(rewards), turns, strict=True)]
         return rewards, parts, advantages
 
     def update(self) -> dict:

@@ -116,14 +116,13 @@ def rollout_group(
 
 
 def group_advantages(rewards: list[float], eps: float = 1e-4) -> list[float]:
-    """(r - mean) / (std + eps) within a group; all zeros when the rewards are all equal.
+    """(r - mean) / (std + eps) within a group; all zeros when the rewards are all equal. The
+    one-step case of :func:`decision_advantages`.
 
     >>> [round(a, 3) for a in group_advantages([1.0, 0.0, 0.0, 1.0])]
     [1.0, -1.0, -1.0, 1.0]
     """
-    mean = sum(rewards) / len(rewards)
-    std = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5
-    return [(r - mean) / (std + eps) for r in rewards]
+    return [row[0] for row in decision_advantages([[r] for r in rewards], 0.0, eps)]
 
 
 def decision_advantages(

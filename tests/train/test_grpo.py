@@ -75,7 +75,7 @@ def test_loss_gradient_reaches_merger_and_language_model(setup):
     loss, parts = grpo_loss(
         token_logprobs(model, renderer, rollouts, batch, 1.0),
         batch,
-        token_advantages(batch, [1.0, -1.0, 0.5, -0.5]),
+        token_advantages(batch, [[a] * len(window.frames) for a in (1.0, -1.0, 0.5, -0.5)]),
         0.2,
     )
     loss.backward()
@@ -175,7 +175,7 @@ def test_token_advantages_follow_each_tokens_decision_step(setup):
     for b in range(2):  # every step has its decision token, in order
         steps = batch.steps[(batch.rows == b) & batch.is_decision].tolist()
         assert steps == list(range(n))
-    assert token_advantages(batch, [1.0, -1.0]).tolist() == [
+    assert token_advantages(batch, [[1.0] * n, [-1.0] * n]).tolist() == [
         1.0 if r == 0 else -1.0 for r in batch.rows.tolist()
     ]
 
@@ -196,3 +196,12 @@ def test_undiscounted_returns_value_waiting_for_the_event_over_an_early_guess():
     assert myopic[early][5] > 0 > myopic[on_time][5]  # gamma=0: guessing early beats waiting
     assert full[on_time][5] > full[early][5]  # gamma=1: waiting wins
     assert full[on_time][8] > 0 and full[2][8] < 0  # the on-time reply is credited, the repeat charged
+
+
+def test_an_unknown_credit_fails_before_any_rollout(setup, tmp_path):
+    from train.grpo_config import GRPOSettings
+    from train.grpo_trainer import GRPOLoop
+
+    model, renderer, windows = setup
+    with pytest.raises(ValueError, match="grpo.credit must be one of .* got 'token'"):
+        GRPOLoop(GRPOSettings(credit="token"), model, None, renderer, None, windows, tmp_path)
