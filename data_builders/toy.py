@@ -14,8 +14,13 @@ which nothing happens (same instruction, no target). Event times are whole secon
   so that at second ``k`` both have visibly moved, and touch at ``k + 3``. Target at ``k`` (the
   first frame that shows the approach) with window ``[k, k + 3]`` (alert to contact), label
   ``Warning``.
-- ``event_intervention``: blocks are placed left to right every 3 s in the order red, green, blue,
-  yellow; one placement uses a wrong colour. Target at the wrong placement, saying what to place.
+- ``event_intervention``: blocks are placed every 3 s in the order red, green, blue, yellow, one per
+  cell of a 2 x 2 grid (top left, top right, bottom left, bottom right); one placement uses a wrong
+  colour. Target at the wrong placement, saying what to place. One block per cell: at the demo's
+  64 x 64 frames the tiny model sees 2 x 2 merged visual tokens of 32 x 32 pixels, so each block has
+  a token of its own. (A row of four blocks put two blocks in each token and across two token rows;
+  the tiny model then confused the last block's colour, and the demo's intervention score changed
+  from run to run.)
 
 Everything is drawn from ``numpy.random.default_rng([seed, index])``, so record ``i`` is the same
 whatever ``n`` is, and two runs write byte-identical records.
@@ -44,8 +49,8 @@ INSTRUCTIONS = {
     "event_monitoring": "Tell me when the red square appears.",
     "object_monitoring": "Warn me when the blue square leaves the scene.",
     "accident_warning": "Warn me before the two squares collide.",
-    "event_intervention": "I am placing blocks left to right in the order red, green, blue, yellow. "
-    "Tell me if I place a wrong block and what to place instead.",
+    "event_intervention": "I am placing blocks in the order red, green, blue, yellow: top left, top right, "
+    "bottom left, bottom right. Tell me if I place a wrong block and what to place instead.",
 }
 
 
@@ -83,12 +88,13 @@ def _draw(script: ToyScript, t: float, size: int) -> np.ndarray:
         y = size // 2 - side // 2
         _square(img, int(round(moved)), y, side, "orange")
         _square(img, size - side - int(round(moved)), y, side, "purple")
-    else:  # event_intervention
-        slot = size // 4
+    else:  # event_intervention: placement i fills cell (row i // 2, column i % 2) of a 2 x 2 grid
+        cell = size // 2
         for i, at in enumerate(script.placements):
             if t >= at:
                 colour = script.wrong[1] if script.wrong and script.wrong[0] == i else PROCEDURE[i]
-                _square(img, i * slot + 2, size // 2 - slot // 2, slot - 4, colour)
+                row, col = divmod(i, 2)
+                _square(img, col * cell + cell // 8, row * cell + cell // 8, cell - cell // 4, colour)
     return img
 
 

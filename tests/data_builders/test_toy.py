@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from data_builders.records import load_streams, target_step
-from data_builders.toy import COLOURS, generate_toy
+from data_builders.toy import COLOURS, PROCEDURE, generate_toy
 from data_builders.video import read_frames
 
 
@@ -48,3 +48,32 @@ def test_events_appear_exactly_at_target_steps(toy_dir):
             assert blue == [i < k for i in range(20)], s.id
             checked += 1
     assert checked >= 3
+
+
+def test_intervention_blocks_fill_one_grid_cell_each(tmp_path):
+    """Placement i fills cell (i // 2, i % 2) of the 2 x 2 grid (one 32 x 32 merged visual token of
+    the tiny model at 64 x 64), from its placement second on; the wrong one shows the used colour."""
+    streams = [s for s in generate_toy(tmp_path, n=24, seed=0) if s.task == "event_intervention"]
+    positives = [s for s in streams if s.targets]
+    assert positives and len(positives) < len(streams)
+    for s in streams:
+        frames = read_frames(tmp_path / s.video, fps=1.0, end=s.clip_end)
+        size = frames[0].shape[0]
+        colours = list(PROCEDURE)
+        if s.targets:
+            expected, used = (
+                s.targets[0].content.removeprefix("Wrong block: place ").rstrip(".").split(" instead of ")
+            )
+            colours[PROCEDURE.index(expected)] = used
+        for i, colour in enumerate(colours):
+            row, col = divmod(i, 2)
+            cells = [
+                f[row * size // 2 : (row + 1) * size // 2, col * size // 2 : (col + 1) * size // 2]
+                for f in frames
+            ]
+            shown = [_colour_pixels(c, colour) > 100 for c in cells]
+            assert shown[-1] and not shown[0], (s.id, i)
+            first = shown.index(True)
+            assert all(shown[first:]), (s.id, i)
+            if s.targets and colour != PROCEDURE[i]:
+                assert first == target_step(s, s.targets[0]), s.id
