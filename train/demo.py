@@ -7,7 +7,8 @@
 2. Build the tiny Qwen3-VL checkpoint; render one stream and print what the model sees.
 3. Evaluate the untrained model on the held-out streams (the causal KV-cache engine, P3I scoring).
 4. SFT (``experiment=toy_sft``), then evaluate it, and again with every frame blanked.
-5. GRPO from the SFT checkpoint, then evaluate it.
+5. GRPO from the SFT checkpoint, keeping the update with the best validation PRS-B (update 0, the
+   SFT checkpoint itself, included: ``grpo.keep_best``), then evaluate that on the test streams.
 6. Print one table and write ``<run dir>/summary.json``: per stage the P3I metrics as
    ``eval.score`` prints them (``with_negatives`` counts a silent negative as 1 in its task).
 """
@@ -146,7 +147,11 @@ def run_demo(cfg: DictConfig) -> dict:
         )
     grpo = run_grpo(grpo_cfg, run_dir / "grpo")
     summary["grpo"] = _evaluate(cfg, run_dir, test, "grpo", grpo)
-    print(f"[5/6] GRPO: PRS-B {summary['grpo']['with_negatives']['prs_b']:.1f} ({time.time() - t0:.0f} s)")
+    picked = grpo / "best.json"
+    which = f", update {json.loads(picked.read_text())['step']}, best on val" if picked.exists() else ""
+    print(
+        f"[5/6] GRPO: PRS-B {summary['grpo']['with_negatives']['prs_b']:.1f}{which} ({time.time() - t0:.0f} s)"
+    )
 
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(f"[6/6] held-out toy streams ({counts['test']}), negatives included; {run_dir / 'summary.json'}")

@@ -30,7 +30,7 @@ from rewards.grpo import build_reward
 from train.config import quiet_libraries, validate
 from train.data import split_records
 from train.grpo_config import GRPOConfig
-from train.grpo_trainer import GRPOLoop, Preempted
+from train.grpo_trainer import BEST_DIR, GRPOLoop, Preempted
 from train.model import load_model_and_processor
 from train.render import RenderConfig, TurnRenderer, stream_frames
 from train.rollout import make_windows
@@ -50,7 +50,8 @@ def _output_dir(cfg: DictConfig) -> Path:
 
 
 def run(cfg: DictConfig, out: Path | None = None) -> Path:
-    """Train from a validated config; returns the final checkpoint dir (model + processor)."""
+    """Train from a validated config; returns the final checkpoint dir (model + processor), or with
+    ``grpo.keep_best`` the best one on the held-out split."""
     quiet_libraries()
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise RuntimeError(
@@ -117,6 +118,11 @@ def run(cfg: DictConfig, out: Path | None = None) -> Path:
     model.save_pretrained(final, safe_serialization=True)
     processor.save_pretrained(final)
     log.info("final checkpoint %s (last update checkpoint %s)", final, last)
+    if g.keep_best:
+        log.info(
+            "best held-out PRS-B %.2f at update %d: %s", loop.best["prs_b"], loop.best["step"], out / BEST_DIR
+        )
+        return out / BEST_DIR
     return final
 
 
@@ -131,11 +137,12 @@ def main(cfg: DictConfig) -> None:
             summary = run_experiment(cfg)
             print(json.dumps(summary))
             return
-        final = run(cfg, _output_dir(cfg))
+        selected = run(cfg, _output_dir(cfg))
     except Preempted as exc:
         log.warning("%s", exc)
         sys.exit(cfg.grpo.requeue_exit_code)
-    print(json.dumps({"final_checkpoint": str(final)}))
+    key = "best_checkpoint" if cfg.grpo.keep_best else "final_checkpoint"
+    print(json.dumps({key: str(selected)}))
 
 
 if __name__ == "__main__":

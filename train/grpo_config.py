@@ -54,8 +54,12 @@ class GRPOSettings:
     save_every: int = 50
     save_total_limit: int = 2
     eval_every: int = 0
-    """Updates between held-out evaluations (0: only before and after)."""
+    """Updates between held-out evaluations of ``eval_split`` (0: none during the run)."""
     eval_threshold: float = 0.5
+    keep_best: bool = False
+    """Keep the weights with the best held-out PRS-B (negatives counted) in ``<output_dir>/best``,
+    the starting point (update 0) and the last update included; ties keep the earlier. Needs
+    ``eval_every`` and ``eval_split``. ``python -m train.grpo`` then returns (and prints) ``best``."""
     resume: str = "auto"
     """``auto``: newest complete checkpoint in ``output_dir``; ``none``; or a checkpoint dir."""
     max_nonfinite_steps: int = 5

@@ -18,12 +18,18 @@ plus ``grpo_state.pt`` (optimizer state and step, read back with ``torch.load(we
 and the ``COMPLETE`` marker; ``resume=auto`` restarts from the newest complete one. SIGUSR1 /
 SIGTERM save a checkpoint after the current update and stop with ``Preempted``; a non-finite loss
 skips the update, and ``max_nonfinite_steps`` of them in a row stop the run with a clear error.
+
+``keep_best``: every held-out evaluation (before the first update, every ``eval_every``, after the
+last) that beats the best so far saves the weights to ``best/`` (model + processor, then
+``best.json`` with the update and its PRS-B); a resumed run reads ``best.json`` back.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import random
+import shutil
 import signal
 import statistics
 import time
@@ -41,6 +47,7 @@ from train.run_dir import COMPLETE_MARKER, complete_checkpoints
 
 log = logging.getLogger(__name__)
 STATE_FILE = "grpo_state.pt"
+BEST_DIR, BEST_FILE = "best", "best.json"
 CREDITS = ("sequence", "decision")
 
 
@@ -84,6 +91,15 @@ class GRPOLoop:
         self.on_log = on_log or (lambda row, step: None)
         if cfg.credit not in CREDITS:
             raise ValueError(f"grpo.credit must be one of {CREDITS}, got {cfg.credit!r}")
+        if cfg.keep_best and not (evaluate and cfg.eval_every):
+            raise ValueError(
+                "grpo.keep_best needs held-out evaluations: set grpo.eval_every and grpo.eval_split"
+            )
+        best, tmp = self.run_dir / BEST_DIR / BEST_FILE, self.run_dir / f"{BEST_DIR}.tmp"
+        if cfg.keep_best and not best.exists() and (tmp / BEST_FILE).exists():  # crashed mid-swap
+            tmp.rename(best.parent)
+        self.best: dict | None = json.loads(best.read_text()) if cfg.keep_best and best.exists() else None
+        self._evaluated_at: int | None = None
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
         self.step = 0
@@ -243,6 +259,8 @@ class GRPOLoop:
                     raise Preempted(self.save())
                 if cfg.save_every and self.step % cfg.save_every == 0:
                     self.save()
+            if cfg.keep_best and self._evaluated_at != self.step:  # the last update is a candidate too
+                self._log_eval()
             return self.save()
         finally:
             for s, h in previous.items():
@@ -250,5 +268,21 @@ class GRPOLoop:
 
     def _log_eval(self) -> None:
         metrics = self.evaluate(self.model)
+        self._evaluated_at = self.step
         self.history.append({"step": self.step, "eval": metrics})
         self.on_log(flatten(metrics, "eval"), self.step)
+        score = float(metrics["with_negatives"]["prs_b"])
+        if self.cfg.keep_best and (self.best is None or score > self.best["prs_b"]):
+            self._save_best({"step": self.step, "prs_b": score})
+
+    def _save_best(self, best: dict) -> None:
+        """Weights to ``best.tmp``, then swapped in for ``best`` (a crash leaves one whole copy)."""
+        path, tmp = self.run_dir / BEST_DIR, self.run_dir / f"{BEST_DIR}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.model.save_pretrained(tmp, safe_serialization=True)
+        self.processor.save_pretrained(tmp)
+        (tmp / BEST_FILE).write_text(json.dumps(best) + "\n")
+        shutil.rmtree(path, ignore_errors=True)
+        tmp.rename(path)
+        self.best = best
+        log.info("best held-out PRS-B so far: %.2f at update %d", best["prs_b"], best["step"])

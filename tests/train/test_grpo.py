@@ -205,3 +205,12 @@ def test_an_unknown_credit_fails_before_any_rollout(setup, tmp_path):
     model, renderer, windows = setup
     with pytest.raises(ValueError, match="grpo.credit must be one of .* got 'token'"):
         GRPOLoop(GRPOSettings(credit="token"), model, None, renderer, None, windows, tmp_path)
+
+
+def test_keep_best_without_held_out_evaluations_fails_before_any_rollout(setup, tmp_path):
+    from train.grpo_config import GRPOSettings
+    from train.grpo_trainer import GRPOLoop
+
+    model, renderer, windows = setup
+    with pytest.raises(ValueError, match="keep_best needs held-out evaluations"):
+        GRPOLoop(GRPOSettings(keep_best=True, eval_every=10), model, None, renderer, None, windows, tmp_path)

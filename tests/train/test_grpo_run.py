@@ -85,3 +85,35 @@ def test_resume_continues_from_the_last_complete_checkpoint(toy_mixture, tmp_pat
     steps = [json.loads(line)["step"] for line in (run / "history.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3]  # the rerun did only update 3
     assert "resumed from" in again.stderr and "checkpoint-2" in again.stderr
+
+
+@pytest.mark.slow
+def test_keep_best_keeps_the_weights_of_the_best_held_out_evaluation(toy_mixture, tmp_path):
+    from safetensors.torch import load_file
+
+    from train.model import load_model_and_processor
+    from train.render import RenderConfig
+    from train.toy_eval import evaluate_streams
+
+    tiny = [a for a in TINY if not a.startswith("grpo.eval_split")]
+    args = ["grpo.max_steps=3", "grpo.eval_split=train", "grpo.eval_every=2", "grpo.keep_best=true"]
+    args.append("grpo.temperature=5.0")  # at 1 the random model's rollouts are all silent: no update
+    out = _run([f"data.dir={toy_mixture}", *args, *tiny], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    run = tmp_path / "runs" / "grpo"
+    assert json.loads(out.stdout.splitlines()[-1]) == {"best_checkpoint": str(run / "best")}
+    rows = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()]
+    evals = {r["step"]: r["eval/with_negatives/prs_b"] for r in rows if "eval/with_negatives/prs_b" in r}
+    assert list(evals) == [0, 2, 3]  # before the first update, every 2, and after the last
+    best = json.loads((run / "best" / "best.json").read_text())
+    first_max = next(step for step, v in evals.items() if v == max(evals.values()))
+    assert best == {"step": first_max, "prs_b": evals[first_max]}
+    # the saved weights are those of that evaluation: they score it again, and differ from the last
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    model, processor = load_model_and_processor(
+        {"name": "best", "kind": "pretrained", "path": str(run / "best"), "random_init": False}
+    )
+    again = evaluate_streams(model, processor, RenderConfig(**cfg["render"]), toy_mixture / "train")
+    assert again["with_negatives"]["prs_b"] == pytest.approx(best["prs_b"])
+    weights, final = (load_file(run / d / "model.safetensors") for d in ("best", "final"))
+    assert (best["step"] == 3) == all(bool((weights[k] == final[k]).all()) for k in final)
