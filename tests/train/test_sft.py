@@ -17,7 +17,7 @@ from train.trainer import NonFiniteLoss
 
 #: Loss of steps 1 and 2 (focal gamma 2, static balanced weights, lr 1e-3, batch 4, seed 0) on the
 #: 16-clip toy mixture; a change means the data, the renderer, the model or the loss changed.
-PINNED_LOSSES = (6.5793, 5.75551)
+PINNED_LOSSES = (6.57674, 5.75436)
 
 
 @pytest.fixture(scope="module")
