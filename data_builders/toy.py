@@ -18,9 +18,8 @@ which nothing happens (same instruction, no target). Event times are whole secon
   cell of a 2 x 2 grid (top left, top right, bottom left, bottom right); one placement uses a wrong
   colour. Target at the wrong placement, saying what to place. One block per cell: at the demo's
   64 x 64 frames the tiny model sees 2 x 2 merged visual tokens of 32 x 32 pixels, so each block has
-  a token of its own. (A row of four blocks put two blocks in each token and across two token rows;
-  the tiny model then confused the last block's colour, and the demo's intervention score changed
-  from run to run.)
+  a token of its own. (A row of four blocks put two blocks in each token and across two token rows,
+  and the tiny model read the last block's colour at p 0.4-0.6.)
 
 Everything is drawn from ``numpy.random.default_rng([seed, index])``, so record ``i`` is the same
 whatever ``n`` is, and two runs write byte-identical records.
