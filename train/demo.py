@@ -72,6 +72,7 @@ def _table(summary: dict) -> str:
 def run_demo(cfg: DictConfig) -> dict:
     from train.grpo import run as run_grpo
     from train.grpo_config import GRPOConfig
+    from train.grpo_trainer import BEST_FILE
     from train.sft import compose_config as sft_config
     from train.sft import train as run_sft
 
@@ -147,7 +148,7 @@ def run_demo(cfg: DictConfig) -> dict:
         )
     grpo = run_grpo(grpo_cfg, run_dir / "grpo")
     summary["grpo"] = _evaluate(cfg, run_dir, test, "grpo", grpo)
-    picked = grpo / "best.json"
+    picked = grpo / BEST_FILE
     which = f", update {json.loads(picked.read_text())['step']}, best on val" if picked.exists() else ""
     print(
         f"[5/6] GRPO: PRS-B {summary['grpo']['with_negatives']['prs_b']:.1f}{which} ({time.time() - t0:.0f} s)"

@@ -271,9 +271,10 @@ class GRPOLoop:
         self._evaluated_at = self.step
         self.history.append({"step": self.step, "eval": metrics})
         self.on_log(flatten(metrics, "eval"), self.step)
-        score = float(metrics["with_negatives"]["prs_b"])
-        if self.cfg.keep_best and (self.best is None or score > self.best["prs_b"]):
-            self._save_best({"step": self.step, "prs_b": score})
+        if self.cfg.keep_best:
+            score = float(metrics["with_negatives"]["prs_b"])
+            if self.best is None or score > self.best["prs_b"]:
+                self._save_best({"step": self.step, "prs_b": score})
 
     def _save_best(self, best: dict) -> None:
         """Weights to ``best.tmp``, then swapped in for ``best`` (a crash leaves one whole copy)."""
