@@ -30,7 +30,7 @@ from rewards.grpo import build_reward
 from train.config import quiet_libraries, validate
 from train.data import split_records
 from train.grpo_config import GRPOConfig
-from train.grpo_trainer import BEST_DIR, GRPOLoop, Preempted
+from train.grpo_trainer import GRPOLoop, Preempted
 from train.model import load_model_and_processor
 from train.render import RenderConfig, TurnRenderer, stream_frames
 from train.rollout import make_windows
@@ -120,9 +120,9 @@ def run(cfg: DictConfig, out: Path | None = None) -> Path:
     log.info("final checkpoint %s (last update checkpoint %s)", final, last)
     if g.keep_best:
         log.info(
-            "best held-out PRS-B %.2f at update %d: %s", loop.best["prs_b"], loop.best["step"], out / BEST_DIR
+            "best held-out PRS-B %.2f at update %d: %s", loop.best["prs_b"], loop.best["step"], loop.best_dir
         )
-        return out / BEST_DIR
+        return loop.best_dir
     return final
 
 

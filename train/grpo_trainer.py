@@ -95,11 +95,12 @@ class GRPOLoop:
             raise ValueError(
                 "grpo.keep_best needs held-out evaluations: set grpo.eval_every and grpo.eval_split"
             )
-        best, tmp = self.run_dir / BEST_DIR / BEST_FILE, self.run_dir / f"{BEST_DIR}.tmp"
-        if cfg.keep_best and not best.exists() and (tmp / BEST_FILE).exists():  # crashed mid-swap
-            tmp.rename(best.parent)
+        self.best_dir = self.run_dir / BEST_DIR
+        tmp = self.best_dir.with_name(f"{BEST_DIR}.tmp")
+        if cfg.keep_best and not self.best_dir.exists() and (tmp / BEST_FILE).exists():  # crashed mid-swap
+            tmp.rename(self.best_dir)
+        best = self.best_dir / BEST_FILE
         self.best: dict | None = json.loads(best.read_text()) if cfg.keep_best and best.exists() else None
-        self._evaluated_at: int | None = None
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
         self.step = 0
@@ -259,8 +260,8 @@ class GRPOLoop:
                     raise Preempted(self.save())
                 if cfg.save_every and self.step % cfg.save_every == 0:
                     self.save()
-            if cfg.keep_best and self._evaluated_at != self.step:  # the last update is a candidate too
-                self._log_eval()
+            if cfg.keep_best and not (self.history and "eval" in self.history[-1]):
+                self._log_eval()  # the last update is a candidate too
             return self.save()
         finally:
             for s, h in previous.items():
@@ -268,7 +269,6 @@ class GRPOLoop:
 
     def _log_eval(self) -> None:
         metrics = self.evaluate(self.model)
-        self._evaluated_at = self.step
         self.history.append({"step": self.step, "eval": metrics})
         self.on_log(flatten(metrics, "eval"), self.step)
         if self.cfg.keep_best:
@@ -278,7 +278,7 @@ class GRPOLoop:
 
     def _save_best(self, best: dict) -> None:
         """Weights to ``best.tmp``, then swapped in for ``best`` (a crash leaves one whole copy)."""
-        path, tmp = self.run_dir / BEST_DIR, self.run_dir / f"{BEST_DIR}.tmp"
+        path, tmp = self.best_dir, self.best_dir.with_name(f"{BEST_DIR}.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         self.model.save_pretrained(tmp, safe_serialization=True)
         self.processor.save_pretrained(tmp)

@@ -31,13 +31,17 @@ def _count_frames(model, store: dict):
     return model.model.visual.register_forward_pre_hook(hook, with_kwargs=True)
 
 
-def test_on_policy_logprobs_need_the_frames(setup):
+def _target_group(setup, group_size: int, max_new_tokens: int, seed: int):
+    """A window with a target, ``group_size`` rollouts sampled at temperature 1, and their batch."""
     model, renderer, windows = setup
     window = next(w for w in windows if w.stream.targets)
-    rollouts, _ = rollout_group(
-        model, renderer, window, group_size=4, temperature=1.0, max_new_tokens=6, seed=5
-    )
-    batch = policy_batch(rollouts, renderer)
+    rollouts, _ = rollout_group(model, renderer, window, group_size, 1.0, max_new_tokens, seed)
+    return window, rollouts, policy_batch(rollouts, renderer)
+
+
+def test_on_policy_logprobs_need_the_frames(setup):
+    model, renderer, _ = setup
+    window, rollouts, batch = _target_group(setup, group_size=4, max_new_tokens=6, seed=5)
     assert int(batch.is_decision.sum()) == 4 * len(window.frames)
     with torch.no_grad():
         new = token_logprobs(model, renderer, rollouts, batch, temperature=1.0)
@@ -65,12 +69,8 @@ def test_frames_are_encoded_once_per_window(setup):
 
 
 def test_loss_gradient_reaches_merger_and_language_model(setup):
-    model, renderer, windows = setup
-    window = next(w for w in windows if w.stream.targets)
-    rollouts, _ = rollout_group(
-        model, renderer, window, group_size=4, temperature=1.0, max_new_tokens=4, seed=2
-    )
-    batch = policy_batch(rollouts, renderer)
+    model, renderer, _ = setup
+    window, rollouts, batch = _target_group(setup, group_size=4, max_new_tokens=4, seed=2)
     model.zero_grad(set_to_none=True)
     loss, parts = grpo_loss(
         token_logprobs(model, renderer, rollouts, batch, 1.0),
@@ -162,12 +162,7 @@ def test_decision_credit_rewards_the_first_reply_that_sequence_credit_punishes()
 
 
 def test_token_advantages_follow_each_tokens_decision_step(setup):
-    model, renderer, windows = setup
-    window = next(w for w in windows if w.stream.targets)
-    rollouts, _ = rollout_group(
-        model, renderer, window, group_size=2, temperature=1.0, max_new_tokens=4, seed=3
-    )
-    batch = policy_batch(rollouts, renderer)
+    window, _, batch = _target_group(setup, group_size=2, max_new_tokens=4, seed=3)
     n = len(window.frames)
     per_step = [[float(10 * b + k) for k in range(n)] for b in range(2)]
     adv = token_advantages(batch, per_step)
