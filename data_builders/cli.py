@@ -102,20 +102,19 @@ def mix_main(cfg: DictConfig) -> None:
 
 @hydra.main(config_path=CONF, config_name="frames", version_base=None)
 def frames_main(cfg: DictConfig) -> None:
-    """``python -m data_builders frames data=mix_p3i data.dir=DIR fps=1`` or ``... frames records=DIR fps=1``."""
+    """``python -m data_builders frames data=mix_p3i data.dir=DIR`` or ``... frames records=DIR``."""
     from data_builders.frames import cache_frames
 
     _logging()
     plain = OmegaConf.to_container(cfg, resolve=True)
-    mixture = plain.pop("data", None)
+    plain.pop("hydra", None)
     c = typed(FramesConfig, plain, "frames")
     if c.records:
         targets = [c.records]
-    elif mixture:
-        m = typed(MixtureConfig, mixture, "data")
-        if not m.dir:
+    elif c.data:
+        if not c.data.dir:
             raise ValueError("data.dir=DIR (the mixture's output dir) is required")
-        targets = [str(Path(m.dir) / split) for split in m.splits]
+        targets = [str(Path(c.data.dir) / split) for split in c.data.splits]
     else:
         raise ValueError("give records=PATH (a build dir or records file) or data=<mixture> data.dir=DIR")
     summaries = []
@@ -124,16 +123,14 @@ def frames_main(cfg: DictConfig) -> None:
             summaries.append(
                 cache_frames(
                     target,
-                    fps=c.fps,
-                    cache=c.cache,
-                    max_pixels=c.max_pixels,
-                    backend=c.backend,
+                    c.paths.frame_cache_dir,
+                    render=c.render,
+                    steps_per_second=c.steps_per_second,
                     workers=c.workers,
                 )
             )
     except RuntimeError as exc:
         print(f"frames failed: {exc}", file=sys.stderr)
         sys.exit(1)
-    print(
-        json.dumps({k: sum(s[k] for s in summaries) for k in ("clips", "frames", "failed")}, sort_keys=True)
-    )
+    summary = {k: sum(s[k] for s in summaries) for k in ("clips", "frames", "failed")}
+    print(json.dumps(summary | {"cache": c.paths.frame_cache_dir}, sort_keys=True))

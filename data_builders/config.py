@@ -1,18 +1,53 @@
-"""Typed schemas under the data-builder configs, so a typo or a wrong type fails at once.
+"""Typed schemas under the configs, so a typo or a wrong type fails at once.
 
 ``conf/build.yaml`` + ``conf/source/<name>.yaml`` -> :class:`BuildConfig` + the source's options
 dataclass (see ``registry.register_source``); ``conf/frames.yaml`` -> :class:`FramesConfig`;
 ``conf/mix.yaml`` + ``conf/data/<name>.yaml`` -> ``mixture.MixtureConfig``.
+
+The blocks every stage shares are defined here, at the lowest layer that reads them:
+:class:`PathsConfig` (``conf/paths/``) and :class:`RenderConfig` (``conf/render/``, chosen by the
+model config), and :func:`validate`, which merges a composed Hydra config into a root schema.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from data_builders.mixture import MixtureConfig
 from data_builders.video import DEFAULT_MAX_PIXELS
+
+
+@dataclass
+class PathsConfig:
+    """Where data, runs and caches live (``conf/paths/default.yaml``)."""
+
+    root_dir: str = "."
+    data_dir: str = "data"
+    runs_dir: str = "runs"
+    cache_dir: str = ".cache"
+    frame_cache_dir: str = ".cache/frames"
+    """The one frame cache of every stage (the frames stage, SFT, GRPO, eval): see ``data_builders.frames``."""
+
+
+@dataclass
+class RenderConfig:
+    """How a stream's frames and context become model input (``conf/render/*.yaml``).
+
+    The model config picks the option (``model=tiny``: ``render=toy``; the Qwen3-VL configs:
+    ``render=hd``), so training and evaluation of one model see the same frames. Training saves it
+    into every checkpoint (``render.json``) and ``eval.run`` / ``eval.watch`` read it back.
+    """
+
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    """Pixel budget of one frame (height x width, aspect kept) before the processor's own resizing.
+    Part of the frame-cache key."""
+    video_backend: str = "decord"
+    """``decord`` or ``pyav`` (``data_builders.video``)."""
+    history_budget_tokens: int = 2048
+    """Personal history given as text: the most recent lines that fit in this many tokens."""
 
 
 @dataclass
@@ -40,20 +75,20 @@ class BuildConfig:
 
 @dataclass
 class FramesConfig:
-    """Keys of ``python -m data_builders frames``."""
+    """Keys of ``python -m data_builders frames`` (``conf/frames.yaml``)."""
 
     records: str | None = None
     """A build or mixture-split dir, or a records file (else every split of ``data``'s mixture)."""
-    fps: float = 1.0
-    """Decision steps per second (frames per second cached)."""
-    cache: str | None = None
-    """Cache root (null: ``<records dir>/frame_cache``)."""
-    max_pixels: int = DEFAULT_MAX_PIXELS
-    """Pixel budget per frame (aspect kept)."""
-    backend: str = "decord"
-    """``decord`` or ``pyav``."""
+    steps_per_second: float = 1.0
+    """Decision steps per second: the frames cached are those of the streams' steps."""
     workers: int = 4
     """Decoding processes."""
+    render: RenderConfig = field(default_factory=RenderConfig)
+    """Frame size and video backend: the training run's (``render=toy|hd``)."""
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    """``paths.frame_cache_dir`` is the cache filled."""
+    data: MixtureConfig | None = None
+    """A mixture (``data=<name> data.dir=DIR``): every split of it is cached."""
 
 
 def typed(schema: type, values: DictConfig | dict[str, Any], what: str) -> Any:
@@ -65,3 +100,24 @@ def typed(schema: type, values: DictConfig | dict[str, Any], what: str) -> Any:
     except Exception as exc:  # omegaconf raises several error types; normalize them
         known = ", ".join(f.name for f in fields(schema))
         raise ValueError(f"bad {what} config: {exc}\nknown keys: {known}") from None
+
+
+def validate(cfg: DictConfig, schema: type) -> DictConfig:
+    """``cfg`` merged into ``schema`` (struct mode): unknown keys and wrong types raise here.
+    Plain ``dict`` fields of a schema (architecture, tokenizer, ...) accept any key."""
+    base = OmegaConf.structured(schema)
+    OmegaConf.set_struct(base, True)
+    _open_free_form(base)
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    plain.pop("hydra", None)
+    return OmegaConf.merge(base, plain)
+
+
+def _open_free_form(node: DictConfig) -> None:
+    for key in node.keys():
+        child = node._get_node(key)
+        if isinstance(child, DictConfig):
+            if child._metadata.object_type in (None, dict):
+                OmegaConf.set_struct(child, False)
+            else:
+                _open_free_form(child)

@@ -1,12 +1,21 @@
-"""The frame cache stage: decode every clip of a record set once into the on-disk frame cache.
+"""The frames of a stream, and the frames stage that decodes every clip once into the frame cache.
 
-``python -m data_builders frames records=/data/built/nexar fps=1``
+    python -m data_builders frames data=mix_p3i data.dir=/data/mix_p3i            # every split, render=hd
+    python -m data_builders frames records=/data/built/nexar render=toy workers=16
 
-For each stream, the frames at its decision steps (``records.step_times`` at ``fps``, shifted by
-``video_offset`` onto the file's clock) are decoded once and stored by
-:class:`data_builders.video.FrameCache`; the trainers and the evaluator then read them from disk.
-Clips are spread over ``workers`` processes with a progress bar. Unreadable videos are listed
-(file and reason) and make the stage fail after every other clip is cached.
+One rule, used by the frames stage, SFT, GRPO and evaluation alike:
+
+- A stream's decision steps are ``records.step_times(stream, steps_per_second)`` (record clock); the
+  frame of a step is the one on screen at ``time - video_offset`` on the file's own clock.
+- Frames are sized by the run's :class:`~data_builders.config.RenderConfig` (``max_pixels``, aspect
+  kept) and read with its ``video_backend``.
+- The cache entry of a stream is keyed by the video file, the file times of *all* its steps and the
+  pixel budget (:class:`~data_builders.video.FrameCache`): a training window is cut from the whole
+  stream's frames (:func:`stream_frames` with ``window``), so every stage reads the entry the frames
+  stage wrote, under ``paths.frame_cache_dir``.
+
+The stage spreads clips over ``workers`` processes with a progress bar. Unreadable videos are
+listed (file and reason) and make the stage fail after every other clip is cached.
 """
 
 from __future__ import annotations
@@ -16,65 +25,94 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from data_builders.records import load_streams, resolve_video, step_times
-from data_builders.video import DEFAULT_MAX_PIXELS, FrameCache, VideoError
+import numpy as np
+
+from data_builders.config import RenderConfig
+from data_builders.records import Stream, load_streams, resolve_video, step_times
+from data_builders.video import FrameCache, VideoError, load_frames
 
 log = logging.getLogger("data_builders")
+
+
+def stream_file_times(stream: Stream, steps_per_second: float = 1.0) -> list[float]:
+    """The file-clock times of a stream's decision steps (record time - ``video_offset``)."""
+    return [t - stream.video_offset for t in step_times(stream, steps_per_second)]
+
+
+def stream_frames(
+    stream: Stream,
+    video_path: str | Path,
+    render: RenderConfig,
+    steps_per_second: float = 1.0,
+    cache: FrameCache | None = None,
+    window: tuple[int, int] | None = None,
+) -> np.ndarray:
+    """``(N, H, W, 3)`` uint8 frames of a stream's steps, or of steps ``window = [start, end)``.
+
+    Through ``cache`` the whole stream is decoded once (one entry per clip, whatever the window) and
+    a hit is memory-mapped, so a window reads only its own frames from disk."""
+    frames = load_frames(
+        video_path,
+        stream_file_times(stream, steps_per_second),
+        max_pixels=render.max_pixels,
+        backend=render.video_backend,
+        cache=cache,
+    )
+    if window is None:
+        return frames
+    return np.ascontiguousarray(frames[window[0] : window[1]])
 
 
 def _records_file(data: Path) -> Path:
     return data / "records.jsonl" if data.is_dir() else data
 
 
-def clip_jobs(data: str | Path, fps: float = 1.0) -> list[tuple[str, tuple[float, ...]]]:
-    """Unique (video path, file times) pairs of a record set, in record order."""
+def clip_jobs(data: str | Path) -> list[tuple[int, Path, Stream]]:
+    """(first record line, video path, stream) of each distinct clip of a record set, in record
+    order: streams with the same video and step times share one cache entry."""
     records = _records_file(Path(data))
     jobs, seen = [], set()
-    for s in load_streams(records):
-        times = tuple(round(t - s.video_offset, 6) for t in step_times(s, fps))
-        job = (str(resolve_video(s, records)), times)
-        if job not in seen:
-            seen.add(job)
-            jobs.append(job)
+    for k, s in enumerate(load_streams(records)):
+        video = resolve_video(s, records)
+        key = (str(video), s.clip_start, s.clip_end, s.video_offset)
+        if key not in seen:
+            seen.add(key)
+            jobs.append((k, video, s))
     return jobs
 
 
 def _cache_one(
-    cache_root: str, path: str, times: tuple[float, ...], max_pixels: int, backend: str
+    cache_root: str, path: Path, stream: Stream, render: RenderConfig, steps_per_second: float
 ) -> tuple[str, int, str | None]:
-    cache = FrameCache(cache_root)
     try:
-        frames = cache.frames(path, list(times), max_pixels=max_pixels, backend=backend)
+        frames = stream_frames(stream, path, render, steps_per_second, FrameCache(cache_root))
     except VideoError as exc:
-        return path, 0, str(exc)
-    return path, int(frames.shape[0]), None
+        return str(path), 0, str(exc)
+    return str(path), int(frames.shape[0]), None
 
 
 def cache_frames(
     data: str | Path,
-    fps: float = 1.0,
-    cache: str | Path | None = None,
-    max_pixels: int = DEFAULT_MAX_PIXELS,
-    backend: str = "decord",
+    cache: str | Path,
+    render: RenderConfig | None = None,
+    steps_per_second: float = 1.0,
     workers: int = 4,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Fill the frame cache for ``data`` (a build dir or records file); returns a summary.
-
-    ``cache`` defaults to ``<data dir>/frame_cache``. Raises ``RuntimeError`` listing the videos
-    that could not be decoded (after caching all the others).
-    """
+    """Fill the frame cache ``cache`` (``paths.frame_cache_dir``) for ``data`` (a build dir or a
+    records file); returns a summary. Raises ``RuntimeError`` listing the videos that could not be
+    decoded, after caching all the others."""
     from tqdm import tqdm
 
-    data = Path(data)
-    cache_root = Path(cache) if cache else _records_file(data).parent / "frame_cache"
-    jobs = clip_jobs(data, fps)
+    render = render or RenderConfig()
+    jobs = clip_jobs(data)
     failed: list[tuple[str, str]] = []
     n_frames = 0
     bar = tqdm(total=len(jobs), desc="frames", unit="clip", disable=not progress)
     with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
         futures = [
-            pool.submit(_cache_one, str(cache_root), path, times, max_pixels, backend) for path, times in jobs
+            pool.submit(_cache_one, str(cache), path, stream, render, steps_per_second)
+            for _, path, stream in jobs
         ]
         for fut in as_completed(futures):
             path, n, err = fut.result()
@@ -83,7 +121,7 @@ def cache_frames(
                 failed.append((path, err))
             bar.update(1)
     bar.close()
-    summary = {"clips": len(jobs), "frames": n_frames, "failed": len(failed), "cache": str(cache_root)}
+    summary = {"clips": len(jobs), "frames": n_frames, "failed": len(failed), "cache": str(cache)}
     if failed:
         for path, err in sorted(failed):
             log.error("cannot decode %s: %s", path, err)

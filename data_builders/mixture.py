@@ -55,6 +55,9 @@ class MixtureConfig:
     """Where the mixture is written (``<dir>/<split>/records.jsonl`` ...)."""
     seed: int = 0
     """Seed of the sampling and of the split assignment."""
+    steps_per_second: float = 1.0
+    """Decision steps per second of the streams: the rate of ``stats.json``'s decision counts, of
+    the training stages' steps and windows, and of the frames they cache."""
     total: int | None = None
     """Total records, apportioned by weight (null: each source's ``count``)."""
     splits: dict[str, float] = field(default_factory=lambda: {"train": 1.0})
@@ -183,7 +186,7 @@ def build_mixture(cfg: MixtureConfig, out: str | Path | None = None) -> dict[str
             Stream.from_dict({**s.to_dict(), "video": os.path.relpath(s.video, os.path.abspath(split_dir))})
             for s in streams
         ]
-        write_outputs(split_dir, rel)
+        write_outputs(split_dir, rel, steps_per_second=cfg.steps_per_second)
         summary["splits"][split] = {"records": len(rel), "videos": len({s.video_key for s in rel})}
     (out / "mixture.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
     log.info(

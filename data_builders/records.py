@@ -517,3 +517,35 @@ def decision_counts(stream: Stream, steps_per_second: float = 1.0) -> tuple[int,
     n = len(step_times(stream, steps_per_second))
     responses = len({target_step(stream, t, steps_per_second) for t in stream.targets})
     return n - responses, responses
+
+
+def step_windows(
+    stream: Stream, steps_per_second: float = 1.0, window_steps: int | None = None
+) -> list[tuple[int, int]]:
+    """``[start, end)`` step ranges that cut a stream into windows of at most ``window_steps`` steps
+    (None: one window). The one windowing rule of SFT and GRPO: a window keeps the clip's clock (its
+    steps show their time since the clip start, as at evaluation) and holds the targets that land on
+    its steps (:func:`targets_in_window`).
+
+    >>> s = Stream(id="a", source="toy", task="event_monitoring", video="a.mp4", clip_start=0.0,
+    ...            clip_end=45.0, instruction="")
+    >>> step_windows(s, 1.0, 20), step_windows(s, 1.0)
+    ([(0, 20), (20, 40), (40, 45)], [(0, 45)])
+    """
+    n = len(step_times(stream, steps_per_second))
+    if window_steps is not None and window_steps < 1:
+        raise ValueError(f"window_steps must be at least 1, got {window_steps}")
+    w = window_steps or n
+    return [(s, min(s + w, n)) for s in range(0, n, w)]
+
+
+def targets_in_window(stream: Stream, start: int, end: int, steps_per_second: float = 1.0) -> list[Target]:
+    """The targets whose landing step (:func:`target_step`) is in ``[start, end)``: a target at
+    19.5 s lands on step 20, so it belongs to the window that shows step 20.
+
+    >>> s = Stream(id="a", source="toy", task="event_monitoring", video="a.mp4", clip_start=0.0,
+    ...            clip_end=40.0, instruction="", targets=[Target(time=19.5, content="x")])
+    >>> [len(targets_in_window(s, a, b)) for a, b in step_windows(s, 1.0, 20)]
+    [0, 1]
+    """
+    return [t for t in stream.targets if start <= target_step(stream, t, steps_per_second) < end]

@@ -271,7 +271,8 @@ class FrameCache:
         target = self.root / key[:2] / f"{key}.npy"
         if target.exists():
             self.hits += 1
-            return np.load(target, allow_pickle=False)
+            # memory-mapped (copy on write): a caller slicing a window reads only those frames
+            return np.load(target, allow_pickle=False, mmap_mode="c")
         self.misses += 1
         frames = read_frames(path, times, max_pixels=max_pixels, backend=backend)
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -1,20 +1,66 @@
-"""Typed schema of ``conf/eval.yaml`` (``python -m eval.run``): a typo or a wrong type fails at once.
+"""Typed schemas of the model, the logger and ``conf/eval.yaml`` (``python -m eval.run``): a typo or a
+wrong type fails at once.
 
     python -m eval.run checkpoint=runs/sft/checkpoint-500 benchmark=p3i data=toy split=test
 
-The schema registers itself in ``train.config.SCHEMAS`` (which imports this module last), so the
-config composition test validates ``eval.yaml`` like every other root.
+:class:`ModelConfig` and :class:`LoggerConfig` are shared by every stage (the training stages build
+on this module); the render and paths blocks come from ``data_builders.config``.
 """
 
 from __future__ import annotations
 
-import importlib
+import logging
+import os
 from dataclasses import dataclass, field
+from typing import Any
 
+from data_builders.config import PathsConfig, RenderConfig
 from data_builders.mixture import MixtureConfig
 from eval.memory.config import MemoryConfig
-from train.config import SCHEMAS, LoggerConfig, ModelConfig, PathsConfig
-from train.render import RenderConfig
+
+
+@dataclass
+class ModelConfig:
+    name: str = "tiny"
+    """Short name used in run directories."""
+    kind: str = "tiny"
+    """``tiny`` (built from config) or ``pretrained`` (hub id or local path)."""
+    path: str | None = None
+    """Checkpoint directory or hub id; for ``tiny``, where the built checkpoint is kept."""
+    random_init: bool = False
+    """Build ``architecture`` with random weights instead of loading ``path`` (GPU benchmarks)."""
+    init_device: str = "cpu"
+    dtype: str = "float32"
+    attn_implementation: str = "sdpa"
+    trust_remote_code: bool = False
+    """Off by default: only enable for checkpoints whose code you have read."""
+    freeze_vision: bool = True
+    train_merger: bool = True
+    seed: int = 0
+    tokenizer: dict[str, Any] = field(default_factory=dict)
+    image_processor: dict[str, Any] = field(default_factory=dict)
+    architecture: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class LoggerConfig:
+    name: str = "none"
+    """``none`` or ``wandb``."""
+    project: str = "proactive-vlm"
+    entity: str | None = None
+    mode: str = "disabled"
+    """W&B mode: ``online``, ``offline`` or ``disabled``."""
+    tags: list[str] = field(default_factory=list)
+
+
+def quiet_libraries() -> None:
+    """Keep entry points' output to what they print themselves (no progress bars, no banners)."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    logging.getLogger("DeepSpeed").setLevel(logging.ERROR)
 
 
 @dataclass
@@ -38,8 +84,6 @@ class BenchmarkConfig:
     """Seconds: EgoServe's matching delta (null: per dataset), ProPerMem's late tolerance (null: 2 s)."""
     dataset: str | None = None
     """EgoServe dataset (egolife, holoassist, captaincook4d); null: from each record's meta/source."""
-    history_budget_tokens: int = 2048
-    """Personal history given as text: the most recent lines that fit in this many tokens."""
     categories: list[str] | None = None
     """Allowed category tags of a response (EgoServe: its subtypes); null: any tag."""
     embedding_model: str | None = None
@@ -89,9 +133,6 @@ class EvalConfig:
     benchmark: BenchmarkConfig = field(default_factory=BenchmarkConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     render: RenderConfig = field(default_factory=RenderConfig)
+    """Frame size and history budget: the model group's, or with a checkpoint its ``render.json``."""
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     """Long-horizon memory (``memory=on|off``, ``conf/memory/``; see ``eval.memory``)."""
-
-
-SCHEMAS["eval"] = EvalConfig
-importlib.import_module("eval.watch")  # registers SCHEMAS["watch"] (its WatchConfig extends EvalConfig)

@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from data_builders.records import Stream
+from eval.render import TurnRenderer
 from eval.streaming import StepDecision, StreamResult, decision_probability, evidence_turn
-from train.render import TurnRenderer
 
 
 class NaiveStreamer:

@@ -4,14 +4,17 @@
     python -m eval.run checkpoint=null records=/tmp/toy/records.jsonl limit=8 logger=wandb
     python -m eval.run checkpoint=DIR threshold=0.3,0.5,0.7 -m        (sweep, see eval.sweep)
 
-1. Compose ``conf/eval.yaml``; read the records (``records=PATH`` or ``<data.dir>/<split>``).
+1. Compose ``conf/eval.yaml`` (with a checkpoint, at the ``render`` block it was trained with:
+   ``eval.checkpoints``); read the records (``records=PATH`` or ``<data.dir>/<split>``).
 2. Append one line per record to ``<out>/predictions.jsonl`` as its batch finishes (fsynced), so a
    killed run resumes: finished ids are skipped, a torn last line is dropped (``eval.store``).
    Batches are a fixed plan over the record order, so a resumed batch holds the same records.
-3. Score with ``eval.score``'s functions into ``metrics.json`` (what ``python -m eval.score``
+3. Score in memory with ``eval.scoring.score`` into ``metrics.json`` (what ``python -m eval.score``
    prints; order-independent), ``per_sample.jsonl``; plot timelines; log (``eval.tracking``).
 
-``evaluate(cfg)`` does all of it and returns the metrics dict (used by ``make demo``). The resolved
+``evaluate(cfg)`` does all of it and returns the metrics dict (used by ``make demo``);
+``eval.runners.evaluate_model`` runs the same streaming and scoring on a model in memory, with no
+files (GRPO's held-out evaluation and ``keep_best``). The resolved
 config is written once to ``<out>/config.yaml``; resuming with a config that would change the
 decisions fails instead of mixing predictions. Prints a per-task table, then the metrics as one
 JSON object on the last line.
@@ -20,6 +23,7 @@ JSON object on the last line.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import hydra
@@ -27,18 +31,19 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from data_builders.config import RenderConfig, validate
 from data_builders.records import Stream, load_streams, write_jsonl
 from data_builders.video import FrameCache
-from eval.config import EvalConfig
+from eval.checkpoints import check_render, model_dir, render_overrides
+from eval.config import EvalConfig, quiet_libraries
 from eval.memory import build_memory
-from eval.runners import get_runner
+from eval.model import load_model_and_processor
+from eval.render import TurnRenderer
+from eval.runners import get_runner, prediction_rows
 from eval.store import PredictionLog
 from eval.streaming import EngineConfig, stream_batches
 from eval.sweep import fingerprint, point_dir, reuse_rows, sibling_passes, write_summary
 from eval.tracking import format_table, make_logger, plot_timelines
-from train.config import quiet_libraries, validate
-from train.model import load_model_and_processor
-from train.render import RenderConfig, TurnRenderer
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 
@@ -49,7 +54,7 @@ def load_config(overrides: list[str] | None = None) -> DictConfig:
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        return validate(compose(config_name="eval", overrides=overrides or []), EvalConfig)
+        return validate(compose(config_name="eval", overrides=render_overrides(overrides or [])), EvalConfig)
 
 
 def checkpoint_name(cfg: DictConfig) -> str:
@@ -99,19 +104,18 @@ def _run_streams(
         model_cfg |= {
             "name": checkpoint_name(cfg),
             "kind": "pretrained",
-            "path": cfg.checkpoint,
+            "path": str(model_dir(cfg.checkpoint)),
             "random_init": False,
         }
     model, processor = load_model_and_processor(model_cfg, cache_dir=cfg.paths.cache_dir)
-    model.eval()
-    renderer = TurnRenderer(processor, RenderConfig(**OmegaConf.to_container(cfg.render, resolve=True)))
+    render = RenderConfig(**OmegaConf.to_container(cfg.render, resolve=True))
+    renderer = TurnRenderer(processor, render, cfg.benchmark.steps_per_second)
     engine_cfg = EngineConfig(
         threshold=cfg.threshold, max_new_tokens=cfg.max_new_tokens, frame_window=cfg.frame_window
     )
-    runner, n = get_runner(cfg.benchmark.protocol), 0
-    memory = build_memory(cfg.memory, model, processor)  # None with memory=off
+    n = 0
     batches = stream_batches(
-        model,
+        model.eval(),
         renderer,
         streams,
         path,
@@ -120,13 +124,12 @@ def _run_streams(
         cache=FrameCache(cfg.paths.frame_cache_dir),
         blank=cfg.blank_frames,
         video_root=cfg.video_root,
-        memory=memory,
+        memory=build_memory(cfg.memory, model, processor),  # None with memory=off
         skip=done,
     )
-    for batch, results in batches:
-        for s, res in zip(batch, results, strict=True):
-            log.append(runner.prediction_row(s, res, cfg.benchmark))
-        n += len(batch)
+    for row in prediction_rows(batches, cfg.benchmark):
+        log.append(row)
+        n += 1
     return n
 
 
@@ -134,6 +137,7 @@ def evaluate(cfg: DictConfig, sweep: bool = False, echo: bool = True) -> dict:
     """Run, score and log one evaluation (one threshold); returns the metrics dict."""
     quiet_libraries()
     bench, runner = cfg.benchmark, get_runner(cfg.benchmark.protocol)
+    check_render(cfg.checkpoint, cfg.render)
     path = records_path(cfg)
     streams = load_streams(path)[: cfg.limit]
     base = (
@@ -159,7 +163,7 @@ def evaluate(cfg: DictConfig, sweep: bool = False, echo: bool = True) -> dict:
             done.add(row["id"])
             reused += 1
     ran = _run_streams(cfg, streams, done, path, log) if len(done) < len(streams) else 0
-    metrics, per_sample = runner.score(gt, log.path, bench)
+    metrics, per_sample = runner.score(streams, log.rows(), bench)
     write_jsonl(out / "per_sample.jsonl", per_sample)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     pngs = plot_timelines(streams[: cfg.timelines], log.rows(), bench.steps_per_second, cfg.threshold, out)
@@ -188,10 +192,17 @@ def evaluate(cfg: DictConfig, sweep: bool = False, echo: bool = True) -> dict:
 
 
 @hydra.main(config_path=CONF, config_name="eval", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+def _main(cfg: DictConfig) -> None:
     cfg = validate(cfg, EvalConfig)
     metrics = evaluate(cfg, sweep=HydraConfig.get().mode == RunMode.MULTIRUN)
     print(json.dumps(metrics))
+
+
+def main() -> None:
+    """The command line, with a checkpoint's saved render block added as overrides before Hydra
+    composes (``eval.checkpoints.render_overrides``)."""
+    sys.argv[1:] = render_overrides(sys.argv[1:])
+    _main()
 
 
 if __name__ == "__main__":

@@ -2,12 +2,16 @@
 
     runner = get_runner("egoserve")
     row = runner.prediction_row(stream, result, bench)     # one predictions.jsonl line
-    metrics, per_sample = runner.score(gt_path, pred_path, bench)
+    metrics, per_sample = runner.score(streams, rows, bench)
+    metrics = evaluate_model(model, processor, streams, records_path, render)   # P3I, in memory
 
-The step rate and the history budget reach the engine through the render config (the benchmark
-YAML sets them); a runner decides how a stream's fired turns become a prediction, how the
-prediction file is scored (through ``eval.score``'s own functions, so ``metrics.json`` is exactly
-what ``python -m eval.score`` prints) and which per-task table is logged.
+The step rate comes from the benchmark (``benchmark.steps_per_second``), the frame size and history
+budget from the render config; a runner decides how a stream's fired turns become a prediction,
+how the prediction rows are scored (through ``eval.scoring.score``, the call behind
+``python -m eval.score``, so ``metrics.json`` is exactly what it prints) and which per-task table is
+logged. :func:`prediction_rows` turns streamed batches into prediction rows; :func:`evaluate_model`
+streams and scores a model in memory (GRPO's held-out evaluation and ``keep_best``); ``eval.run``
+does both with files.
 
 - ``p3i``: every fired turn is a reply; its leading ``[tag]`` (if any) is its category. Targets with
   a structured label are scored by the ``label`` scorer, the others by ``open_content``.
@@ -24,14 +28,17 @@ Each line also keeps the stream's per-step P(</Response>) and decisions (``p_res
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from data_builders.config import RenderConfig
 from data_builders.records import Reply, Stream
+from data_builders.video import FrameCache
 from eval.config import BenchmarkConfig
-from eval.score import PROTOCOLS, parse_args
-from eval.streaming import StreamResult
+from eval.render import TurnRenderer
+from eval.scoring import ScoreSettings, ground_truth, pair, score
+from eval.streaming import EngineConfig, StreamResult, stream_batches
 from rewards.turns import parse_turn
 
 RUNNERS: dict[str, type[ProtocolRunner]] = {}
@@ -82,29 +89,27 @@ class ProtocolRunner:
             row["untagged"] = dropped
         return row
 
-    def score_argv(self, bench: BenchmarkConfig) -> list[str]:
-        argv = [
-            "--content",
-            bench.content,
-            "--label-fallback",
-            bench.open_content,
-            "--alpha",
-            str(bench.alpha),
-        ]
-        if bench.tolerance is not None:
-            argv += ["--tolerance", str(bench.tolerance)]
-        if bench.dataset is not None:
-            argv += ["--dataset", bench.dataset]
-        if bench.embedding_model is not None:
-            argv += ["--embedding-model", bench.embedding_model]
-        return argv
+    def settings(self, bench: BenchmarkConfig) -> ScoreSettings:
+        """The scoring settings of a benchmark config."""
+        return ScoreSettings(
+            content=bench.content,
+            label_fallback=bench.open_content,
+            alpha=bench.alpha,
+            tolerance=bench.tolerance,
+            dataset=bench.dataset,
+            embedding_model=bench.embedding_model,
+        )
 
-    def score(self, gt: Path, pred: Path, bench: BenchmarkConfig) -> tuple[dict[str, Any], list[dict]]:
-        """Metrics as ``python -m eval.score`` prints them, and the per-sample rows it writes."""
-        argv = ["--protocol", bench.protocol, "--gt", str(gt), "--pred", str(pred), *self.score_argv(bench)]
-        args = parse_args(argv)
-        result, rows = PROTOCOLS[bench.protocol](args)
-        return {"protocol": args.protocol, "content": args.content, **result}, rows
+    def score(
+        self, streams: list[Stream], rows: Iterable[dict[str, Any]], bench: BenchmarkConfig
+    ) -> tuple[dict[str, Any], list[dict]]:
+        """Metrics as ``python -m eval.score`` prints them, and the per-sample rows it writes, of
+        prediction rows (:meth:`prediction_row`) against the streams they were made on."""
+        predictions = {
+            row["id"]: [Reply(r["time"], r.get("text", ""), r.get("category")) for r in row["replies"]]
+            for row in rows
+        }
+        return score(bench.protocol, pair(ground_truth(streams), predictions), self.settings(bench))
 
     def table(
         self, metrics: dict[str, Any], per_sample: list[dict], streams: list[Stream]
@@ -179,3 +184,46 @@ class ProPerMemRunner(ProtocolRunner):
             for name, g in sorted(groups.items())
         ]
         return cols, rows
+
+
+def prediction_rows(
+    batches: Iterable[tuple[list[Stream], list[StreamResult]]], bench: BenchmarkConfig
+) -> Iterator[dict]:
+    """The prediction rows (:meth:`ProtocolRunner.prediction_row`) of streamed batches
+    (``eval.streaming.stream_batches``), one per stream, as each batch finishes."""
+    runner = get_runner(bench.protocol)
+    for batch, results in batches:
+        for s, res in zip(batch, results, strict=True):
+            yield runner.prediction_row(s, res, bench)
+
+
+def evaluate_model(
+    model,
+    processor,
+    streams: list[Stream],
+    records_path: Path,
+    render: RenderConfig,
+    *,
+    bench: BenchmarkConfig | None = None,
+    threshold: float = 0.5,
+    cache: FrameCache | None = None,
+    batch_size: int = 32,
+    blank: bool = False,
+) -> dict:
+    """The metrics of a model in memory on ``streams`` (default: the P3I benchmark), streamed and
+    scored exactly as :func:`evaluate` does, with no files written."""
+    bench = bench or BenchmarkConfig()
+    renderer = TurnRenderer(processor, render, bench.steps_per_second)
+    batches = stream_batches(
+        model.eval(),
+        renderer,
+        streams,
+        records_path,
+        EngineConfig(threshold=threshold),
+        batch_size=batch_size,
+        cache=cache,
+        blank=blank,
+    )
+    rows = list(prediction_rows(batches, bench))
+    metrics, _ = get_runner(bench.protocol).score(streams, rows, bench)
+    return metrics

@@ -2,6 +2,7 @@
 
     engine = StreamingEngine(model, renderer, EngineConfig(threshold=0.5))
     [result] = engine.run([stream], [frames])        # result.steps, result.replies()
+    engine.run([stream] * 4, [window_frames] * 4, first_steps=[20] * 4)   # steps 20.. of a stream (GRPO)
 
 At each step the engine appends the step's user turn (timestamp + frame, plus the instruction on
 its step) and the assistant header to the cache, reads the two decision logits at the decision
@@ -40,10 +41,11 @@ import torch
 from transformers import DynamicCache
 from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
 
-from data_builders.records import Reply, Stream, resolve_video
+from data_builders.frames import stream_frames
+from data_builders.records import Reply, Stream, resolve_video, step_times
 from data_builders.video import FrameCache
+from eval.render import TurnRenderer
 from rewards.turns import parse_turn
-from train.render import TurnRenderer, stream_frames
 
 BLANK_GREY = 128  # the value of every pixel of a blank-video control frame
 
@@ -276,9 +278,15 @@ class StreamingEngine:
         res.logprobs += logprobs
 
     @torch.no_grad()
-    def run(self, streams: list[Stream], frames: list[np.ndarray]) -> list[StreamResult]:
-        """Stream every row to its last frame; rows with fewer frames stop early."""
+    def run(
+        self, streams: list[Stream], frames: list[np.ndarray], first_steps: list[int] | None = None
+    ) -> list[StreamResult]:
+        """Stream every row to its last frame; rows with fewer frames stop early. ``frames[b][i]`` is
+        step ``first_steps[b] + i`` of its stream (default 0): a window of a stream keeps the clip
+        clock and gets the instruction (and history) in its first turn, as ``TurnRenderer.render``
+        renders it for SFT."""
         r = self.renderer
+        first_steps = list(first_steps) if first_steps is not None else [0] * len(streams)
         encoded: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.rows = []
         for stream, fr in zip(streams, frames, strict=True):
@@ -290,7 +298,11 @@ class StreamingEngine:
         self._feats: dict[int, tuple] = {}
         self.cache = DynamicCache(config=self.model.config)
         self.mask = torch.zeros((len(streams), 0), dtype=torch.long)
-        times = [r.step_plan(row.stream)[0][: len(row.frames)] for row in self.rows]
+        sps = r.steps_per_second
+        times = [
+            step_times(row.stream, sps)[a : a + len(row.frames)]
+            for row, a in zip(self.rows, first_steps, strict=True)
+        ]
         for k in range(max(len(t) for t in times)):
             t0 = time.perf_counter()
             active = [b for b in range(len(self.rows)) if k < len(times[b])]
@@ -298,7 +310,7 @@ class StreamingEngine:
             grids: list[torch.Tensor | None] = [None] * len(self.rows)
             for b in active:
                 row = self.rows[b]
-                context = r.context_for_step(row.stream, k, 0)
+                context = r.context_for_step(row.stream, first_steps[b] + k, first_steps[b])
                 user = r.user_turn(times[b][k] - row.stream.clip_start, r.image_tokens(row.grid[k]), context)
                 block = None
                 if self.memory is not None:  # a new evidence block becomes its own user turn
@@ -361,7 +373,7 @@ class StreamingEngine:
                     row.pending_logprobs = [float(logp_dec[b])]
                 row.result.steps.append(
                     StepDecision(
-                        k,
+                        first_steps[b] + k,
                         times[b][k],
                         float(p[b]),
                         b in texts,
@@ -400,7 +412,12 @@ def stream_batches(
         batch = [s for s in streams[i : i + batch_size] if s.id not in skip]
         if not batch:
             continue
-        frames = [stream_frames(s, resolve_video(s, path, video_root), renderer.cfg, cache) for s in batch]
+        frames = [
+            stream_frames(
+                s, resolve_video(s, path, video_root), renderer.cfg, renderer.steps_per_second, cache
+            )
+            for s in batch
+        ]
         if blank:
             frames = [np.full_like(f, BLANK_GREY) for f in frames]
         with torch.inference_mode():

@@ -5,7 +5,7 @@
     EVAL_MODULE=eval.watch sbatch slurm/eval.sh run_dir=runs/sft_4b benchmark=p3i data=mix_p3i
 
 Every ``poll_s`` seconds the watcher lists the run's complete checkpoints
-(``train.run_dir.complete_checkpoints``: ``checkpoint-<step>`` dirs holding ``COMPLETE``, so a
+(``eval.checkpoints.complete_checkpoints``: ``checkpoint-<step>`` dirs holding ``COMPLETE``, so a
 checkpoint still being written is never read) and runs ``eval.run.evaluate`` on each one not yet in
 ``<run_dir>/eval_watch.json``, with ``checkpoint=<that dir>`` and ``step=<its training step>``, into
 ``<run_dir>/eval/<benchmark>/<checkpoint-N>/`` (or ``<out_dir>/<checkpoint-N>/``). A result is recorded
@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import re
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -35,9 +36,9 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from data_builders.config import validate
+from eval.checkpoints import COMPLETE_MARKER, complete_checkpoints, render_overrides
 from eval.config import EvalConfig
-from train.config import SCHEMAS, validate
-from train.run_dir import COMPLETE_MARKER, complete_checkpoints
 
 log = logging.getLogger("eval.watch")
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
@@ -62,7 +63,6 @@ class WatchConfig(EvalConfig):
     """Log to the W&B project/entity/tags of ``<run_dir>/config.yaml`` instead of the ``logger`` group."""
 
 
-SCHEMAS["watch"] = WatchConfig
 WATCH_KEYS = {f.name for f in fields(WatchConfig)} - {f.name for f in fields(EvalConfig)}
 
 
@@ -186,16 +186,23 @@ def load_config(overrides: list[str] | None = None) -> DictConfig:
     """``conf/watch.yaml`` composed with command-line style overrides and validated (tests)."""
     from hydra import compose, initialize_config_dir
 
+    overrides = render_overrides(overrides or [], key="run_dir")
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        return validate(compose(config_name="watch", overrides=overrides or []), WatchConfig)
+        return validate(compose(config_name="watch", overrides=overrides), WatchConfig)
 
 
 @hydra.main(config_path=CONF, config_name="watch", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+def _main(cfg: DictConfig) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", force=True)
     cfg = validate(cfg, WatchConfig)
     evaluated = watch(cfg)
     print(json.dumps({"run_dir": cfg.run_dir, "evaluated": evaluated}))
+
+
+def main() -> None:
+    """The command line, composed at the render block the watched run trains with."""
+    sys.argv[1:] = render_overrides(sys.argv[1:], key="run_dir")
+    _main()
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rewards.content import ContentScorer, TargetText, get_content_scorer
-from rewards.prs import DEFAULT_ALPHA, assign_bidirectional, assign_causal, prs_scores
+from rewards.prs import DEFAULT_ALPHA, prs_scores, redundant_replies
 from rewards.turns import ParsedTurn, allowed_categories, parse_turn
 
 Rollout = Sequence[Mapping[str, Any]]
@@ -154,24 +154,6 @@ class PRSReward(RewardFunction):
         }
 
 
-def count_redundant(target_times: Sequence[float], reply_times: Sequence[float], variant: str = "b") -> int:
-    """Replies beyond the first to each target, under the PRS-U or PRS-B assignment; with no targets,
-    every reply.
-
-    >>> count_redundant([10.0, 30.0], [5.0, 12.0, 13.0, 29.0], "u"), count_redundant([], [1.0, 2.0])
-    (3, 2)
-    """
-    if not target_times:
-        return len(reply_times)
-    seen: set[int] = set()
-    redundant = 0
-    for t in reply_times:
-        i = assign_causal(target_times, t)[0] if variant == "u" else assign_bidirectional(target_times, t)
-        redundant += i in seen
-        seen.add(i)
-    return redundant
-
-
 class RedundancyReward(RewardFunction):
     """``-lambda`` per redundant or invalid turn on the penalized tasks."""
 
@@ -194,7 +176,7 @@ class RedundancyReward(RewardFunction):
     def score_one(self, turns, targets, task):
         times, _ = _targets(targets)
         invalid = sum(p.kind == "invalid" for _, p in turns)
-        redundant = count_redundant(times, [t for t, p in turns if p.kind == "response"], self.variant)
+        redundant = redundant_replies(times, [t for t, p in turns if p.kind == "response"], self.variant)
         value = -self.penalty * (redundant + invalid) if task in self.tasks else 0.0
         return value, {"redundant": redundant, "invalid": invalid}
 

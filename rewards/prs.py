@@ -187,16 +187,25 @@ def prs_scores(
     return PRSScores(su / n, sb / n, sup / n, sbp / n)
 
 
-def redundant_replies(target_times: Sequence[float], reply_times: Sequence[float]) -> int:
-    """Replies beyond the first for each target (bidirectional assignment), and every reply of a
-    sample without targets: what a model says more than once, or says for nothing.
+def redundant_replies(target_times: Sequence[float], reply_times: Sequence[float], variant: str = "b") -> int:
+    """Replies beyond the first to each target, under the PRS-B (``variant="b"``, the evaluator's
+    count) or PRS-U assignment, and every reply of a sample without targets: what a model says more
+    than once, or says for nothing. The one count behind both the evaluator's ``redundant_replies``
+    and the GRPO redundancy penalty (``rewards.grpo``).
 
     >>> redundant_replies([10.0, 30.0], [9.0, 10.0, 11.0, 31.0]), redundant_replies([], [4.0, 5.0])
     (2, 2)
+    >>> redundant_replies([10.0, 30.0], [5.0, 12.0, 13.0, 29.0], "u")
+    3
     """
+    if variant not in ("u", "b"):
+        raise ValueError(f"variant must be 'u' or 'b', got {variant!r}")
     if not target_times:
         return len(reply_times)
-    hit = {assign_bidirectional(target_times, t) for t in reply_times}
+    if variant == "u":
+        hit = {assign_causal(target_times, t)[0] for t in reply_times}
+    else:
+        hit = {assign_bidirectional(target_times, t) for t in reply_times}
     return len(reply_times) - len(hit)
 
 

@@ -23,14 +23,14 @@ def tiny_model_config() -> dict:
 
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory) -> Path:
-    from train.model import build_tiny_checkpoint
+    from eval.model import build_tiny_checkpoint
 
     return build_tiny_checkpoint(tiny_model_config(), tmp_path_factory.mktemp("tiny") / "ckpt")
 
 
 @pytest.fixture(scope="session")
 def tiny_model_and_processor(tiny_checkpoint):
-    from train.model import load_model_and_processor
+    from eval.model import load_model_and_processor
 
     cfg = tiny_model_config() | {"path": str(tiny_checkpoint)}
     model, processor = load_model_and_processor(cfg)
@@ -41,7 +41,7 @@ def tiny_model_and_processor(tiny_checkpoint):
 @pytest.fixture(scope="session")
 def toy_dir(tmp_path_factory) -> Path:
     from data_builders.records import write_jsonl
-    from data_builders.toy import generate_toy
+    from data_builders.synthetic.toy import generate_toy
 
     out = tmp_path_factory.mktemp("toy")
     write_jsonl(out / "records.jsonl", generate_toy(out, n=8, seed=0))

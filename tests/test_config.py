@@ -10,7 +10,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
-from train.config import SCHEMAS, validate
+from data_builders.config import validate
+from train.config import SCHEMAS
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 ROOTS = sorted(p.stem for p in CONF.glob("*.yaml"))

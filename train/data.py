@@ -3,9 +3,10 @@
     dataset = StreamWindowDataset.from_split(mixture_dir / "train", renderer, FrameCache(".cache/frames"))
     batch = WindowCollator(pad_token_id=processor.tokenizer.pad_token_id)([dataset[0], dataset[1]])
 
-One item is one training window of one stream (``TurnRenderer.windows``; a whole stream unless
-``render.window_steps`` splits it): its frames come through the frame cache (decoded once per clip
-and pixel budget) and the renderer turns them into the model's turns. Rendered items are kept in
+One item is one training window of one stream (``data_builders.records.step_windows``; a whole
+stream unless ``train.window_steps`` splits it, the clip clock kept): its frames come through the
+frame cache (``data_builders.frames.stream_frames``: one entry per clip and pixel budget, the one the
+frames stage writes) and the renderer turns them into the model's turns. Rendered items are kept in
 memory when ``keep_rendered`` is set (the toy data: a few hundred short windows), so an epoch after
 the first costs no decoding or image processing.
 
@@ -23,9 +24,11 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from data_builders.records import Stream, load_streams, resolve_video
+from data_builders.frames import stream_frames
+from data_builders.records import Stream, load_streams, resolve_video, step_windows
 from data_builders.video import FrameCache
-from train.render import TurnRenderer, stream_frames
+from eval.render import TurnRenderer
+from eval.streaming import BLANK_GREY
 
 #: Keys a collated batch carries (the model's inputs plus ``labels`` and ``decision_mask``).
 PADDED_KEYS = {
@@ -62,6 +65,7 @@ class StreamWindowDataset(Dataset):
         frame_cache: FrameCache | None = None,
         keep_rendered: bool = True,
         blank_frames: bool = False,
+        window_steps: int | None = None,
     ):
         self.streams = streams
         self.records_path = Path(records_path)
@@ -69,7 +73,8 @@ class StreamWindowDataset(Dataset):
         self.frame_cache = frame_cache
         self.keep_rendered = keep_rendered
         self.blank_frames = blank_frames
-        self.items = [(i, w) for i, s in enumerate(streams) for w in renderer.windows(s)]
+        sps = renderer.steps_per_second
+        self.items = [(i, w) for i, s in enumerate(streams) for w in step_windows(s, sps, window_steps)]
         self._rendered: dict[int, dict[str, torch.Tensor]] = {}
 
     @classmethod
@@ -85,8 +90,9 @@ class StreamWindowDataset(Dataset):
         i, window = self.items[index]
         stream = self.streams[i]
         video = resolve_video(stream, self.records_path)
-        frames = stream_frames(stream, video, self.renderer.cfg, self.frame_cache, window)
-        return np.full_like(frames, 128) if self.blank_frames else frames
+        r = self.renderer
+        frames = stream_frames(stream, video, r.cfg, r.steps_per_second, self.frame_cache, window)
+        return np.full_like(frames, BLANK_GREY) if self.blank_frames else frames
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         if index in self._rendered:

@@ -22,15 +22,18 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from data_builders.records import load_streams
+from data_builders.config import RenderConfig, validate
+from data_builders.frames import stream_frames
+from data_builders.records import load_streams, resolve_video
+from data_builders.sources.toy import build_toy_mixture
 from data_builders.video import FrameCache
+from eval.config import quiet_libraries
+from eval.model import count_parameters, load_model_and_processor
+from eval.render import TurnRenderer
 from eval.run import evaluate
 from eval.run import load_config as eval_config
 from eval.tracking import format_table
-from train.config import DemoConfig, quiet_libraries, validate
-from train.model import count_parameters, load_model_and_processor
-from train.render import RenderConfig, TurnRenderer, stream_frames
-from train.toy_eval import build_toy_mixture
+from train.config import DemoConfig
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -44,7 +47,6 @@ def _evaluate(
         f"out_dir={run_dir / 'eval' / name}",
         f"checkpoint={checkpoint if checkpoint else 'null'}",
         f"blank_frames={str(blank).lower()}",
-        f"render.max_pixels={cfg.render.max_pixels}",
         f"threshold={cfg.demo.threshold}",
         "logger=none",
         "timelines=2",
@@ -92,13 +94,11 @@ def run_demo(cfg: DictConfig) -> dict:
 
     model, processor = load_model_and_processor(cfg.model, cache_dir=cfg.paths.cache_dir)
     params = count_parameters(model)
-    renderer = TurnRenderer(processor, RenderConfig(**cfg.render))
+    render = RenderConfig(**cfg.render)
+    renderer = TurnRenderer(processor, render)
     stream = load_streams(test)[cfg.demo.show_stream]
     frames = stream_frames(
-        stream,
-        Path(stream.video) if Path(stream.video).is_absolute() else test.parent / stream.video,
-        renderer.cfg,
-        FrameCache(cfg.paths.frame_cache_dir),
+        stream, resolve_video(stream, test), render, cache=FrameCache(cfg.paths.frame_cache_dir)
     )
     rendered = renderer.render(stream, frames)
     print(

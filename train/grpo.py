@@ -6,6 +6,10 @@
 
 Config -> model (from the SFT checkpoint ``init``) -> rollout windows of the training split ->
 reward functions (``conf/reward/``) -> the update loop (``train.grpo_trainer``) -> final checkpoint.
+Held-out evaluations (``grpo.eval_every``, ``keep_best``) stream and score the evaluation split
+with ``eval.runners.evaluate_model``, the code behind ``eval.run``. A config with
+``entry.target`` (an experiment, e.g. ``experiment=toy_overfire``) hands itself to that function
+instead.
 trl's ``GRPOTrainer`` is not used: its loss forward cannot see the frames of a streaming rollout
 (see ``train/grpo_loss.py``); the loop here is pinned to nothing but torch and transformers.
 """
@@ -21,21 +25,25 @@ from pathlib import Path
 
 import hydra
 import torch
+from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
 
+from data_builders.config import RenderConfig, validate
+from data_builders.frames import stream_frames
 from data_builders.records import load_streams, resolve_video
 from data_builders.video import FrameCache
+from eval.checkpoints import write_render
+from eval.config import BenchmarkConfig, quiet_libraries
+from eval.model import load_model_and_processor
+from eval.render import TurnRenderer
+from eval.runners import evaluate_model
 from eval.tracking import make_logger
 from rewards.grpo import build_reward
-from train.config import quiet_libraries, validate
 from train.data import split_records
 from train.grpo_config import GRPOConfig
-from train.grpo_trainer import GRPOLoop, Preempted
-from train.model import load_model_and_processor
-from train.render import RenderConfig, TurnRenderer, stream_frames
+from train.grpo_trainer import GRPOLoop
 from train.rollout import make_windows
-from train.run_dir import resolve_resume, write_run_info
-from train.toy_eval import evaluate_streams
+from train.run_dir import Preempted, resolve_resume, write_run_info
 
 log = logging.getLogger("train.grpo")
 
@@ -71,23 +79,35 @@ def run(cfg: DictConfig, out: Path | None = None) -> Path:
         model_cfg |= {"kind": "pretrained", "path": str(start), "random_init": False}
     model, processor = load_model_and_processor(model_cfg, cache_dir=cfg.paths.cache_dir)
     render_cfg = RenderConfig(**OmegaConf.to_container(cfg.render, resolve=True))
-    renderer = TurnRenderer(processor, render_cfg)
+    sps = cfg.data.steps_per_second
+    renderer = TurnRenderer(processor, render_cfg, sps)
     cache = FrameCache(cfg.paths.frame_cache_dir)
 
     records = split_records(Path(cfg.data.dir) / g.train_split)
     streams = load_streams(records)
-    frames = {s.id: stream_frames(s, resolve_video(s, records), render_cfg, cache) for s in streams}
-    windows = make_windows(streams, frames, renderer, g.window_steps, g.negative_share, g.seed)
+    frames = {s.id: stream_frames(s, resolve_video(s, records), render_cfg, sps, cache) for s in streams}
+    windows = make_windows(streams, frames, g.window_steps, g.negative_share, g.seed, sps)
     reward_fn = build_reward(OmegaConf.to_container(cfg.reward, resolve=True))
     ref_model = None
     if g.beta > 0:
         ref_model = copy.deepcopy(model).eval().requires_grad_(False)
     evaluate = None
     if g.eval_split:
-        split = Path(cfg.data.dir) / g.eval_split
+        held_out = split_records(Path(cfg.data.dir) / g.eval_split)
+        held_out_streams = load_streams(held_out)
+        bench = BenchmarkConfig(steps_per_second=sps)  # P3I, label content
 
         def evaluate(m):
-            return evaluate_streams(m, processor, render_cfg, split, cache, threshold=g.eval_threshold)
+            return evaluate_model(
+                m,
+                processor,
+                held_out_streams,
+                held_out,
+                render_cfg,
+                bench=bench,
+                threshold=g.eval_threshold,
+                cache=cache,
+            )
 
     logger = make_logger(cfg.logger, run_name=out.name, config=OmegaConf.to_container(cfg, resolve=True))
     history = (out / "history.jsonl").open("a")
@@ -117,6 +137,7 @@ def run(cfg: DictConfig, out: Path | None = None) -> Path:
     final = out / "final"
     model.save_pretrained(final, safe_serialization=True)
     processor.save_pretrained(final)
+    write_render(final, render_cfg)
     log.info("final checkpoint %s (last update checkpoint %s)", final, last)
     if g.keep_best:
         log.info(
@@ -131,16 +152,13 @@ def main(cfg: DictConfig) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", force=True)
     cfg = validate(cfg, GRPOConfig)
     try:
-        if cfg.overfire.enabled:
-            from train.toy_overfire import run_experiment
-
-            summary = run_experiment(cfg)
-            print(json.dumps(summary))
+        if cfg.entry.target:
+            print(json.dumps(get_method(cfg.entry.target)(cfg)))
             return
         selected = run(cfg, _output_dir(cfg))
     except Preempted as exc:
         log.warning("%s", exc)
-        sys.exit(cfg.grpo.requeue_exit_code)
+        sys.exit(exc.exit_code)
     key = "best_checkpoint" if cfg.grpo.keep_best else "final_checkpoint"
     print(json.dumps({key: str(selected)}))
 

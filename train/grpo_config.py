@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from data_builders.config import PathsConfig, RenderConfig
 from data_builders.mixture import MixtureConfig
-from train.config import SCHEMAS, LoggerConfig, ModelConfig, PathsConfig
-from train.render import RenderConfig
-from train.sft_config import REQUEUE_EXIT_CODE
+from eval.config import LoggerConfig, ModelConfig
+from train.run_dir import REQUEUE_EXIT_CODE
 
 
 @dataclass
@@ -22,7 +22,8 @@ class GRPOSettings:
     eval_split: str | None = "val"
     """Held-out split evaluated every ``eval_every`` updates (None: no evaluation)."""
     window_steps: int = 20
-    """Decision steps per rollout window (one GRPO prompt)."""
+    """Decision steps per rollout window (one GRPO prompt). Windows keep the clip clock and hold the
+    targets that land on their steps (``data_builders.records.step_windows``), as SFT's do."""
     negative_share: float = 0.25
     """Share of windows without a target."""
     group_size: int = 4
@@ -68,13 +69,14 @@ class GRPOSettings:
 
 
 @dataclass
-class OverfireSettings:
-    """``experiment=toy_overfire``: make an over-firing SFT start point first (``train.toy_overfire``)."""
+class EntrySettings:
+    """A function that runs instead of the plain GRPO stage, given the whole config: an experiment
+    (``experiment=toy_overfire`` sets ``train.experiments.toy_overfire.run_experiment``)."""
 
-    enabled: bool = False
-    n_streams: int = 96
-    sft_overrides: list[str] = field(default_factory=list)
-    """Overrides for ``conf/sft.yaml`` when training the over-firing checkpoint."""
+    target: str | None = None
+    """Dotted path of ``fn(cfg) -> dict``; its result is printed as JSON."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """The entry's own settings, validated by the entry."""
 
 
 @dataclass
@@ -90,7 +92,4 @@ class GRPOConfig:
     reward: dict[str, Any] = field(default_factory=dict)
     """A ``conf/reward/*.yaml`` block: weights, prs, redundancy, format (``rewards.grpo.build_reward``)."""
     grpo: GRPOSettings = field(default_factory=GRPOSettings)
-    overfire: OverfireSettings = field(default_factory=OverfireSettings)
-
-
-SCHEMAS["grpo"] = GRPOConfig
+    entry: EntrySettings = field(default_factory=EntrySettings)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
 
-from train.render import TurnRenderer
+from eval.render import TurnRenderer
 from train.rollout import Rollout
 
 

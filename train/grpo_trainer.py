@@ -38,29 +38,18 @@ from pathlib import Path
 
 import torch
 
+from eval.checkpoints import COMPLETE_MARKER, complete_checkpoints, write_render
+from eval.render import TurnRenderer
 from eval.tracking import flatten
 from rewards.grpo import step_rewards
 from train.grpo_loss import grpo_loss, policy_batch, token_advantages, token_logprobs
-from train.render import TurnRenderer
 from train.rollout import Rollout, Window, decision_advantages, group_advantages, rollout_group
-from train.run_dir import COMPLETE_MARKER, complete_checkpoints
+from train.run_dir import NonFiniteLoss, Preempted
 
 log = logging.getLogger(__name__)
 STATE_FILE = "grpo_state.pt"
 BEST_DIR, BEST_FILE = "best", "best.json"
 CREDITS = ("sequence", "decision")
-
-
-class Preempted(RuntimeError):
-    """A signal arrived: a checkpoint was saved; the caller exits with the requeue status."""
-
-    def __init__(self, checkpoint: Path):
-        super().__init__(f"preempted: saved {checkpoint}")
-        self.checkpoint = checkpoint
-
-
-class NonFiniteLoss(RuntimeError):
-    pass
 
 
 class GRPOLoop:
@@ -114,6 +103,7 @@ class GRPOLoop:
         path.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(path, safe_serialization=True)
         self.processor.save_pretrained(path)
+        write_render(path, self.renderer.cfg)
         torch.save({"optimizer": self.optimizer.state_dict(), "step": self.step}, path / STATE_FILE)
         (path / COMPLETE_MARKER).write_text(f"{self.step}\n")
         for old in complete_checkpoints(self.run_dir)[: -self.cfg.save_total_limit]:
@@ -137,7 +127,7 @@ class GRPOLoop:
     def _reward(self, rollouts: list[Rollout]) -> tuple[list[float], list[dict], list[list[float]]]:
         """Rewards, their parts, and the advantages under the configured credit, per rollout and step."""
         cols = {
-            "targets": [[t.to_dict() for t in r.window.stream.targets] for r in rollouts],
+            "targets": [[t.to_dict() for t in r.window.targets] for r in rollouts],
             "task": [r.window.stream.task for r in rollouts],
         }
         turns = [r.turns for r in rollouts]
@@ -257,7 +247,7 @@ class GRPOLoop:
                 if self.evaluate and cfg.eval_every and self.step % cfg.eval_every == 0:
                     self._log_eval()
                 if self._signal is not None:
-                    raise Preempted(self.save())
+                    raise Preempted(self.save(), cfg.requeue_exit_code)
                 if cfg.save_every and self.step % cfg.save_every == 0:
                     self.save()
             if cfg.keep_best and not (self.history and "eval" in self.history[-1]):
@@ -282,6 +272,7 @@ class GRPOLoop:
         shutil.rmtree(tmp, ignore_errors=True)
         self.model.save_pretrained(tmp, safe_serialization=True)
         self.processor.save_pretrained(tmp)
+        write_render(tmp, self.renderer.cfg)
         (tmp / BEST_FILE).write_text(json.dumps(best) + "\n")
         shutil.rmtree(path, ignore_errors=True)
         tmp.rename(path)

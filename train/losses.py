@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from train.render import RESPONSE_CLASS, SILENCE_CLASS
+from eval.render import RESPONSE_CLASS, SILENCE_CLASS
 
 IGNORE_INDEX = -100
 

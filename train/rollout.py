@@ -1,10 +1,11 @@
-"""GRPO rollouts: windows of a stream, G sampled streaming rollouts per window, and their rewards.
+"""GRPO rollouts: windows of a stream, G sampled streaming rollouts per window, and their advantages.
 
-A *window* is W consecutive decision steps of a stream, turned into a stream of its own (clip
-bounds = the window, instruction at its first step, the targets that fall inside). Each window is
-one GRPO prompt. A rollout runs the window through the :class:`~eval.streaming.StreamingEngine`
-with sampled decisions and responses; the G rollouts of a window are one batch whose rows share
-the same frame array, so each frame is encoded once for the whole group.
+A *window* is steps ``[start, end)`` of a stream (``data_builders.records.step_windows``, the rule
+SFT windows follow): its steps keep the clip clock, its first turn carries the instruction (and the
+history), and it holds the targets that land on its steps (``targets_in_window``). Each window is one
+GRPO prompt. A rollout runs the window through the :class:`~eval.streaming.StreamingEngine` with
+sampled decisions and responses; the G rollouts of a window are one batch whose rows share the
+same frame array, so each frame is encoded once for the whole group.
 
 A rollout keeps what the policy update needs: the token sequence (user turns and the model's
 turns interleaved), which tokens the model generated and their log-probs at rollout time, plus
@@ -14,23 +15,24 @@ the turns with their times for the reward.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from data_builders.records import Stream, step_times
+from data_builders.records import Stream, Target, step_windows, targets_in_window
+from eval.render import TurnRenderer
 from eval.streaming import EngineConfig, StreamingEngine, StreamResult
-from train.render import TurnRenderer
 
 
 @dataclass
 class Window:
-    """One GRPO prompt: a sub-stream and its frames (one per step)."""
+    """One GRPO prompt: steps ``[start, end)`` of a stream, their frames, the targets landing there."""
 
     stream: Stream
+    start: int
+    end: int
     frames: np.ndarray
-    source_id: str
-    first_step: int
+    targets: list[Target] = field(default_factory=list)
 
 
 @dataclass
@@ -46,45 +48,23 @@ class Rollout:
         return [{"time": s.time, "text": s.text} for s in self.result.steps]
 
 
-def window_stream(stream: Stream, start: int, end: int, steps_per_second: float) -> Stream:
-    """Steps ``[start, end)`` of ``stream`` as a stream of their own (targets inside it kept)."""
-    times = step_times(stream, steps_per_second)
-    lo = times[start]
-    hi = times[end - 1] + 1.0 / steps_per_second
-    targets = [t for t in stream.targets if lo <= t.time < hi]
-    targets = [
-        replace(t, window=(max(t.window[0], lo), min(t.window[1], hi))) if t.window else t for t in targets
-    ]
-    return replace(
-        stream,
-        id=f"{stream.id}@{start}",
-        clip_start=lo,
-        clip_end=hi,
-        targets=targets,
-        instruction_time=lo,
-        history=list(stream.history),
-    )
-
-
 def make_windows(
     streams: list[Stream],
     frames: dict[str, np.ndarray],
-    renderer: TurnRenderer,
     window_steps: int,
     negative_share: float,
     seed: int,
+    steps_per_second: float = 1.0,
 ) -> list[Window]:
     """Windows of ``window_steps`` steps: every window with a target, plus windows without one,
     sampled so that they make up about ``negative_share`` of the result (seeded)."""
     rng = random.Random(seed)
-    sps = renderer.cfg.steps_per_second
     positive, negative = [], []
     for s in streams:
-        n = len(step_times(s, sps))
-        for start in range(0, n, window_steps):
-            end = min(start + window_steps, n)
-            w = Window(window_stream(s, start, end, sps), frames[s.id][start:end], s.id, start)
-            (positive if w.stream.targets else negative).append(w)
+        for start, end in step_windows(s, steps_per_second, window_steps):
+            targets = targets_in_window(s, start, end, steps_per_second)
+            w = Window(s, start, end, frames[s.id][start:end], targets)
+            (positive if targets else negative).append(w)
     want = (
         round(len(positive) * negative_share / max(1e-9, 1 - negative_share))
         if negative_share < 1
@@ -111,7 +91,9 @@ def rollout_group(
         renderer,
         EngineConfig(sample=True, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed),
     )
-    results = engine.run([window.stream] * group_size, [window.frames] * group_size)
+    results = engine.run(
+        [window.stream] * group_size, [window.frames] * group_size, first_steps=[window.start] * group_size
+    )
     return [Rollout(window, r) for r in results], engine
 
 

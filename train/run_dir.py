@@ -5,14 +5,18 @@ whether the tree was dirty, package versions, host, start time) written once whe
 (a resumed run appends its start to ``resumes.jsonl`` instead), and the Trainer's
 ``checkpoint-<step>/`` directories. A checkpoint counts as complete once it holds ``COMPLETE``
 (written after the Trainer saved model, processor, optimizer, scheduler, RNG and trainer state), so
-``resume=auto`` never restarts from a checkpoint a killed job left half-written.
+``resume=auto`` never restarts from a checkpoint a killed job left half-written (the marker and the
+listing are ``eval.checkpoints``', which evaluation reads too).
+
+Both training stages stop the same way: :class:`Preempted` after a signal (checkpoint saved, exit
+:data:`REQUEUE_EXIT_CODE` for the sbatch script to requeue) and :class:`NonFiniteLoss` after too
+many NaN/inf losses in a row.
 """
 
 from __future__ import annotations
 
 import json
 import platform
-import re
 import subprocess
 import time
 from importlib import metadata
@@ -21,7 +25,27 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-COMPLETE_MARKER = "COMPLETE"
+from eval.checkpoints import complete_checkpoints
+
+#: Exit status of a run that saved a checkpoint on SIGUSR1 / SIGTERM and should be requeued. 75 is
+#: the "temporary failure, try again" status of sysexits.h; 124 is left to ``timeout``'s own exit.
+REQUEUE_EXIT_CODE = 75
+
+
+class Preempted(RuntimeError):
+    """A signal arrived: a checkpoint was saved (``checkpoint``, None if there was none to save) and
+    the entry point exits with ``exit_code`` for the sbatch script to requeue."""
+
+    def __init__(self, checkpoint: Path | None, exit_code: int = REQUEUE_EXIT_CODE):
+        super().__init__(f"preempted: saved {checkpoint}; exit {exit_code} to be requeued")
+        self.checkpoint = checkpoint
+        self.exit_code = exit_code
+
+
+class NonFiniteLoss(RuntimeError):
+    """Too many NaN/inf losses in a row: the run is diverging or the data is broken."""
+
+
 #: Packages whose versions decide what a run computes.
 PACKAGES = (
     "torch",
@@ -85,19 +109,6 @@ def write_run_info(run_dir: str | Path, cfg: DictConfig | dict, repo: str | Path
     }
     info_path.write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
     return info_path
-
-
-def complete_checkpoints(run_dir: str | Path) -> list[Path]:
-    """``checkpoint-<step>`` dirs holding the completion marker, oldest first."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        return []
-    found = []
-    for p in run_dir.iterdir():
-        m = re.fullmatch(r"checkpoint-(\d+)", p.name)
-        if m and p.is_dir() and (p / COMPLETE_MARKER).exists():
-            found.append((int(m.group(1)), p))
-    return [p for _, p in sorted(found)]
 
 
 def resolve_resume(resume: str | None, run_dir: str | Path) -> str | None:

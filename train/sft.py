@@ -5,7 +5,7 @@
     accelerate launch --config_file conf/accelerate/zero2.yaml -m train.sft model=qwen3_vl_4b ...
     sbatch slurm/sft.sh model=qwen3_vl_4b data=mix_p3i data.dir=/data/mix_p3i
 
-Assembles the parts and hands them to the Trainer: the model (``train.model``; vision tower frozen,
+Assembles the parts and hands them to the Trainer: the model (``eval.model``; vision tower frozen,
 merger and language model trained, or LoRA adapters), the training split of a built mixture as
 rendered windows (``train.data``), the decision loss (``train.losses``) inside a narrow Trainer
 subclass (``train.trainer``). Checkpoints are HF directories (model + processor, safetensors);
@@ -25,13 +25,15 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from data_builders.config import RenderConfig, validate
 from data_builders.video import FrameCache
-from train.config import quiet_libraries, validate
+from eval.checkpoints import write_render
+from eval.config import quiet_libraries
+from eval.model import count_parameters, load_model_and_processor
+from eval.render import TurnRenderer
 from train.data import StreamWindowDataset, WindowCollator
 from train.losses import class_weights, counts_from_stats
-from train.model import count_parameters, load_model_and_processor
-from train.render import RenderConfig, TurnRenderer
-from train.run_dir import resolve_resume, write_run_info
+from train.run_dir import Preempted, resolve_resume, write_run_info
 from train.sft_config import SFTConfig
 from train.trainer import (
     CompleteMarkerCallback,
@@ -43,15 +45,6 @@ from train.trainer import (
 )
 
 log = logging.getLogger("train.sft")
-
-
-class Preempted(RuntimeError):
-    """The run saved a checkpoint on a signal and should be requeued."""
-
-    def __init__(self, checkpoint: Path | None, exit_code: int):
-        super().__init__(f"preempted: saved {checkpoint}; exit {exit_code} to be requeued")
-        self.checkpoint = checkpoint
-        self.exit_code = exit_code
 
 
 def apply_lora(model, lora_cfg, decision_ids: list[int]):
@@ -81,17 +74,22 @@ def build_trainer(cfg: DictConfig) -> tuple[DecisionTrainer, PreemptionCallback]
         write_run_info(out, cfg)
     torch.manual_seed(t.seed)
     model, processor = load_model_and_processor(cfg.model, cache_dir=cfg.paths.cache_dir)
-    renderer = TurnRenderer(processor, RenderConfig(**cfg.render))
+    render = RenderConfig(**OmegaConf.to_container(cfg.render, resolve=True))
+    renderer = TurnRenderer(processor, render, cfg.data.steps_per_second)
     decision_ids = (renderer.silence_id, renderer.response_id)
     if cfg.lora.enabled:
         model = apply_lora(model, cfg.lora, list(decision_ids))
     model.config.use_cache = False
     cache = FrameCache(cfg.paths.frame_cache_dir)
     split_dir = Path(cfg.data.dir) / t.train_split
-    train_set = StreamWindowDataset.from_split(split_dir, renderer, cache, keep_rendered=t.keep_rendered)
+    train_set = StreamWindowDataset.from_split(
+        split_dir, renderer, cache, keep_rendered=t.keep_rendered, window_steps=t.window_steps
+    )
     eval_set = None
     if t.eval_split:
-        eval_set = StreamWindowDataset.from_split(Path(cfg.data.dir) / t.eval_split, renderer, cache)
+        eval_set = StreamWindowDataset.from_split(
+            Path(cfg.data.dir) / t.eval_split, renderer, cache, window_steps=t.window_steps
+        )
     static = None
     if cfg.loss.balance == "static":
         static = class_weights(counts_from_stats(split_dir / "stats.json"), cfg.loss.balance_power)
@@ -99,7 +97,7 @@ def build_trainer(cfg: DictConfig) -> tuple[DecisionTrainer, PreemptionCallback]
     log.info("model %s: %s parameters, %s trainable", cfg.model.name, params["total"], params["trainable"])
     log.info("train windows: %d from %s; class weights %s", len(train_set), split_dir, static)
     preemption = PreemptionCallback()
-    callbacks = [preemption, CompleteMarkerCallback()]
+    callbacks = [preemption, CompleteMarkerCallback(render)]
     if t.time_budget_s:
         callbacks.append(TimeBudgetCallback(t.time_budget_s))
     trainer = DecisionTrainer(
@@ -142,6 +140,8 @@ def train(cfg: DictConfig) -> Path:
             processor.save_pretrained(final)
     else:
         trainer.save_model(str(final))
+    if trainer.is_world_process_zero():
+        write_render(final, cfg.render)
     trainer.accelerator.wait_for_everyone()
     if "wandb" in trainer.args.report_to and trainer.is_world_process_zero():
         import wandb

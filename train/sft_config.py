@@ -9,13 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from data_builders.config import PathsConfig, RenderConfig
 from data_builders.mixture import MixtureConfig
-from train.config import LoggerConfig, ModelConfig, PathsConfig
-from train.render import RenderConfig
-
-#: Exit status of a run that saved a checkpoint on SIGUSR1 / SIGTERM and should be requeued. 75 is
-#: the "temporary failure, try again" status of sysexits.h; 124 is left to ``timeout``'s own exit.
-REQUEUE_EXIT_CODE = 75
+from eval.config import LoggerConfig, ModelConfig
+from train.run_dir import REQUEUE_EXIT_CODE
 
 
 @dataclass
@@ -29,6 +26,9 @@ class TrainSettings:
     """Split of the mixture to train on (``<data.dir>/<train_split>``)."""
     eval_split: str | None = None
     """Split for the trainer's eval loss (None: none)."""
+    window_steps: int | None = None
+    """Split long streams into training windows of at most this many steps (None: one window per
+    stream). Windows keep the clip clock (``data_builders.records.step_windows``), as GRPO's do."""
     num_epochs: float = 1.0
     max_steps: int = -1
     """Optimizer steps; -1: ``num_epochs`` over the training split."""
@@ -105,8 +105,3 @@ class SFTConfig:
     train: TrainSettings = field(default_factory=TrainSettings)
     loss: LossSettings = field(default_factory=LossSettings)
     lora: LoraSettings = field(default_factory=LoraSettings)
-
-
-from train.config import SCHEMAS  # noqa: E402 - the registry the config tests read
-
-SCHEMAS["sft"] = SFTConfig

@@ -32,14 +32,11 @@ import torch
 from omegaconf import DictConfig
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
+from eval.checkpoints import COMPLETE_MARKER, write_render
 from train.losses import WEIGHT_MODES, decision_loss, decision_metrics
-from train.run_dir import COMPLETE_MARKER
+from train.run_dir import NonFiniteLoss
 
 log = logging.getLogger(__name__)
-
-
-class NonFiniteLoss(RuntimeError):
-    """Too many NaN/inf losses in a row: the run is diverging or the data is broken."""
 
 
 class DecisionTrainer(Trainer):
@@ -216,12 +213,18 @@ class PreemptionCallback(TrainerCallback):
 
 
 class CompleteMarkerCallback(TrainerCallback):
-    """Marks a checkpoint complete once the Trainer has written all of it."""
+    """Marks a checkpoint complete once the Trainer has written all of it, after saving the render
+    block it was trained with (``render.json``, read back by evaluation)."""
+
+    def __init__(self, render=None):
+        self.render = render
 
     def on_save(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
             ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
             if ckpt.is_dir():
+                if self.render is not None:
+                    write_render(ckpt, self.render)
                 (ckpt / COMPLETE_MARKER).write_text(f"{state.global_step}\n")
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from data_builders.build import build_source
-from data_builders.toy import write_mp4
+from data_builders.synthetic.toy import write_mp4
 
 
 def make_mp4(path: Path, seconds: float, fps: int = 1, size: int = 16) -> Path:

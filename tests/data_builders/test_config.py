@@ -48,8 +48,11 @@ def test_frames_and_mixture_configs_compose():
     with initialize_config_dir(str(CONF), version_base=None):
         frames = compose("frames", overrides=["records=/tmp/d"])
         mix = compose("mix", overrides=["data=mix_p3i"])
-    plain = OmegaConf.to_container(frames)
-    assert typed(FramesConfig, plain, "frames") == FramesConfig(records="/tmp/d")
+    plain = OmegaConf.to_container(frames, resolve=True)
+    c = typed(FramesConfig, plain, "frames")
+    assert (c.records, c.steps_per_second, c.data) == ("/tmp/d", 1.0, None)
+    assert c.render.max_pixels == 448 * 448  # render=hd: the Qwen3-VL models' frames
+    assert c.paths.frame_cache_dir == "./.cache/frames"  # the cache every stage reads
     m = typed(MixtureConfig, OmegaConf.to_container(mix.data), "data")
     assert {k: (s.weight, s.count) for k, s in m.sources.items()} == {
         "shot2story": (10000, 10000),

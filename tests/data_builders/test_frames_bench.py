@@ -9,17 +9,19 @@ import sys
 import numpy as np
 import pytest
 
-from data_builders.bench import frame_cache_speedup
+from data_builders.bench.builders import frame_cache_speedup
 from data_builders.build import build_source
+from data_builders.config import RenderConfig
 from data_builders.frames import cache_frames, clip_jobs
 from data_builders.records import load_streams, write_jsonl
 
 
 def test_frames_stage_decodes_each_clip_once(tmp_path):
     build_source("toy", tmp_path / "toy", options={"n": 3, "seed": 0}, workers=2)
-    summary = cache_frames(tmp_path / "toy", fps=1.0, workers=2, progress=False)
-    assert summary == {"clips": 3, "frames": 60, "failed": 0, "cache": str(tmp_path / "toy/frame_cache")}
-    cached = sorted((tmp_path / "toy/frame_cache").rglob("*.npy"))
+    toy = RenderConfig(max_pixels=64 * 64)  # conf/render/toy.yaml, which the CLI run below names
+    summary = cache_frames(tmp_path / "toy", tmp_path / "frames", render=toy, workers=2, progress=False)
+    assert summary == {"clips": 3, "frames": 60, "failed": 0, "cache": str(tmp_path / "frames")}
+    cached = sorted((tmp_path / "frames").rglob("*.npy"))
     assert len(cached) == 3 and np.load(cached[0]).shape[0] == 20
     mtimes = [p.stat().st_mtime_ns for p in cached]
     proc = subprocess.run(
@@ -29,7 +31,8 @@ def test_frames_stage_decodes_each_clip_once(tmp_path):
             "data_builders",
             "frames",
             f"records={tmp_path / 'toy'}",
-            "fps=1",
+            "render=toy",
+            f"paths.frame_cache_dir={tmp_path / 'frames'}",
             "workers=2",
         ],
         cwd=tmp_path,
@@ -38,8 +41,9 @@ def test_frames_stage_decodes_each_clip_once(tmp_path):
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"clips": 3, "failed": 0, "frames": 60}
-    assert [p.stat().st_mtime_ns for p in sorted((tmp_path / "toy/frame_cache").rglob("*.npy"))] == mtimes
+    last = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert last == {"clips": 3, "failed": 0, "frames": 60, "cache": str(tmp_path / "frames")}
+    assert [p.stat().st_mtime_ns for p in sorted((tmp_path / "frames").rglob("*.npy"))] == mtimes
 
 
 def test_frames_stage_lists_unreadable_videos(tmp_path):
@@ -51,12 +55,17 @@ def test_frames_stage_lists_unreadable_videos(tmp_path):
     with pytest.raises(
         RuntimeError, match="1 of 2 clips could not be decoded .*toy_00001.mp4: file is empty"
     ):
-        cache_frames(tmp_path / "toy", workers=1, progress=False)
+        cache_frames(tmp_path / "toy", tmp_path / "frames", workers=1, progress=False)
 
 
-def test_frame_cache_speedup_over_five():
-    speedup, first, second = frame_cache_speedup(8)
-    assert speedup > 5, (first, second)
+def test_frame_cache_bench_reads_from_the_cache_the_second_time():
+    """The bench's figure is a speed (the bench command prints it); here only what it measures: a
+    first pass that decodes and a second one served from the cache."""
+    out = frame_cache_speedup(4)
+    assert out["first_pass_misses"] == 4 and out["second_pass_hits"] == 4
+    assert out["frame_cache_speedup"] == pytest.approx(
+        out["frame_cache_first_s"] / out["frame_cache_second_s"]
+    )
 
 
 def test_build_outputs_load_with_datasets(tmp_path):

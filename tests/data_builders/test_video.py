@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from data_builders.toy import write_mp4
+from data_builders.synthetic.toy import write_mp4
 from data_builders.video import FrameCache, VideoError, probe_video, read_frames
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from eval import bench
+from eval.bench import engine as bench
 
 
 def test_bench_prints_one_json_object_with_every_figure(capsys):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from eval.bench_gpu import main
+from eval.bench.gpu import main
 
 
 def test_bench_gpu_on_tiny_cpu(capsys):

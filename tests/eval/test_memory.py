@@ -9,15 +9,15 @@ import random
 
 import numpy as np
 
+from data_builders.synthetic.propermem import SynthConfig, generate, routine
+from eval.bench.recall import recall_table
 from eval.memory import CachedEmbedder, Memory, build_memory
 from eval.memory.backends import get_backend, parse_extraction, rule_extract
 from eval.memory.bm25 import BM25
 from eval.memory.config import MemoryConfig
 from eval.memory.embedders import get_embedder
 from eval.memory.graph import KnowledgeGraph
-from eval.memory.recall import recall_table
 from eval.memory.retrieval import MemoryStore, evidence_block, interleave, resolve_scope, rrf
-from eval.memory.synth import SynthConfig, _routine, generate
 from eval.memory.temporal import DenseIndex, Hit
 
 
@@ -33,7 +33,7 @@ def store_with(n: int, seed: int = 0, cfg: MemoryConfig | None = None) -> tuple[
     t, clips = 0.0, []
     for i in range(n):
         t += rng.uniform(60, 7200)
-        clips.append((f"m{i}", t, _routine(rng)[0]))
+        clips.append((f"m{i}", t, routine(rng)[0]))
     frames = unit(nrng, n, 16)
     store.add_captions(clips, keyframes={c[0]: f for c, f in zip(clips, frames, strict=True)})
     return store, clips
@@ -75,7 +75,7 @@ def test_nothing_later_than_the_current_step_is_ever_retrieved():
     nrng = np.random.default_rng(2)
     for _ in range(60):
         now = rng.uniform(clips[0][1] - 100, clips[-1][1] + 100)
-        query = _routine(rng)[0] + rng.choice(["", " in the last hour", " yesterday"])
+        query = routine(rng)[0] + rng.choice(["", " in the last hour", " yesterday"])
         r = store.retrieve(query, now, unit(nrng, 1, 16)[0], k=8)
         for h in r.all_hits():
             assert h.time <= now, (h, now)

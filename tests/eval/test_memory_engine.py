@@ -9,16 +9,18 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from data_builders.config import RenderConfig
+from data_builders.frames import stream_frames
 from data_builders.records import HistoryEntry
-from data_builders.toy import generate_toy
+from data_builders.synthetic.toy import generate_toy
 from eval.memory import Memory
 from eval.memory.backends import get_backend
 from eval.memory.config import MemoryConfig
 from eval.memory.embedders import get_embedder
 from eval.memory.visual import FramePooler
 from eval.naive import NaiveStreamer
+from eval.render import TurnRenderer
 from eval.streaming import EngineConfig, StreamingEngine
-from train.render import RenderConfig, TurnRenderer, stream_frames
 
 HISTORY = [
     HistoryEntry(-86400.0 * 3, "Marco is my landlord, we met years ago."),
@@ -104,7 +106,7 @@ def test_memory_that_never_speaks_leaves_the_stream_unchanged_and_windows_keep_e
 @pytest.mark.slow
 def test_eval_run_propermem_memory_on_and_off(tiny_checkpoint, tmp_path):
     from data_builders.build import build_source
-    from eval.memory.synth import SynthConfig, generate
+    from data_builders.synthetic.propermem import SynthConfig, generate
     from eval.run import evaluate, load_config
 
     generate(

@@ -140,11 +140,11 @@ def test_egoserve_and_propermem_runs(tiny_checkpoint, toy_dir, tmp_path):
             tmp_path / "pm.jsonl",
             tmp_path,
             "benchmark=propermem",
-            "benchmark.history_budget_tokens=64",
+            "render.history_budget_tokens=64",
             f"out_dir={tmp_path / 'pm'}",
         )
     )
-    assert cfg.render.steps_per_second == 0.5 and cfg.render.history_budget_tokens == 64
+    assert cfg.benchmark.steps_per_second == 0.5 and cfg.render.history_budget_tokens == 64
     m = evaluate(cfg)
     rows = PredictionLog(tmp_path / "pm" / "predictions.jsonl").rows()
     assert [len(r["p_response"]) for r in rows] == [10, 10, 10]  # 20 s at one step per 2 s

@@ -5,11 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from data_builders.config import RenderConfig
+from data_builders.frames import stream_frames
 from data_builders.records import Stream
-from data_builders.toy import generate_toy
+from data_builders.synthetic.toy import generate_toy
 from eval.naive import NaiveStreamer
+from eval.render import TurnRenderer
 from eval.streaming import EngineConfig, StreamingEngine
-from train.render import RenderConfig, TurnRenderer, stream_frames
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,9 @@ import yaml
 from omegaconf import DictConfig
 
 from eval import tracking
+from eval.checkpoints import COMPLETE_MARKER
 from eval.watch import LEDGER, load_config, read_ledger, watch
 from train.config import SCHEMAS
-from train.run_dir import COMPLETE_MARKER
 
 
 def make_checkpoint(run_dir: Path, step: int, complete: bool = True, source: Path | None = None) -> Path:

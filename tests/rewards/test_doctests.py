@@ -14,7 +14,7 @@ MODULES = [
     "rewards.propermem",
     "rewards.content",
     "rewards.grpo",
-    "rewards.bench",
+    "rewards.bench.prs",
     "eval.judge",
 ]
 

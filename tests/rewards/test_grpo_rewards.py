@@ -10,8 +10,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rewards.grpo import REWARD_FUNCTIONS, build_reward, count_redundant, step_rewards
-from rewards.prs import prs_scores
+from rewards.grpo import REWARD_FUNCTIONS, build_reward, step_rewards
+from rewards.prs import prs_scores, redundant_replies
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,7 +58,7 @@ def test_redundancy_counts_and_task_filter():
         0.0,
     ]
     assert fn.last_parts[0]["redundancy/redundant"] == 2 and fn.last_parts[0]["redundancy/invalid"] == 1
-    assert count_redundant([], [1.0, 2.0, 3.0]) == 3
+    assert redundant_replies([], [1.0, 2.0, 3.0]) == 3
 
 
 def test_format_share_and_egoserve_tags():

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from train.run_dir import complete_checkpoints
+from eval.checkpoints import complete_checkpoints
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def toy_mixture(tmp_path_factory) -> Path:
-    from train.toy_eval import build_toy_mixture
+    from data_builders.sources.toy import build_toy_mixture
 
     root = tmp_path_factory.mktemp("preempt_data")
     return build_toy_mixture(root / "built", root / "toy", n=8, seed=0)

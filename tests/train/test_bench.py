@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from train.bench import run_variant
+from train.bench.sft import run_variant
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,7 +38,7 @@ def test_cli_prints_one_json_object_last():
 
 
 def test_grpo_bench_counts_shared_and_unshared_frames():
-    from train.bench_grpo import bench_grpo
+    from train.bench.grpo import bench_grpo
 
     out = bench_grpo(windows=2, group=3, threads=2)
     assert out["windows"] == 2

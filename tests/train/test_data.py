@@ -6,18 +6,19 @@ from __future__ import annotations
 import pytest
 import torch
 
+from data_builders.config import RenderConfig
 from data_builders.records import load_streams, write_jsonl
 from data_builders.video import FrameCache
+from eval.render import TurnRenderer
 from train.data import StreamWindowDataset, WindowCollator, split_records
-from train.render import RenderConfig, TurnRenderer
 
 
 @pytest.fixture(scope="module")
 def dataset(tiny_model_and_processor, toy_dir, tmp_path_factory):
     _, processor = tiny_model_and_processor
-    renderer = TurnRenderer(processor, RenderConfig(max_pixels=64 * 64, window_steps=8))
+    renderer = TurnRenderer(processor, RenderConfig(max_pixels=64 * 64))
     cache = FrameCache(tmp_path_factory.mktemp("frames"))
-    return StreamWindowDataset.from_split(toy_dir, renderer, cache), cache
+    return StreamWindowDataset.from_split(toy_dir, renderer, cache, window_steps=8), cache
 
 
 def test_windows_and_items(dataset):
@@ -42,7 +43,9 @@ def test_windows_and_items(dataset):
 
 def test_blank_frames_are_uniform(dataset):
     ds, cache = dataset
-    blank = StreamWindowDataset(ds.streams, ds.records_path, ds.renderer, cache, blank_frames=True)
+    blank = StreamWindowDataset(
+        ds.streams, ds.records_path, ds.renderer, cache, blank_frames=True, window_steps=8
+    )
     frames = blank.frames(0)
     assert frames.shape == ds.frames(0).shape and int(frames.min()) == int(frames.max()) == 128
 
@@ -75,3 +78,29 @@ def test_collator_pads_right_and_concatenates_frames(dataset, tiny_model_and_pro
         both = model(**inputs).logits
         single = model(**alone).logits
     assert torch.allclose(both[1, :lb], single[0], atol=1e-5)
+
+
+def test_stages_read_what_the_frames_stage_cached(tiny_model_and_processor, toy_dir, tmp_path):
+    """``python -m data_builders frames`` fills paths.frame_cache_dir; SFT windows, GRPO windows and
+    evaluation then read every frame from it: not one clip is decoded again."""
+    from data_builders.frames import cache_frames, stream_frames
+    from data_builders.records import resolve_video
+    from eval.streaming import EngineConfig, stream_batches
+
+    _, processor = tiny_model_and_processor
+    render = RenderConfig(max_pixels=64 * 64)
+    records = toy_dir / "records.jsonl"
+    streams = load_streams(records)
+    summary = cache_frames(toy_dir, tmp_path / "frames", render=render, workers=1, progress=False)
+    assert summary["clips"] == len(streams) and summary["failed"] == 0
+    cache = FrameCache(tmp_path / "frames")
+    renderer = TurnRenderer(processor, render)
+    sft = StreamWindowDataset.from_split(toy_dir, renderer, cache, window_steps=8)
+    for i in range(len(sft)):
+        sft[i]
+    grpo = {s.id: stream_frames(s, resolve_video(s, records), render, 1.0, cache) for s in streams}
+    assert all(len(f) == 20 for f in grpo.values())
+    model, _ = tiny_model_and_processor
+    batches = stream_batches(model, renderer, streams[:2], records, EngineConfig(), batch_size=2, cache=cache)
+    assert sum(len(b) for b, _ in batches) == 2
+    assert cache.misses == 0 and cache.hits == len(sft) + len(streams) + 2

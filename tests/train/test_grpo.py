@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
-from data_builders.records import Stream, Target, load_streams
+from data_builders.config import RenderConfig
+from data_builders.frames import stream_frames
+from data_builders.records import Stream, Target, load_streams, target_step
+from eval.render import RESPONSE_CLASS, TurnRenderer
+from eval.streaming import EngineConfig, StreamingEngine
 from rewards.grpo import build_reward, step_rewards
 from train.grpo_loss import grpo_loss, policy_batch, token_advantages, token_logprobs
-from train.render import RenderConfig, TurnRenderer, stream_frames
 from train.rollout import decision_advantages, group_advantages, make_windows, rollout_group
 
 
@@ -18,7 +22,7 @@ def setup(tiny_model_and_processor, toy_dir):
     renderer = TurnRenderer(processor, RenderConfig(max_pixels=64 * 64))
     streams = load_streams(toy_dir / "records.jsonl")
     frames = {s.id: stream_frames(s, toy_dir / s.video, renderer.cfg) for s in streams}
-    windows = make_windows(streams, frames, renderer, window_steps=10, negative_share=0.25, seed=0)
+    windows = make_windows(streams, frames, window_steps=10, negative_share=0.25, seed=0)
     return model, renderer, windows
 
 
@@ -34,7 +38,7 @@ def _count_frames(model, store: dict):
 def _target_group(setup, group_size: int, max_new_tokens: int, seed: int):
     """A window with a target, ``group_size`` rollouts sampled at temperature 1, and their batch."""
     model, renderer, windows = setup
-    window = next(w for w in windows if w.stream.targets)
+    window = next(w for w in windows if w.targets)
     rollouts, _ = rollout_group(model, renderer, window, group_size, 1.0, max_new_tokens, seed)
     return window, rollouts, policy_batch(rollouts, renderer)
 
@@ -114,22 +118,42 @@ def test_reward_orders_on_time_late_never_and_penalizes_repeats():
     assert group_advantages([on_time, late, never, late])[0] > 0
 
 
-def test_windows_keep_targets_inside():
-    s = Stream(
-        id="s",
+def test_sft_and_grpo_windows_share_the_clip_clock(setup):
+    """One windowing rule: on a 40 s stream cut into 20-step windows, step 20 shows ``<20.0 seconds>``
+    in its SFT window, in its GRPO rollout and at evaluation, and a target at 19.5 s lands on step 20
+    (the first frame after it) in all three, so it belongs to the second window."""
+    model, renderer, _ = setup
+    stream = Stream(
+        id="s40",
         source="toy",
         task="event_monitoring",
         video="v.mp4",
         clip_start=0.0,
         clip_end=40.0,
         instruction="Tell me.",
-        targets=[Target(time=5.0, content="a"), Target(time=25.0, content="b")],
+        targets=[Target(time=19.5, content="now")],
     )
-    from train.rollout import window_stream
-
-    w = window_stream(s, 20, 40, 1.0)
-    assert (w.clip_start, w.clip_end, w.instruction_time) == (20.0, 40.0, 20.0)
-    assert [t.time for t in w.targets] == [25.0]
+    frames = np.zeros((40, 64, 64, 3), dtype=np.uint8)
+    assert target_step(stream, stream.targets[0]) == 20
+    # SFT: the window [20, 40) of the renderer
+    sft = renderer.render(stream, frames[20:40], (20, 40))
+    text = renderer.tokenizer.decode(sft.input_ids)
+    assert text.startswith("<|im_start|>user\nTell me.\n<20.0 seconds><|vision_start|>")
+    assert sft.decision_mask[sft.decision_positions[0]] == RESPONSE_CLASS
+    # GRPO: the windows of make_windows, rolled out by the engine
+    windows = make_windows([stream], {stream.id: frames}, window_steps=20, negative_share=1.0, seed=0)
+    by_start = {w.start: w for w in windows}
+    assert sorted(by_start) == [0, 20] and by_start[0].targets == []
+    assert [t.time for t in by_start[20].targets] == [19.5]
+    rollouts, _ = rollout_group(model, renderer, by_start[20], 2, 1.0, 4, seed=0)
+    first = rollouts[0].result.steps[0]
+    assert (first.step, first.time) == (20, 20.0)
+    rolled = renderer.tokenizer.decode(rollouts[0].result.tokens)
+    assert rolled.startswith("<|im_start|>user\nTell me.\n<20.0 seconds><|vision_start|>")
+    # evaluation: the whole stream through the engine
+    [whole] = StreamingEngine(model, renderer, EngineConfig(threshold=2.0)).run([stream], [frames])
+    assert (whole.steps[20].step, whole.steps[20].time) == (20, 20.0)
+    assert "<20.0 seconds>" in renderer.tokenizer.decode(whole.tokens)
 
 
 def test_decision_credit_rewards_the_first_reply_that_sequence_credit_punishes():

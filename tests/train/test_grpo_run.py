@@ -23,7 +23,7 @@ TINY = [
 
 @pytest.fixture(scope="module")
 def toy_mixture(tmp_path_factory) -> Path:
-    from train.toy_eval import build_toy_mixture
+    from data_builders.sources.toy import build_toy_mixture
 
     root = tmp_path_factory.mktemp("grpo_data")
     return build_toy_mixture(root / "built", root / "toy", n=8, seed=0)
@@ -91,9 +91,12 @@ def test_resume_continues_from_the_last_complete_checkpoint(toy_mixture, tmp_pat
 def test_keep_best_keeps_the_weights_of_the_best_held_out_evaluation(toy_mixture, tmp_path):
     from safetensors.torch import load_file
 
-    from train.model import load_model_and_processor
-    from train.render import RenderConfig
-    from train.toy_eval import evaluate_streams
+    from data_builders.config import RenderConfig
+    from data_builders.records import load_streams
+    from eval.checkpoints import saved_render
+    from eval.model import load_model_and_processor
+    from eval.runners import evaluate_model
+    from train.data import split_records
 
     tiny = [a for a in TINY if not a.startswith("grpo.eval_split")]
     args = ["grpo.max_steps=3", "grpo.eval_split=train", "grpo.eval_every=2", "grpo.keep_best=true"]
@@ -110,10 +113,12 @@ def test_keep_best_keeps_the_weights_of_the_best_held_out_evaluation(toy_mixture
     assert best == {"step": first_max, "prs_b": evals[first_max]}
     # the saved weights are those of that evaluation: they score it again, and differ from the last
     cfg = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved_render(run / "best") == cfg["render"]  # every checkpoint carries its render block
     model, processor = load_model_and_processor(
         {"name": "best", "kind": "pretrained", "path": str(run / "best"), "random_init": False}
     )
-    again = evaluate_streams(model, processor, RenderConfig(**cfg["render"]), toy_mixture / "train")
+    records = split_records(toy_mixture / "train")
+    again = evaluate_model(model, processor, load_streams(records), records, RenderConfig(**cfg["render"]))
     assert again["with_negatives"]["prs_b"] == pytest.approx(best["prs_b"])
     weights, final = (load_file(run / d / "model.safetensors") for d in ("best", "final"))
     assert (best["step"] == 3) == all(bool((weights[k] == final[k]).all()) for k in final)

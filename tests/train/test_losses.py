@@ -8,10 +8,12 @@ import math
 import pytest
 import torch
 
+from data_builders.config import RenderConfig
+from data_builders.frames import stream_frames
 from data_builders.records import load_streams
+from eval.render import TurnRenderer
 from train.data import WindowCollator
 from train.losses import WEIGHT_MODES, class_weights, decision_loss, decision_metrics
-from train.render import RenderConfig, TurnRenderer, stream_frames
 
 
 def test_class_weights_from_known_counts():

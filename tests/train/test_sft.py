@@ -10,10 +10,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from train.run_dir import complete_checkpoints, resolve_resume
+from data_builders.sources.toy import build_toy_mixture
+from eval.checkpoints import complete_checkpoints, saved_render
+from train.run_dir import NonFiniteLoss, resolve_resume
 from train.sft import build_trainer, compose_config, train
-from train.toy_eval import build_toy_mixture
-from train.trainer import NonFiniteLoss
 
 #: Loss of steps 1 and 2 (focal gamma 2, static balanced weights, lr 1e-3, batch 4, seed 0) on the
 #: 16-clip toy mixture; a change means the data, the renderer, the model or the loss changed.
@@ -68,9 +68,13 @@ def test_two_steps_pinned_losses_checkpoint_and_run_dir(toy_data, tmp_path):
         "scheduler.pt",
         "rng_state.pth",
         "tokenizer.json",
+        "render.json",
         "COMPLETE",
     ):
         assert (ckpt / name).exists(), name
+    # the frame budget it trained at travels with every checkpoint, for evaluation to read back
+    toy = {"max_pixels": 4096, "video_backend": "decord", "history_budget_tokens": 2048}
+    assert saved_render(ckpt) == saved_render(final) == toy
     assert complete_checkpoints(run) == [ckpt] and resolve_resume("auto", run) == str(ckpt)
     info = json.loads((run / "run_info.json").read_text())
     assert info["packages"]["torch"] and info["packages"]["transformers"] and "commit" in info["git"]
@@ -78,9 +82,11 @@ def test_two_steps_pinned_losses_checkpoint_and_run_dir(toy_data, tmp_path):
     # the final checkpoint is an ordinary HF directory the streaming engine runs
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
+    from data_builders.config import RenderConfig
+    from data_builders.frames import stream_frames
     from data_builders.records import load_streams
+    from eval.render import TurnRenderer
     from eval.streaming import EngineConfig, StreamingEngine
-    from train.render import RenderConfig, TurnRenderer, stream_frames
 
     model = AutoModelForImageTextToText.from_pretrained(final)
     processor = AutoProcessor.from_pretrained(final)
@@ -93,7 +99,7 @@ def test_two_steps_pinned_losses_checkpoint_and_run_dir(toy_data, tmp_path):
 
 
 def test_frozen_vision_tower_gets_no_gradient_and_does_not_change(toy_data, tmp_path):
-    from train.model import vision_tower_parameters
+    from eval.model import vision_tower_parameters
 
     trainer, _ = build_trainer(sft_cfg(toy_data, tmp_path / "run", "train.max_steps=1"))
     model = trainer.model

@@ -17,8 +17,8 @@ import pytest
 
 from data_builders.build import write_outputs
 from data_builders.records import load_streams
+from data_builders.sources.toy import build_toy_mixture
 from train.sft import compose_config, train
-from train.toy_eval import build_toy_mixture
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow

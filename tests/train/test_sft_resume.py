@@ -14,10 +14,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from train.run_dir import complete_checkpoints
+from data_builders.sources.toy import build_toy_mixture
+from eval.checkpoints import complete_checkpoints
 from train.sft import compose_config, train
 from train.sft_config import REQUEUE_EXIT_CODE
-from train.toy_eval import build_toy_mixture
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow

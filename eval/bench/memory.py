@@ -1,7 +1,7 @@
 """Memory benchmark: index build throughput, incremental update cost vs history size, query latency.
 
     python -m eval.bench memory                      # ~1-2 min on 2 cores
-    python -m eval.memory.bench --queries 20 --new-clips 20      (a quicker check)
+    python -m eval.bench.memory --queries 20 --new-clips 20      (a quicker check)
 
 Prints one JSON object on its last line:
 
@@ -32,12 +32,12 @@ import time
 
 import numpy as np
 
+from data_builders.synthetic.propermem import routine
+from eval.config import quiet_libraries
 from eval.memory.backends import get_backend
 from eval.memory.config import MemoryConfig
 from eval.memory.embedders import get_embedder
 from eval.memory.retrieval import MemoryStore
-from eval.memory.synth import _routine
-from train.config import quiet_libraries
 
 VISUAL_DIM = 64
 
@@ -58,7 +58,7 @@ def captions(n_words: int, rng: random.Random, start: float = -365 * 86400.0) ->
     """Routine captions ``(key, time, text)`` every ~25 min of daytime until ``n_words`` words."""
     out, words, t = [], 0, start
     while words < n_words:
-        text = _routine(rng)[0]
+        text = routine(rng)[0]
         t += rng.uniform(300, 3000)
         if (t % 86400) < 7 * 3600:
             t += 7 * 3600
@@ -86,7 +86,7 @@ def run_bench(history_tokens: int, sizes: tuple[int, int], sample: int, queries:
     rng, nrng = random.Random(0), np.random.default_rng(0)
     cfg = MemoryConfig(enabled=True)
     embedder = get_embedder("minilm", threads=cfg.embed_threads)
-    texts = [_routine(rng)[0] for _ in range(sample)]
+    texts = [routine(rng)[0] for _ in range(sample)]
     embedder.encode(texts[:16])  # warm-up
     t0 = time.perf_counter()
     sample_vectors = embedder.encode(texts)
@@ -100,7 +100,7 @@ def run_bench(history_tokens: int, sizes: tuple[int, int], sample: int, queries:
     lat = []
     for _ in range(queries):
         q = nrng.standard_normal(VISUAL_DIM).astype(np.float32)
-        text = _routine(rng)[0] + f" at {rng.randint(0, 10**6)}"  # distinct: no query cache hit
+        text = routine(rng)[0] + f" at {rng.randint(0, 10**6)}"  # distinct: no query cache hit
         t0 = time.perf_counter()
         big.retrieve(text, now, q / np.linalg.norm(q), recent_s=cfg.query_window_s)
         lat.append(time.perf_counter() - t0)
@@ -114,7 +114,7 @@ def run_bench(history_tokens: int, sizes: tuple[int, int], sample: int, queries:
     for i in range(new_clips):
         t += rng.uniform(300, 3000)
         for n in stores if i % 2 == 0 else reversed(list(stores)):
-            clip = [(f"new{i}", t, _routine(rng)[0])]
+            clip = [(f"new{i}", t, routine(rng)[0])]
             t0 = time.perf_counter()
             stores[n].add_captions(clip)
             times[n].append(time.perf_counter() - t0)

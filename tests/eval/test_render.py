@@ -7,8 +7,10 @@ import re
 import pytest
 import torch
 
-from data_builders.records import HistoryEntry, Stream, Target, load_streams, target_step
-from train.render import RESPONSE_CLASS, SILENCE_CLASS, RenderConfig, TurnRenderer, stream_frames
+from data_builders.config import RenderConfig
+from data_builders.frames import stream_frames
+from data_builders.records import HistoryEntry, Stream, Target, load_streams, step_windows, target_step
+from eval.render import RESPONSE_CLASS, SILENCE_CLASS, TurnRenderer
 
 
 @pytest.fixture(scope="module")
@@ -89,11 +91,11 @@ def test_decision_mask_one_per_step_with_class(setup):
 
 def test_windows_repeat_instruction_and_keep_targets(setup):
     renderer, stream, frames = setup
-    windowed = TurnRenderer(renderer.processor, RenderConfig(max_pixels=64 * 64, window_steps=8))
-    assert windowed.windows(stream) == [(0, 8), (8, 16), (16, 20)]
+    windowed = renderer
+    assert step_windows(stream, 1.0, 8) == [(0, 8), (8, 16), (16, 20)]
     k = target_step(stream, stream.targets[0])
     responses = 0
-    for start, end in windowed.windows(stream):
+    for start, end in step_windows(stream, 1.0, 8):
         out = windowed.render(stream, frames[start:end], (start, end))
         text = windowed.tokenizer.decode(out.input_ids)
         assert text.startswith(f"<|im_start|>user\n{stream.instruction}\n<{float(start):.1f} seconds>")

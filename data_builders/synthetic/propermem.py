@@ -1,7 +1,7 @@
 """Synthetic ProPerMem-style set: a year of timestamped first-person captions per person, clips with
 one trigger window whose evidence is a few captions buried in it, lures, and negatives.
 
-    python -m eval.memory.synth --out /tmp/pm_synth --tokens 220000 --per-kind 8 --negatives 8 --videos
+    python -m data_builders.synthetic.propermem --out /tmp/pm_synth --tokens 220000 --per-kind 8 --negatives 8 --videos
     python -m data_builders build source=propermem annotations=/tmp/pm_synth/clips.jsonl videos=/tmp/pm_synth out=/tmp/pm_built
 
 Writes, in the ``propermem`` builder's format (``data_builders/sources/propermem.py``):
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from eval.memory.synth_matters import ENTITY, PARAPHRASE, VISUAL
+from data_builders.synthetic.propermem_matters import ENTITY, PARAPHRASE, VISUAL
 
 DAY = 86400.0
 PLACES = {
@@ -75,7 +75,7 @@ class SynthConfig:
     videos: bool = False
 
 
-def _routine(rng: random.Random) -> tuple[str, str, list[str]]:
+def routine(rng: random.Random) -> tuple[str, str, list[str]]:
     p = rng.choice(list(PLACES))
     o, o2 = rng.sample(PLACES[p], 2)
     text = rng.choice(TEMPLATES).format(
@@ -148,11 +148,11 @@ def generate(out_dir: str | Path, cfg: SynthConfig | None = None) -> dict:
                                 objects=[]))  # fmt: skip
         if m["object"]:
             for _ in range(cfg.decoys_per_object):
-                text, place, objs = _routine(rng)
+                text, place, objs = routine(rng)
                 entries.append(dict(time=_time(rng), text=text, place=place, objects=objs + [m["object"]]))
     words = sum(len(e["text"].split()) for e in entries)
     while words < cfg.tokens:
-        text, place, objs = _routine(rng)
+        text, place, objs = routine(rng)
         entries.append(dict(time=_time(rng), text=text, place=place, objects=objs))
         words += len(text.split())
     order = sorted(range(len(entries)), key=lambda i: entries[i]["time"])
@@ -163,7 +163,7 @@ def generate(out_dir: str | Path, cfg: SynthConfig | None = None) -> dict:
     clips, ts, te = [], *cfg.window
     for i, m in enumerate(matters + [None] * cfg.negatives):
         if m is None:
-            text, place, objs = _routine(rng)
+            text, place, objs = routine(rng)
             cue, hidden, trigger = text, [], None
         else:
             cue, place = m["cue"], m["place"] or rng.choice(list(PLACES))
@@ -211,7 +211,7 @@ def generate(out_dir: str | Path, cfg: SynthConfig | None = None) -> dict:
 
 def _write_videos(out: Path, clips: list[dict], cfg: SynthConfig) -> None:
     """One 32x32, 1 fps mp4 per clip: a flat colour per clip with a square appearing at the window."""
-    from data_builders.toy import write_mp4
+    from data_builders.synthetic.toy import write_mp4
 
     for i, c in enumerate(clips):
         frames = []
@@ -224,7 +224,9 @@ def _write_videos(out: Path, clips: list[dict], cfg: SynthConfig) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(prog="python -m eval.memory.synth", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m data_builders.synthetic.propermem", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--out", required=True)
     parser.add_argument("--tokens", type=int, default=SynthConfig.tokens, help="words per history")
     parser.add_argument("--per-kind", type=int, default=SynthConfig.per_kind)

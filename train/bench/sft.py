@@ -2,7 +2,7 @@
 
     python -m train.bench sft                       # tiny model, toy windows, CPU; JSON on the last line
     python -m train.bench sft --steps 20 --batch 8 --threads 2
-    python -m train.bench grpo                      # rollouts with / without frame sharing (train/bench_grpo.py)
+    python -m train.bench grpo                      # rollouts with / without frame sharing (train/bench/grpo.py)
 
 One step is what the SFT trainer does per batch: forward over a padded batch of rendered toy windows
 (20 steps of 64x64 frames each), the decision loss, backward, gradient clipping and an AdamW step.
@@ -24,19 +24,20 @@ from pathlib import Path
 import torch
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 VARIANTS = {"frozen_vision": True, "trained_vision": False}
 
 
 def run_variant(freeze: bool, steps: int, batch: int, threads: int, warmup: int = 2) -> dict:
     """Measure one variant in this process."""
+    from data_builders.config import RenderConfig
     from data_builders.records import write_jsonl
-    from data_builders.toy import generate_toy
-    from train.config import quiet_libraries
+    from data_builders.synthetic.toy import generate_toy
+    from eval.config import quiet_libraries
+    from eval.model import load_model_and_processor
+    from eval.render import TurnRenderer
     from train.data import StreamWindowDataset, WindowCollator
     from train.losses import class_weights, decision_loss
-    from train.model import load_model_and_processor
-    from train.render import RenderConfig, TurnRenderer
 
     quiet_libraries()
     torch.set_num_threads(threads)
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.what == "variant":
         result = run_variant(VARIANTS[args.name], args.steps, args.batch, args.threads)
     elif args.what == "grpo":
-        from train.bench_grpo import bench_grpo
+        from train.bench.grpo import bench_grpo
 
         result = bench_grpo(args.windows, args.group, args.threads)
     else:

@@ -1,7 +1,7 @@
 """Recall@k of the target evidence on a ProPerMem-style set: each retriever, their merge, and BM25.
 
-    python -m eval.memory.synth --out /tmp/pm_synth --tokens 220000 --per-kind 8 --negatives 8
-    python -m eval.memory.recall --set /tmp/pm_synth --k 5          # ~4 min on 2 cores (MiniLM)
+    python -m data_builders.synthetic.propermem --out /tmp/pm_synth --tokens 220000 --per-kind 8 --negatives 8
+    python -m eval.bench recall --set /tmp/pm_synth --k 5          # ~4 min on 2 cores (MiniLM)
 
 For every positive clip, at the first step of its trigger window (``now`` = window start), the
 query is the clip's own captions of the last ``query_window_s`` seconds and its latest keyframe;
@@ -118,10 +118,8 @@ def markdown(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(
-        prog="python -m eval.memory.recall", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--set", required=True, help="directory written by eval.memory.synth")
+    parser = argparse.ArgumentParser(prog="python -m eval.bench.recall", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--set", required=True, help="directory written by data_builders.synthetic.propermem")
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--embedder", default="minilm")
     parser.add_argument("--merge", default="interleave")

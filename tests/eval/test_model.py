@@ -7,7 +7,7 @@ import sys
 
 import torch
 
-from train.model import freeze_vision_tower, vision_tower_parameters
+from eval.model import freeze_vision_tower, vision_tower_parameters
 
 
 def test_tiny_checkpoint_loads_offline_with_auto_classes(tiny_checkpoint):

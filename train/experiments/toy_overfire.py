@@ -1,9 +1,12 @@
 """``python -m train.grpo experiment=toy_overfire``: the failure GRPO exists to fix, on CPU.
 
-1. Toy data (``overfire.n_streams`` clips, split by video), then an *over-firing* copy of the
+The experiment config sets ``entry.target`` to :func:`run_experiment`, so ``train.grpo`` hands it the
+composed config; its own settings are ``entry.options`` (:class:`OverfireOptions`).
+
+1. Toy data (``n_streams`` clips, split by video), then an *over-firing* copy of the
    training split: every positive stream's target is repeated at every step from the event to the
    end of the clip, as the papers' adapted models behave (they keep talking once something happened).
-2. SFT on that copy (``conf/sft.yaml`` + ``overfire.sft_overrides``): a checkpoint that looks at the
+2. SFT on that copy (``conf/sft.yaml`` + ``sft_overrides``): a checkpoint that looks at the
    frames and speaks at the event, then at every later step too. It is kept in
    ``<runs>/toy_overfire_sft/final`` and reused when there, so every GRPO seed starts from it.
 3. Held-out evaluation before GRPO, GRPO from that checkpoint (``grpo`` block, reward ``reward``),
@@ -16,15 +19,43 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from data_builders.build import write_outputs
+from data_builders.config import RenderConfig, typed
 from data_builders.records import Target, load_streams, resolve_video, step_times, target_step
+from data_builders.sources.toy import build_toy_mixture
+from eval.config import BenchmarkConfig
+from eval.runners import evaluate_model
 from train.data import split_records
-from train.toy_eval import build_toy_mixture
+
+
+@dataclass
+class OverfireOptions:
+    """``entry.options`` of ``experiment=toy_overfire``."""
+
+    n_streams: int = 96
+    """Toy clips to generate (split by video)."""
+    sft_overrides: list[str] = field(default_factory=list)
+    """Overrides of ``conf/sft.yaml`` when training the over-firing checkpoint."""
+
+
+def held_out_metrics(
+    checkpoint: Path, split: Path, render: RenderConfig, steps_per_second: float, threshold: float
+) -> dict:
+    """P3I metrics of a saved checkpoint on a split (``eval.runners.evaluate_model``)."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(str(checkpoint))
+    model = AutoModelForImageTextToText.from_pretrained(str(checkpoint))
+    records = split_records(split)
+    bench = BenchmarkConfig(steps_per_second=steps_per_second)
+    return evaluate_model(
+        model, processor, load_streams(records), records, render, bench=bench, threshold=threshold
+    )
 
 
 def overfire_split(src_dir: Path, out_dir: Path, steps_per_second: float = 1.0) -> Path:
@@ -48,12 +79,13 @@ def run_experiment(cfg: DictConfig) -> dict:
     from train.grpo import run as run_grpo
     from train.sft import compose_config
     from train.sft import train as run_sft
-    from train.toy_eval import evaluate_checkpoint
 
+    options = typed(OverfireOptions, OmegaConf.to_container(cfg.entry.options, resolve=True), "entry.options")
     out = Path(cfg.grpo.output_dir)
     data_dir = Path(cfg.data.dir)
-    build_toy_mixture(Path(cfg.data.root), data_dir, n=cfg.overfire.n_streams, seed=cfg.data.seed)
-    overfire_split(data_dir / "train", data_dir / "train_overfire", cfg.render.steps_per_second)
+    sps = cfg.data.steps_per_second
+    build_toy_mixture(Path(cfg.data.root), data_dir, n=options.n_streams, seed=cfg.data.seed)
+    overfire_split(data_dir / "train", data_dir / "train_overfire", sps)
     sft_dir = Path(cfg.paths.runs_dir) / "toy_overfire_sft"
     init = sft_dir / "final"
     if not (init / "model.safetensors").exists():  # made once, shared by every GRPO seed
@@ -66,18 +98,17 @@ def run_experiment(cfg: DictConfig) -> dict:
                 f"data.dir={data_dir}",
                 "train.train_split=train_overfire",
                 f"train.output_dir={sft_dir}",
-                *cfg.overfire.sft_overrides,
+                *options.sft_overrides,
             ]
         )
         init = run_sft(sft_cfg)
-    render = OmegaConf.to_container(cfg.render, resolve=True)
-    from train.render import RenderConfig
-
+    render = RenderConfig(**OmegaConf.to_container(cfg.render, resolve=True))
     held_out = data_dir / cfg.grpo.eval_split
-    before = evaluate_checkpoint(init, held_out, RenderConfig(**render), threshold=cfg.grpo.eval_threshold)
+    threshold = cfg.grpo.eval_threshold
+    before = held_out_metrics(init, held_out, render, sps, threshold)
     grpo_cfg = OmegaConf.merge(cfg, {"init": str(init)})
     final = run_grpo(grpo_cfg, out)
-    after = evaluate_checkpoint(final, held_out, RenderConfig(**render), threshold=cfg.grpo.eval_threshold)
+    after = held_out_metrics(final, held_out, render, sps, threshold)
     history = [json.loads(line) for line in (out / "history.jsonl").read_text().splitlines()]
     curve = [
         {"step": h["step"], "prs_b": h["eval/with_negatives/prs_b"]}

@@ -2,7 +2,8 @@
 
     python -m eval.bench                       # ~1-2 min on 2 cores
     python -m eval.bench --steps 10,20 --window-at 20,60 --repeats 1     (a quick check)
-    python -m eval.bench memory                (the long-horizon memory benchmark, eval.memory.bench)
+    python -m eval.bench memory                (the long-horizon memory benchmark, eval/bench/memory.py)
+    python -m eval.bench gpu --model conf/model/qwen3_vl_4b.yaml   (the accelerator benchmark, eval/bench/gpu.py)
 
 Prints one JSON object on its last line:
 
@@ -31,7 +32,6 @@ slower steps under load), which would swamp the ratios with noise.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import resource
@@ -45,15 +45,17 @@ import numpy as np
 import torch
 import yaml
 
+from data_builders.config import RenderConfig
+from data_builders.frames import stream_frames
 from data_builders.records import Stream
-from data_builders.toy import generate_toy
+from data_builders.synthetic.toy import generate_toy
+from eval.config import quiet_libraries
+from eval.model import build_tiny_checkpoint, load_model_and_processor
 from eval.naive import NaiveStreamer
+from eval.render import TurnRenderer
 from eval.streaming import EngineConfig, StreamingEngine
-from train.config import quiet_libraries
-from train.model import build_tiny_checkpoint, load_model_and_processor
-from train.render import RenderConfig, TurnRenderer, stream_frames
 
-TINY = Path(__file__).resolve().parents[1] / "conf" / "model" / "tiny.yaml"
+TINY = Path(__file__).resolve().parents[2] / "conf" / "model" / "tiny.yaml"
 
 
 def tiled(stream: Stream, frames: np.ndarray, steps: int) -> tuple[Stream, np.ndarray]:
@@ -141,14 +143,8 @@ def run_bench(steps: list[int], window_at: tuple[int, int], window: int, batch: 
     }
 
 
-#: ``python -m eval.bench <name> ...`` runs another benchmark's ``main(argv)``.
-SUBCOMMANDS = {"memory": "eval.memory.bench"}
-
-
 def main(argv: list[str] | None = None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in SUBCOMMANDS:
-        return importlib.import_module(SUBCOMMANDS[argv[0]]).main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m eval.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", default="30,60,120", help="stream lengths for engine vs naive")
     parser.add_argument("--window-at", default="60,480", help="the two steps compared with a frame window")

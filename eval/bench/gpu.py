@@ -1,8 +1,8 @@
 """Accelerator benchmark: the real Qwen3-VL architecture (random weights) through an SFT step and the
 streaming engine. No download: the model is built from its config (``model.random_init``).
 
-    python -m eval.bench_gpu --model conf/model/qwen3_vl_4b.yaml            # on a GPU machine
-    python -m eval.bench_gpu --model conf/model/tiny.yaml --device cpu --size 64 --steps 6 --window-steps 24
+    python -m eval.bench gpu --model conf/model/qwen3_vl_4b.yaml            # on a GPU machine
+    python -m eval.bench gpu --model conf/model/tiny.yaml --device cpu --size 64 --steps 6 --window-steps 24
 
 Frames are drawn in memory from the toy scripts (no video files). Prints one JSON object on its last
 line: model size, SFT step time / tokens per second / peak memory (vision frozen, AdamW), streaming
@@ -23,12 +23,13 @@ import numpy as np
 import torch
 import yaml
 
+from data_builders.config import RenderConfig
 from data_builders.records import Stream
-from data_builders.toy import INSTRUCTIONS, _draw, make_script
+from data_builders.synthetic.toy import INSTRUCTIONS, draw_frame, make_script
+from eval.model import count_parameters, load_model_and_processor
 from eval.naive import NaiveStreamer
+from eval.render import TurnRenderer
 from eval.streaming import EngineConfig, StreamingEngine
-from train.model import count_parameters, load_model_and_processor
-from train.render import RenderConfig, TurnRenderer
 
 
 def _sync(device: str) -> None:
@@ -50,7 +51,7 @@ def _reset_peak(device: str) -> None:
 def toy_stream(index: int, steps: int, size: int) -> tuple[Stream, np.ndarray]:
     """A scripted toy clip of ``steps`` seconds drawn in memory at ``size`` pixels."""
     script = make_script(index, seed=0, duration=max(steps, 12), size=size, negative_share=0.0)
-    frames = np.stack([_draw(script, float(t), size) for t in range(steps)])
+    frames = np.stack([draw_frame(script, float(t), size) for t in range(steps)])
     stream = Stream(
         id=f"bench-{index}",
         source="toy",

@@ -6,9 +6,11 @@ Turn format (DESIGN.md), one user turn and one assistant turn per decision step:
     <|im_start|>assistant\\n</Silence><|im_end|>\\n                       (or)
     <|im_start|>assistant\\n</Response> [category] text<|im_end|>\\n
 
-- The timestamp is the time elapsed since the clip start, one decimal, in seconds.
+- The timestamp is the time elapsed since the clip start, one decimal, in seconds, in every window
+  of a stream too (``records.step_windows``: SFT and GRPO windows keep the clip clock, as at
+  evaluation).
 - The instruction goes in the user turn of the step it is given at (``instruction_time``, default
-  the first step); a training window that starts later repeats it in its first turn.
+  the first step); a training window that starts later repeats it (and the history) in its first turn.
 - The frame of a step is the one on screen at that step's time (see ``data_builders.video``).
 - A target lands on the first step at or after its time (``records.target_step``): the model can
   only speak once it has seen the evidence. Targets landing on the same step are joined into one
@@ -26,31 +28,15 @@ same ids step by step as the renderer does for a whole window.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from data_builders.records import Stream, step_times, target_step
-from data_builders.video import DEFAULT_MAX_PIXELS, FrameCache, load_frames
+from data_builders.config import RenderConfig
+from data_builders.records import Stream, Target, step_times, target_step
 from rewards.turns import RESPONSE, SILENCE
 
 SILENCE_CLASS, RESPONSE_CLASS = 0, 1
-
-
-@dataclass
-class RenderConfig:
-    """Rendering knobs (the ``render`` block of the data config)."""
-
-    steps_per_second: float = 1.0
-    """Decision steps per second of video (P3I: 1; ProPerMem: 0.5)."""
-    max_pixels: int = DEFAULT_MAX_PIXELS
-    """Pixel budget of one frame (height x width), before the processor's own resizing."""
-    window_steps: int | None = None
-    """Split long streams into training windows of at most this many steps (None: one window)."""
-    history_budget_tokens: int = 2048
-    """Personal history given as text: keep the most recent lines that fit in this many tokens."""
-    video_backend: str = "decord"
 
 
 @dataclass
@@ -83,10 +69,14 @@ class Rendered:
 class TurnRenderer:
     """Builds token ids for turns; shared by the training collator and the streaming engine."""
 
-    def __init__(self, processor, cfg: RenderConfig | None = None):
+    def __init__(self, processor, cfg: RenderConfig | None = None, steps_per_second: float = 1.0):
         self.processor = processor
         self.tokenizer = processor.tokenizer
         self.cfg = cfg or RenderConfig()
+        #: Decision steps per second of video: the data's in training, the benchmark's in evaluation.
+        self.steps_per_second = float(steps_per_second)
+        if not self.steps_per_second > 0:
+            raise ValueError(f"steps_per_second must be positive, got {steps_per_second}")
         tok = self.tokenizer
         self.silence_id = tok.convert_tokens_to_ids(SILENCE)
         self.response_id = tok.convert_tokens_to_ids(RESPONSE)
@@ -94,7 +84,7 @@ class TurnRenderer:
         self.image_pad_id = tok.convert_tokens_to_ids("<|image_pad|>")
         for name, i in [("</Silence>", self.silence_id), ("</Response>", self.response_id)]:
             if i is None or i == tok.unk_token_id:
-                raise ValueError(f"tokenizer has no {name} token: build the model with train.model")
+                raise ValueError(f"tokenizer has no {name} token: build the model with eval.model")
         self.merge = processor.image_processor.merge_size
         self._user_open = self.encode("<|im_start|>user\n")
         self._vision_open = self.encode("<|vision_start|>")
@@ -166,19 +156,13 @@ class TurnRenderer:
 
     # -- streams ------------------------------------------------------------------------------
 
-    def windows(self, stream: Stream) -> list[tuple[int, int]]:
-        """[start, end) step ranges of the stream's training windows."""
-        n = len(step_times(stream, self.cfg.steps_per_second))
-        w = self.cfg.window_steps or n
-        return [(s, min(s + w, n)) for s in range(0, n, w)]
-
     def step_plan(self, stream: Stream) -> tuple[list[float], list[str]]:
         """Step times and the assistant text at every step of the whole stream."""
-        times = step_times(stream, self.cfg.steps_per_second)
+        times = step_times(stream, self.steps_per_second)
         texts: dict[int, list[str]] = {}
         cats: dict[int, str | None] = {}
         for target in stream.targets:
-            k = target_step(stream, target, self.cfg.steps_per_second)
+            k = target_step(stream, target, self.steps_per_second)
             texts.setdefault(k, []).append(target.content)
             cats.setdefault(k, target.category)
         return times, [self.assistant_text(texts.get(k), cats.get(k)) for k in range(len(times))]
@@ -186,11 +170,7 @@ class TurnRenderer:
     def instruction_step(self, stream: Stream) -> int:
         if stream.instruction_time is None:
             return 0
-        from data_builders.records import Target
-
-        return target_step(
-            stream, Target(time=stream.instruction_time, content=""), self.cfg.steps_per_second
-        )
+        return target_step(stream, Target(time=stream.instruction_time, content=""), self.steps_per_second)
 
     def context_for_step(self, stream: Stream, step: int, window_start: int) -> str | None:
         """History and instruction text carried by the user turn of ``step``."""
@@ -248,23 +228,3 @@ class TurnRenderer:
             stream_id=stream.id,
             first_step=start,
         )
-
-
-def stream_frames(
-    stream: Stream,
-    video_path: str | Path,
-    cfg: RenderConfig,
-    cache: FrameCache | None = None,
-    window: tuple[int, int] | None = None,
-) -> np.ndarray:
-    """The frames of a stream's steps (file time = record time - ``video_offset``)."""
-    times = step_times(stream, cfg.steps_per_second)
-    if window is not None:
-        times = times[window[0] : window[1]]
-    return load_frames(
-        video_path,
-        [t - stream.video_offset for t in times],
-        max_pixels=cfg.max_pixels,
-        backend=cfg.video_backend,
-        cache=cache,
-    )

@@ -1,7 +1,7 @@
 """The matters of the synthetic ProPerMem-style set: what the target evidence says, what the clip shows.
 
 Three kinds, each aimed at one pathway so that the retrievers are complementary and none is
-trivially perfect (``eval.memory.synth`` adds lures that share the cue's or the evidence's words):
+trivially perfect (``data_builders.synthetic.propermem`` adds lures that share the cue's or the evidence's words):
 
 - ``paraphrase``: the evidence and the current caption concern the same thing in other words,
   while lures repeat the caption's wording (dense similarity should link them; word overlap is

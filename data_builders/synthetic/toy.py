@@ -70,7 +70,7 @@ def _square(img: np.ndarray, x: int, y: int, side: int, colour: str) -> None:
     img[max(0, y) : max(0, y + side), max(0, x) : max(0, x + side)] = COLOURS[colour]
 
 
-def _draw(script: ToyScript, t: float, size: int) -> np.ndarray:
+def draw_frame(script: ToyScript, t: float, size: int) -> np.ndarray:
     img = np.full((size, size, 3), script.background, dtype=np.uint8)
     side = size // 4
     if script.task == "event_monitoring":
@@ -181,7 +181,7 @@ def generate_toy(
     for i in range(n):
         script = make_script(i, seed, duration, size, negative_share)
         rel = f"videos/toy_{i:05d}.mp4"
-        frames = [_draw(script, f / video_fps, size) for f in range(duration * video_fps)]
+        frames = [draw_frame(script, f / video_fps, size) for f in range(duration * video_fps)]
         write_mp4(out_dir / rel, frames, video_fps)
         streams.append(
             Stream(

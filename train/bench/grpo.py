@@ -18,19 +18,21 @@ from pathlib import Path
 import torch
 import yaml
 
-from train.bench import ROOT
+from train.bench.sft import ROOT
 from train.grpo_config import GRPOSettings
 
 
 def bench_grpo(windows: int, group: int, threads: int) -> dict:
+    from data_builders.config import RenderConfig
+    from data_builders.frames import stream_frames
     from data_builders.records import load_streams, write_jsonl
-    from data_builders.toy import generate_toy
+    from data_builders.synthetic.toy import generate_toy
+    from eval.config import quiet_libraries
+    from eval.model import load_model_and_processor
+    from eval.render import TurnRenderer
     from eval.streaming import EngineConfig, StreamingEngine
     from rewards.grpo import build_reward
-    from train.config import quiet_libraries
     from train.grpo_trainer import GRPOLoop
-    from train.model import load_model_and_processor
-    from train.render import RenderConfig, TurnRenderer, stream_frames
     from train.rollout import make_windows
 
     quiet_libraries()
@@ -43,7 +45,7 @@ def bench_grpo(windows: int, group: int, threads: int) -> dict:
         renderer = TurnRenderer(processor, RenderConfig(max_pixels=4096))
         streams = load_streams(Path(tmp) / "records.jsonl")
         frames = {s.id: stream_frames(s, Path(tmp) / s.video, renderer.cfg) for s in streams}
-        pool = make_windows(streams, frames, renderer, window_steps=20, negative_share=1.0, seed=0)[:windows]
+        pool = make_windows(streams, frames, window_steps=20, negative_share=1.0, seed=0)[:windows]
         out: dict = {
             "bench": "grpo",
             "model": "tiny",

@@ -10,7 +10,7 @@ architecture with random weights (GPU benchmarks, no download).
 Either way ``</Silence>`` and ``</Response>`` become special tokens, the embeddings are resized to
 fit them, and the vision tower can be frozen.
 
-    python -m train.model model=tiny            # build (or reuse) the tiny checkpoint, print its size
+    python -m eval.model model=tiny            # build (or reuse) the tiny checkpoint, print its size
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ DECISION_TOKENS = [SILENCE, RESPONSE]
 def _tokenizer_corpus() -> list[str]:
     """Text the tiny tokenizer is trained on: the turn format, numbers, and the project's own
     instructions and answers, so that toy streams tokenize into few tokens."""
-    from data_builders.toy import INSTRUCTIONS, PROCEDURE
+    from data_builders.synthetic.toy import INSTRUCTIONS, PROCEDURE
 
     lines = list(INSTRUCTIONS.values())
     lines += [f"<{t:.1f} seconds>" for t in range(0, 600)]
