@@ -113,7 +113,7 @@ def _require(data: dict, key: str, prefix: str = "") -> Any:
 class Target:
     """What the model should say, and when.
 
-    ``time`` is the moment the reply is due (tau in PROTOCOLS.md). ``window`` is an optional
+    ``time`` is the moment the reply is due (tau in docs/protocols.md). ``window`` is an optional
     [start, end] in which a reply counts (ProPerMem's trigger window, EgoServe's service window);
     a target with a window and no time takes the window's center as its time.
     ``label`` is a structured answer checked by the ``label`` scorer (e.g. ``Warning``);

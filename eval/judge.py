@@ -1,6 +1,6 @@
 """The LLM judge: EgoServe's Rationality and Effectiveness ratings, and the ``judge`` content scorer.
 
-Two rubric prompts (PROTOCOLS.md), each rated 1-5 at temperature 0 and answered in one strict line,
+Two rubric prompts (docs/protocols.md), each rated 1-5 at temperature 0 and answered in one strict line,
 ``Rationality: <n>`` or ``Effectiveness: <n>``. An answer without exactly that line (one value, 1-5)
 is unparsable; the question is asked again, up to ``tries`` (3) times; a pair still unparsable is
 counted and reported, never turned into a score.

@@ -1,6 +1,6 @@
 """Turn renderer: a stream record + its frames -> the multi-turn token sequence the model sees.
 
-Turn format (DESIGN.md), one user turn and one assistant turn per decision step::
+Turn format (docs/design.md), one user turn and one assistant turn per decision step::
 
     <|im_start|>user\\n[history][instruction\\n]<12.0 seconds><|vision_start|><|image_pad|>*N<|vision_end|><|im_end|>\\n
     <|im_start|>assistant\\n</Silence><|im_end|>\\n                       (or)

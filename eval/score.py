@@ -1,4 +1,4 @@
-"""Score predictions against ground truth with a benchmark's own metric (PROTOCOLS.md).
+"""Score predictions against ground truth with a benchmark's own metric (docs/protocols.md).
 
     python -m eval.score --protocol p3i --gt gt.jsonl --pred pred.jsonl --content label
     python -m eval.score --protocol egoserve --gt EgoServe_release/HoloAssist/holoassist_service_annotations.json \\

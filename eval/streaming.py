@@ -11,7 +11,7 @@ position, and either stays silent or fires (``p = softmax(l_S, l_R)[R] >= thresh
 A fired turn's text is decoded until ``<|im_end|>``. The assistant turn's closing tokens are fed
 with the next step's chunk, so a silent step costs exactly one forward pass.
 
-Exactness (DESIGN.md): cached decoding matches a full forward only with hand-computed M-RoPE
+Exactness (docs/design.md): cached decoding matches a full forward only with hand-computed M-RoPE
 positions. Every chunk's 3-row position ids come from ``model.model.get_rope_index`` on the chunk,
 shifted by the row's running offset (max position so far + 1), and are passed explicitly.
 

@@ -1,6 +1,6 @@
 """EgoServe: per-subtype service detection with time tolerance, P/R/F1 and the macro Overall.
 
-Definitions (PROTOCOLS.md, implemented as written; times in seconds):
+Definitions (docs/protocols.md, implemented as written; times in seconds):
 
 - tolerance delta: 60 s EgoLife, 10 s HoloAssist, 25 s CaptainCook4D (:data:`TOLERANCE_S`);
 - matching per unit (an EgoLife person, a HoloAssist video, a CaptainCook4D recording) and per

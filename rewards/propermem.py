@@ -1,6 +1,6 @@
 """ProPerMem's strict "Perfect" metric: exactly one good fire inside the trigger window.
 
-Definitions (PROTOCOLS.md, implemented as written; times in seconds):
+Definitions (docs/protocols.md, implemented as written; times in seconds):
 
 - one trigger window W = [ts, te] per positive clip; tolerance tol = 2 s;
 - a fire at t is in window if ``ts <= t <= te + tol``, early if ``t < ts``, late if ``t > te + tol``;

@@ -1,6 +1,6 @@
 """P3I's Proactive Response Score: PRS-U (causal) and PRS-B (bidirectional), and their primed forms.
 
-Definitions (PROTOCOLS.md, implemented as written; times in seconds):
+Definitions (docs/protocols.md, implemented as written; times in seconds):
 
 - pair score ``s(o, g) = c(o.text, g) * exp(-alpha * |o.time - g.time|)``, alpha = 0.05 by default;
 - PRS-U assigns each reply to the latest target with ``time <= reply time``; a reply earlier than

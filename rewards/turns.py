@@ -32,7 +32,7 @@ from typing import Literal, NamedTuple
 SILENCE = "</Silence>"
 RESPONSE = "</Response>"
 
-#: EgoServe's service subtypes, by horizon (PROTOCOLS.md).
+#: EgoServe's service subtypes, by horizon (docs/protocols.md).
 EGOSERVE_SUBTYPES_BY_HORIZON: dict[str, tuple[str, ...]] = {
     "instant": ("safety", "tool_use"),
     "short_term": ("next_step_guidance", "error_recovery", "resource_reminder"),

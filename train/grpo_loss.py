@@ -2,7 +2,7 @@
 
 trl 1.16's ``GRPOTrainer`` cannot carry these rollouts: its loss forward receives no image or video
 tensors, and its experimental ``rollout_func`` gets no images either, while a streaming rollout's
-frames are interleaved with the model's decisions (DESIGN.md). So the update is written here, on
+frames are interleaved with the model's decisions (docs/design.md). So the update is written here, on
 plain torch, as a function of the rollouts:
 
 1. The G rollouts of a window are right-padded into one batch. The window's frames go through the

@@ -1,4 +1,4 @@
-"""P3I PRS core: the worked example of PROTOCOLS.md, assignment rules, properties, aggregation."""
+"""P3I PRS core: the worked example of docs/protocols.md, assignment rules, properties, aggregation."""
 
 from __future__ import annotations
 
@@ -144,7 +144,7 @@ def test_moving_a_late_reply_away_never_raises(tau, offsets, data, shift, table)
 
 
 def reference_prs(tt, rt, content, alpha):
-    """The definitions of PROTOCOLS.md, written out naively (no sorting, no bisection)."""
+    """The definitions of docs/protocols.md, written out naively (no sorting, no bisection)."""
     n = len(tt)
     if n == 0:
         v = 0.0 if rt else 1.0
