@@ -22,8 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("train", "eval", "data_builders", "rewards")
 TOP = PACKAGES + ("conf", "slurm", "tests", "docs")
-PATH = re.compile(r"(?<![\w./-])((?:%s)/[\w./*<>{}-]*[\w/*>}])" % "|".join(TOP))
-DOTTED = re.compile(r"(?<![\w./-])((?:%s)(?:\.[A-Za-z_]\w*)+)" % "|".join(PACKAGES))
+ALT_TOP, ALT_PACKAGES = "|".join(TOP), "|".join(PACKAGES)
+PATH = re.compile(rf"(?<![\w./-])((?:{ALT_TOP})/[\w./*<>{{}}-]*[\w/*>}}])")
+DOTTED = re.compile(rf"(?<![\w./-])((?:{ALT_PACKAGES})(?:\.[A-Za-z_]\w*)+)")
 #: Path-like text that names a pattern or an example location, not one file of the repository.
 NOT_REPO = re.compile(r"[*<>{}]")
 SUFFIXES = (".py", ".yaml", ".md", ".sh", ".json", ".toml", ".txt", ".csv", ".jsonl")
@@ -43,7 +44,11 @@ def _text(path: Path) -> str:
         if tok.type == tokenize.COMMENT
     ]
     for node in ast.walk(ast.parse(source)):  # docstrings of modules, classes, functions, attributes
-        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+        if (
+            isinstance(node, ast.Expr)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
             parts.append(node.value.value)
     return "\n".join(parts)
 
@@ -130,7 +135,9 @@ def test_every_reference_exists():
 
 def test_the_check_finds_a_dangling_reference(tmp_path):
     doc = tmp_path / "x.md"
-    doc.write_text("See eval/streaming.py and eval/nowhere.py; eval.streaming.StreamingEngine.run, eval.streaming.Nope.\n")
+    doc.write_text(
+        "See eval/streaming.py and eval/nowhere.py; eval.streaming.StreamingEngine.run, eval.streaming.Nope.\n"
+    )
     found = [line.split(": ", 1)[1] for line in dangling_in(doc)]
     assert found == ["eval/nowhere.py does not exist", "eval.streaming.Nope is not a module or a name of one"]
 
