@@ -6,17 +6,15 @@ dataclass (see ``registry.register_source``); ``conf/frames.yaml`` -> :class:`Fr
 
 The blocks every stage shares are defined here, at the lowest layer that reads them:
 :class:`PathsConfig` (``conf/paths/``) and :class:`RenderConfig` (``conf/render/``, chosen by the
-model config), and :func:`validate`, which merges a composed Hydra config into a root schema.
+model config). Merging a composed config into a schema is ``data_builders.schema``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from typing import Any
-
-from omegaconf import DictConfig, OmegaConf
+from dataclasses import dataclass, field
 
 from data_builders.mixture import MixtureConfig
+from data_builders.schema import bounded
 from data_builders.video import DEFAULT_MAX_PIXELS
 
 
@@ -41,12 +39,12 @@ class RenderConfig:
     into every checkpoint (``render.json``) and ``eval.run`` / ``eval.watch`` read it back.
     """
 
-    max_pixels: int = DEFAULT_MAX_PIXELS
+    max_pixels: int = bounded(DEFAULT_MAX_PIXELS, ge=1)
     """Pixel budget of one frame (height x width, aspect kept) before the processor's own resizing.
     Part of the frame-cache key."""
     video_backend: str = "decord"
     """``decord`` or ``pyav`` (``data_builders.video``)."""
-    history_budget_tokens: int = 2048
+    history_budget_tokens: int = bounded(2048, ge=0)
     """Personal history given as text: the most recent lines that fit in this many tokens."""
 
 
@@ -89,35 +87,3 @@ class FramesConfig:
     """``paths.frame_cache_dir`` is the cache filled."""
     data: MixtureConfig | None = None
     """A mixture (``data=<name> data.dir=DIR``): every split of it is cached."""
-
-
-def typed(schema: type, values: DictConfig | dict[str, Any], what: str) -> Any:
-    """``values`` checked against the dataclass ``schema`` and returned as an instance of it.
-    Unknown keys and wrong types raise ``ValueError`` naming ``what`` and the key."""
-    try:
-        merged = OmegaConf.merge(OmegaConf.structured(schema), values)
-        return OmegaConf.to_object(merged)
-    except Exception as exc:  # omegaconf raises several error types; normalize them
-        known = ", ".join(f.name for f in fields(schema))
-        raise ValueError(f"bad {what} config: {exc}\nknown keys: {known}") from None
-
-
-def validate(cfg: DictConfig, schema: type) -> DictConfig:
-    """``cfg`` merged into ``schema`` (struct mode): unknown keys and wrong types raise here.
-    Plain ``dict`` fields of a schema (architecture, tokenizer, ...) accept any key."""
-    base = OmegaConf.structured(schema)
-    OmegaConf.set_struct(base, True)
-    _open_free_form(base)
-    plain = OmegaConf.to_container(cfg, resolve=True)
-    plain.pop("hydra", None)
-    return OmegaConf.merge(base, plain)
-
-
-def _open_free_form(node: DictConfig) -> None:
-    for key in node.keys():
-        child = node._get_node(key)
-        if isinstance(child, DictConfig):
-            if child._metadata.object_type in (None, dict):
-                OmegaConf.set_struct(child, False)
-            else:
-                _open_free_form(child)

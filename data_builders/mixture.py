@@ -27,6 +27,7 @@ from typing import Any
 
 from data_builders.build import BuildFailed, write_outputs
 from data_builders.records import Stream, load_streams, resolve_video
+from data_builders.schema import bounded
 
 log = logging.getLogger("data_builders")
 
@@ -35,9 +36,9 @@ log = logging.getLogger("data_builders")
 class SourceShare:
     """One source of a mixture."""
 
-    weight: float = 1.0
+    weight: float = bounded(1.0, ge=0)
     """Relative share when the mixture has a ``total``."""
-    count: int | None = None
+    count: int | None = bounded(None, ge=0)
     """Records to take when the mixture has no ``total`` (null: all)."""
     records: str | None = None
     """Build dir or records file (null: ``<root>/<source name>``)."""
@@ -55,10 +56,10 @@ class MixtureConfig:
     """Where the mixture is written (``<dir>/<split>/records.jsonl`` ...)."""
     seed: int = 0
     """Seed of the sampling and of the split assignment."""
-    steps_per_second: float = 1.0
+    steps_per_second: float = bounded(1.0, gt=0)
     """Decision steps per second of the streams: the rate of ``stats.json``'s decision counts, of
     the training stages' steps and windows, and of the frames they cache."""
-    total: int | None = None
+    total: int | None = bounded(None, ge=0)
     """Total records, apportioned by weight (null: each source's ``count``)."""
     splits: dict[str, float] = field(default_factory=lambda: {"train": 1.0})
     """Split name -> share of videos (shares sum to 1)."""

@@ -31,6 +31,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from data_builders.files import atomic_writer
+
 #: Task names known to the pipeline. P3IBench's five tasks, ProPerMem, EgoServe, and the training
 #: tasks built from captioning / QA sources (P3I's "PVQ" narration and "CRR" clue-then-respond).
 TASKS: frozenset[str] = frozenset(
@@ -321,9 +323,15 @@ class Prediction:
             for i, r in enumerate(raw):
                 if not isinstance(r, dict):
                     raise RecordError("expected an object", field=f"replies[{i}]")
+                time = _number(_require(r, "time", f"replies[{i}]."), f"replies[{i}].time")
+                if time < 0:
+                    raise RecordError(
+                        f"a reply time is seconds on the video's clock, got {time}",
+                        field=f"replies[{i}].time",
+                    )
                 replies.append(
                     Reply(
-                        time=_number(_require(r, "time", f"replies[{i}]."), f"replies[{i}].time"),
+                        time=time,
                         text=_text(r.get("text", ""), f"replies[{i}].text"),
                         category=_text(r.get("category"), f"replies[{i}].category", optional=True),
                     )
@@ -389,11 +397,10 @@ def load_predictions(path: str | Path) -> list[Prediction]:
 
 
 def write_jsonl(path: str | Path, items: Iterable[Stream | Prediction | dict]) -> int:
-    """Write one JSON object per line (keys in a fixed order, so output is byte-reproducible)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write one JSON object per line (keys in a fixed order, so output is byte-reproducible), whole
+    or not at all (``files.atomic_writer``: a crash or a full disk leaves the previous file)."""
     n = 0
-    with path.open("w", encoding="utf-8") as fh:
+    with atomic_writer(path) as fh:
         for item in items:
             row = item if isinstance(item, dict) else item.to_dict()
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
@@ -466,6 +473,8 @@ def _read_parquet_rows(path: Path) -> Iterator[dict]:
     import pyarrow.parquet as pq
 
     files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
+    if not files:
+        raise RecordError("a folder of records holds no parquet shards (records-*.parquet)", file=path)
     for f in files:
         yield from pq.read_table(f).to_pylist()
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from data_builders.config import PathsConfig, RenderConfig
 from data_builders.mixture import MixtureConfig
+from data_builders.schema import bounded
 from eval.memory.config import MemoryConfig
 
 
@@ -71,16 +72,16 @@ class BenchmarkConfig:
     """Short name used in output dirs and W&B keys."""
     protocol: str = "p3i"
     """Scoring protocol of ``eval.score`` and the runner of ``eval.runners``: p3i, egoserve, propermem."""
-    steps_per_second: float = 1.0
+    steps_per_second: float = bounded(1.0, gt=0)
     """Decision steps per second of video (P3I, EgoServe: 1; ProPerMem: 0.5)."""
     content: str = "label"
     """Content scorer: ``label`` scores targets that carry a structured label (the structured tasks)
     by that label and every other target with ``open_content``."""
     open_content: str = "exact"
     """Scorer of open (unlabelled) targets: exact, embedding, judge or any."""
-    alpha: float = 0.05
+    alpha: float = bounded(0.05, ge=0)
     """PRS timing decay, 1/s."""
-    tolerance: float | None = None
+    tolerance: float | None = bounded(None, ge=0)
     """Seconds: EgoServe's matching delta (null: per dataset), ProPerMem's late tolerance (null: 2 s)."""
     dataset: str | None = None
     """EgoServe dataset (egolife, holoassist, captaincook4d); null: from each record's meta/source."""
@@ -102,15 +103,15 @@ class EvalConfig:
     """A records file or build dir to read instead of the mixture split."""
     video_root: str | None = None
     """Root of relative video paths (null: next to the records file)."""
-    threshold: float = 0.5
+    threshold: float = bounded(0.5, ge=0, le=1)
     """Fire when P(</Response>) at the decision position is at least this."""
-    max_new_tokens: int = 32
+    max_new_tokens: int = bounded(32, ge=1)
     """Longest response text, in tokens."""
-    frame_window: int | None = None
+    frame_window: int | None = bounded(None, ge=1)
     """Keep only the last N steps' frames in the KV cache (null: all)."""
-    batch_size: int = 8
+    batch_size: int = bounded(8, ge=1)
     """Streams run in lock step by the engine."""
-    limit: int | None = None
+    limit: int | None = bounded(None, ge=1)
     """Evaluate only the first N records."""
     blank_frames: bool = False
     """Replace every frame by a uniform grey one: the control for a model that reads the timestamps
@@ -118,14 +119,14 @@ class EvalConfig:
     out_dir: str | None = None
     """Where predictions.jsonl and metrics.json go (null: ``<runs>/eval/<checkpoint>/<benchmark>[_memory]``;
     a ``-m`` sweep puts each threshold in ``threshold_<t>/`` below it)."""
-    step: int | None = None
+    step: int | None = bounded(None, ge=0)
     """The checkpoint's training step, the x axis in W&B (null: ``trainer_state.json``, else 0)."""
     sweep_mode: str = "exact"
     """How a threshold sweep reuses other points' passes: ``exact`` reuses a record's recorded
     probabilities only where they give the same decisions at every step (so the whole trajectory is
     the one this threshold would produce) and re-runs the rest; ``reuse`` re-thresholds the
     lowest-threshold pass for every record (approximate, see eval.sweep)."""
-    timelines: int = 4
+    timelines: int = bounded(4, ge=0)
     """Records whose timeline (fires vs target windows) is plotted and logged."""
     paths: PathsConfig = field(default_factory=PathsConfig)
     model: ModelConfig = field(default_factory=ModelConfig)

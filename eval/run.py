@@ -31,8 +31,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from data_builders.config import RenderConfig, validate
-from data_builders.records import Stream, load_streams, write_jsonl
+from data_builders.config import RenderConfig
+from data_builders.files import OutputLock, OutputLocked, write_text_atomic
+from data_builders.records import RecordError, Stream, load_streams, write_jsonl
+from data_builders.schema import ConfigValueError, validate
 from data_builders.video import FrameCache
 from eval.checkpoints import check_render, model_dir, render_overrides
 from eval.config import EvalConfig, quiet_libraries
@@ -134,12 +136,16 @@ def _run_streams(
 
 
 def evaluate(cfg: DictConfig, sweep: bool = False, echo: bool = True) -> dict:
-    """Run, score and log one evaluation (one threshold); returns the metrics dict."""
+    """Run, score and log one evaluation (one threshold); returns the metrics dict. The output
+    folder is locked for the run (``data_builders.files.OutputLock``): a second evaluation into it
+    stops at once, naming the holder, instead of duplicating its predictions."""
     quiet_libraries()
-    bench, runner = cfg.benchmark, get_runner(cfg.benchmark.protocol)
+    bench = cfg.benchmark
     check_render(cfg.checkpoint, cfg.render)
     path = records_path(cfg)
     streams = load_streams(path)[: cfg.limit]
+    if not streams:
+        raise RecordError("no records to evaluate", file=path)
     base = (
         Path(cfg.out_dir)
         if cfg.out_dir
@@ -149,9 +155,24 @@ def evaluate(cfg: DictConfig, sweep: bool = False, echo: bool = True) -> dict:
         / (bench.name + ("_memory" if cfg.memory.enabled else ""))
     )
     out = point_dir(base, cfg.threshold) if sweep else base
+    with OutputLock(out, "eval.run"):
+        metrics, columns, table, counts = _evaluate_into(out, base, cfg, streams, path, sweep)
+    if echo:
+        ran, reused = counts
+        print(
+            f"{checkpoint_name(cfg)} on {bench.name} ({len(streams)} records, {ran} streamed, {reused} reused, "
+            f"threshold {cfg.threshold:g}) -> {out}"
+        )
+        print(format_table(columns, table))
+    return metrics
+
+
+def _evaluate_into(
+    out: Path, base: Path, cfg: DictConfig, streams: list[Stream], path: Path, sweep: bool
+) -> tuple[dict, list[str], list[list], tuple[int, int]]:
+    bench, runner = cfg.benchmark, get_runner(cfg.benchmark.protocol)
     _start_dir(out, cfg)
-    gt = out / "gt.jsonl"
-    write_jsonl(gt, [runner.gt_row(s) for s in streams])
+    write_jsonl(out / "gt.jsonl", [runner.gt_row(s) for s in streams])
     log = PredictionLog(out / "predictions.jsonl")
     done = log.done_ids()
     reused = 0
@@ -165,15 +186,13 @@ def evaluate(cfg: DictConfig, sweep: bool = False, echo: bool = True) -> dict:
     ran = _run_streams(cfg, streams, done, path, log) if len(done) < len(streams) else 0
     metrics, per_sample = runner.score(streams, log.rows(), bench)
     write_jsonl(out / "per_sample.jsonl", per_sample)
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+    write_text_atomic(out / "metrics.json", json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     pngs = plot_timelines(streams[: cfg.timelines], log.rows(), bench.steps_per_second, cfg.threshold, out)
     columns, table = runner.table(metrics, per_sample, streams)
-    name = checkpoint_name(cfg)
-    plain = OmegaConf.to_container(cfg, resolve=True)
     tracker = make_logger(
         cfg.logger,
-        f"{name}/{bench.name}" + (f"@{cfg.threshold:g}" if sweep else ""),
-        plain,
+        f"{checkpoint_name(cfg)}/{bench.name}" + (f"@{cfg.threshold:g}" if sweep else ""),
+        OmegaConf.to_container(cfg, resolve=True),
         group=f"eval-{bench.name}",
     )
     prefix = f"eval/{bench.name}"
@@ -183,18 +202,17 @@ def evaluate(cfg: DictConfig, sweep: bool = False, echo: bool = True) -> dict:
     tracker.finish()
     if sweep:
         write_summary(base)
-    if echo:
-        print(
-            f"{name} on {bench.name} ({len(streams)} records, {ran} streamed, {reused} reused, threshold {cfg.threshold:g}) -> {out}"
-        )
-        print(format_table(columns, table))
-    return metrics
+    return metrics, columns, table, (ran, reused)
 
 
 @hydra.main(config_path=CONF, config_name="eval", version_base="1.3")
 def _main(cfg: DictConfig) -> None:
-    cfg = validate(cfg, EvalConfig)
-    metrics = evaluate(cfg, sweep=HydraConfig.get().mode == RunMode.MULTIRUN)
+    try:
+        cfg = validate(cfg, EvalConfig)
+        metrics = evaluate(cfg, sweep=HydraConfig.get().mode == RunMode.MULTIRUN)
+    except (RecordError, OutputLocked, ConfigValueError, FileNotFoundError) as exc:
+        print(f"eval.run: {exc}", file=sys.stderr)
+        sys.exit(2)
     print(json.dumps(metrics))
 
 

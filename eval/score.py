@@ -29,7 +29,15 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from data_builders.records import TASKS, RecordError, Target, iter_jsonl, load_predictions, load_streams
+from data_builders.records import (
+    TASKS,
+    RecordError,
+    Target,
+    iter_jsonl,
+    load_predictions,
+    load_streams,
+    write_jsonl,
+)
 from eval.egoserve_files import (
     detect_release,
     events_from_replies,
@@ -142,6 +150,7 @@ def run(args: argparse.Namespace) -> tuple[dict, list[dict]]:
 
 
 def settings_from_args(args: argparse.Namespace) -> ScoreSettings:
+    """The scoring settings of the parsed options (validated: ``--alpha -1`` is an error)."""
     return ScoreSettings(**{f.name: getattr(args, f.name) for f in fields(ScoreSettings)})
 
 
@@ -177,19 +186,32 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _check_outputs(args: argparse.Namespace) -> None:
+    """``--per-sample`` may not be one of the command's own inputs (it would overwrite the GT)."""
+    if not args.per_sample:
+        return
+    out = Path(args.per_sample).resolve()
+    for given in [*args.gt_list, *args.pred_list]:
+        source = Path(given).resolve()
+        if out == source or source in out.parents:
+            raise RecordError(f"--per-sample {args.per_sample} would overwrite an input ({given})")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
+        _check_outputs(args)
         result, per_sample = run(args)
     except RecordError as err:
         print(f"eval.score: {err}", file=sys.stderr)
         return 2
     if args.per_sample:
-        out = Path(args.per_sample)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with out.open("w", encoding="utf-8") as fh:
-            for row in per_sample:
-                fh.write(json.dumps(row) + "\n")
+        try:
+            write_jsonl(args.per_sample, per_sample)
+        except OSError as exc:  # the metrics still reach stdout
+            print(json.dumps(result))
+            print(f"eval.score: cannot write --per-sample {args.per_sample}: {exc}", file=sys.stderr)
+            return 2
     print(json.dumps(result))
     return 0
 

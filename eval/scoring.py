@@ -25,6 +25,7 @@ is reported under ``unscorable``.
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -62,6 +63,14 @@ class ScoreSettings:
     judge_key_env: str = "JUDGE_API_KEY"
     judge_cache: str | None = None
 
+    def __post_init__(self) -> None:
+        if self.content not in CONTENT_SCORERS:
+            raise RecordError(f"--content {self.content!r}: choose one of {', '.join(CONTENT_SCORERS)}")
+        if not (math.isfinite(self.alpha) and self.alpha >= 0):
+            raise RecordError(f"--alpha {self.alpha}: the timing decay must be a finite number >= 0 (1/s)")
+        if self.tolerance is not None and not (math.isfinite(self.tolerance) and self.tolerance >= 0):
+            raise RecordError(f"--tolerance {self.tolerance}: must be a finite number of seconds >= 0")
+
 
 @dataclass(frozen=True)
 class GroundTruth:
@@ -93,8 +102,15 @@ def pair(
     gt_file: str | None = None,
     pred_file: str | None = None,
 ) -> Paired:
-    """Each ground truth with its replies. A prediction id not in the ground truth is an error; so is
-    a ground truth without a prediction unless ``allow_missing`` (then it is scored as silence)."""
+    """Each ground truth with its replies. No ground truth at all is an error; so is a prediction id
+    not in the ground truth, and a ground truth without a prediction unless ``allow_missing`` (then it
+    is scored as silence; with no prediction at all that would score silence everywhere: an error)."""
+    if not gts:
+        raise RecordError("no ground-truth records to score", file=gt_file)
+    if allow_missing and not predictions:
+        raise RecordError(
+            "no predictions at all: every record would be scored as silence (--allow-missing)", file=pred_file
+        )
     known = {g.id for g in gts}
     for pid in predictions:
         if pid not in known:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from data_builders.files import id_file_name
 from data_builders.records import Stream, step_times
 
 STEP_KEY = "trainer/global_step"
@@ -166,7 +167,8 @@ def plot_timeline(
 def plot_timelines(
     streams: list[Stream], rows: list[dict], steps_per_second: float, threshold: float, out: Path
 ) -> list[Path]:
-    """``out/timelines/<id>.png`` for each stream, from its predictions line (``p_response``, ``fired``)."""
+    """``out/timelines/<id>.png`` for each stream, from its predictions line (``p_response``, ``fired``);
+    the file name is ``records.id_file_name`` of the id, so no id can name a path outside ``out``."""
     by_id = {r["id"]: r for r in rows}
     paths = []
     for s in streams:
@@ -174,7 +176,12 @@ def plot_timelines(
         times = step_times(s, steps_per_second)[: len(row["p_response"])]
         paths.append(
             plot_timeline(
-                s, times, row["p_response"], row["fired"], threshold, out / "timelines" / f"{s.id}.png"
+                s,
+                times,
+                row["p_response"],
+                row["fired"],
+                threshold,
+                out / "timelines" / f"{id_file_name(s.id)}.png",
             )
         )
     return paths

@@ -36,7 +36,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from data_builders.config import validate
+from data_builders.schema import validate
 from eval.checkpoints import COMPLETE_MARKER, complete_checkpoints, render_overrides
 from eval.config import EvalConfig
 
@@ -165,6 +165,8 @@ def watch(cfg: DictConfig, evaluate: Callable[[DictConfig], dict] = _run_evaluat
     if not cfg.run_dir:
         raise ValueError("give run_dir=<training run dir>")
     run_dir = Path(cfg.run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"run_dir={run_dir}: no such folder (give the training run dir to watch)")
     for key in TRAINING_RUN_ENV:
         os.environ.pop(key, None)
     evaluated: list[str] = []

@@ -10,7 +10,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
-from data_builders.config import validate
+from data_builders.schema import validate
 from train.config import SCHEMAS
 
 CONF = Path(__file__).resolve().parents[1] / "conf"

@@ -26,7 +26,11 @@ def test_demo_runs_every_stage(tmp_path):
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads((tmp_path / "runs" / "demo" / "summary.json").read_text())
+    training = summary.pop("training")
     assert list(summary) == ["untrained", "sft", "sft_blank_video", "grpo"]
+    assert training["sft"] == {"done": 4, "planned": 4, "stopped_by": "max_steps"}
+    assert training["grpo"] == {"done": 1, "planned": 1, "stopped_by": "max_steps"}
+    assert "4 of 4 steps" in out.stdout and "1 of 1 updates" in out.stdout
     for metrics in summary.values():
         assert {"prs_u", "prs_b", "prs_u_prime", "prs_b_prime", "per_task", "micro"} <= set(metrics)
         assert 0.0 <= metrics["prs_b"] <= 100.0

@@ -1,7 +1,7 @@
 """The typed schema of every root config in ``conf/``, and the demo's own.
 
 Every entry point merges its composed config into the schema of its root
-(``data_builders.config.validate``): unknown keys and mistyped values raise before any work starts.
+(``data_builders.schema.validate``): unknown keys and mistyped values raise before any work starts.
 Free-form blocks (the model architecture, the image processor) stay open dictionaries, since they are
 handed to ``transformers`` as they are. :data:`SCHEMAS` lists the roots by name, for the config
 composition test; it sits here, at the top layer, because it names the schemas of every layer.
@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from data_builders.config import FramesConfig, PathsConfig, RenderConfig
 from data_builders.mixture import MixtureConfig
+from data_builders.schema import bounded
 from eval.config import EvalConfig, LoggerConfig, ModelConfig
 from eval.watch import WatchConfig
 from train.grpo_config import GRPOConfig
@@ -21,13 +22,13 @@ from train.sft_config import SFTConfig
 
 @dataclass
 class DemoSettings:
-    n_streams: int = 512
+    n_streams: int = bounded(512, ge=8)
     """Toy clips to generate (split by video into ``splits``)."""
     splits: dict[str, float] = field(default_factory=lambda: {"train": 0.75, "val": 0.125, "test": 0.125})
     seed: int = 0
-    show_stream: int = 0
+    show_stream: int = bounded(0, ge=0)
     """Which toy stream the demo renders and runs step by step."""
-    threshold: float = 0.5
+    threshold: float = bounded(0.5, ge=0, le=1)
     """Fire when P(</Response>) at the decision position is at least this."""
     sft_overrides: list[str] = field(default_factory=lambda: ["experiment=toy_sft"])
     """Overrides of ``conf/sft.yaml`` for the SFT stage."""

@@ -1,7 +1,7 @@
 """The whole pipeline on the tiny model and toy videos, on CPU.
 
     python -m train.demo            (or: make demo)
-    python -m train.demo demo.n_streams=64 'demo.sft_overrides=["experiment=toy_sft","train.time_budget_s=60"]'
+    python -m train.demo demo.n_streams=64 'demo.sft_overrides=["experiment=toy_sft","train.max_steps=300"]'
 
 1. Build toy clips (``source=toy``) and split them by video (``data=toy``), as the builders do.
 2. Build the tiny Qwen3-VL checkpoint; render one stream and print what the model sees.
@@ -10,21 +10,29 @@
 5. GRPO from the SFT checkpoint, keeping the update with the best validation PRS-B (update 0, the
    SFT checkpoint itself, included: ``grpo.keep_best``), then evaluate that on the test streams.
 6. Print one table and write ``<run dir>/summary.json``: per stage the P3I metrics as
-   ``eval.score`` prints them (``with_negatives`` counts a silent negative as 1 in its task).
+   ``eval.score`` prints them (``with_negatives`` counts a silent negative as 1 in its task), and
+   under ``training`` the steps each stage ran of those planned.
+
+The stages train for a number of steps, not seconds: a slower machine takes longer, and each stage
+logs its progress (steps, rate, ETA). A wall-clock budget is an option
+(``train.time_budget_s`` / ``grpo.time_budget_s``); when it cuts a stage short, the stage's line
+and ``summary.json`` say how many steps ran of how many.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 from pathlib import Path
 
 from omegaconf import DictConfig
 
-from data_builders.config import RenderConfig, validate
+from data_builders.config import RenderConfig
 from data_builders.frames import stream_frames
 from data_builders.records import load_streams, resolve_video
+from data_builders.schema import validate
 from data_builders.sources.toy import build_toy_mixture
 from data_builders.video import FrameCache
 from eval.config import quiet_libraries
@@ -34,6 +42,7 @@ from eval.run import evaluate
 from eval.run import load_config as eval_config
 from eval.tracking import format_table
 from train.config import DemoConfig
+from train.run_dir import read_progress
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -69,6 +78,18 @@ def _table(summary: dict) -> str:
             ]
         )
     return format_table(["stage", "PRS-B", "PRS-U", *[f"{t} B" for t in tasks], "redundant"], rows)
+
+
+def _ran(progress: dict | None, unit: str) -> str:
+    """``1500 of 1500 steps`` (and what cut a run short, if something did)."""
+    if progress is None:
+        return f"no {unit} recorded"
+    cut = (
+        f", stopped by the {progress['stopped_by'].replace('_', ' ')}"
+        if progress["done"] < progress["planned"]
+        else ""
+    )
+    return f"{progress['done']} of {progress['planned']} {unit}{cut}"
 
 
 def run_demo(cfg: DictConfig) -> dict:
@@ -125,9 +146,11 @@ def run_demo(cfg: DictConfig) -> dict:
     )
     summary["sft"] = _evaluate(cfg, run_dir, test, "sft", sft)
     summary["sft_blank_video"] = _evaluate(cfg, run_dir, test, "sft_blank_video", sft, blank=True)
+    steps = {"sft": read_progress(run_dir / "sft")}
     print(
         f"[4/6] SFT: PRS-B {summary['sft']['with_negatives']['prs_b']:.1f}, blank video "
-        f"{summary['sft_blank_video']['with_negatives']['prs_b']:.1f} ({time.time() - t0:.0f} s)"
+        f"{summary['sft_blank_video']['with_negatives']['prs_b']:.1f}; {_ran(steps['sft'], 'steps')} "
+        f"({time.time() - t0:.0f} s)"
     )
 
     from hydra import compose, initialize_config_dir
@@ -150,11 +173,13 @@ def run_demo(cfg: DictConfig) -> dict:
     summary["grpo"] = _evaluate(cfg, run_dir, test, "grpo", grpo)
     picked = grpo / BEST_FILE
     which = f", update {json.loads(picked.read_text())['step']}, best on val" if picked.exists() else ""
+    steps["grpo"] = read_progress(run_dir / "grpo")
     print(
-        f"[5/6] GRPO: PRS-B {summary['grpo']['with_negatives']['prs_b']:.1f}{which} ({time.time() - t0:.0f} s)"
+        f"[5/6] GRPO: PRS-B {summary['grpo']['with_negatives']['prs_b']:.1f}{which}; "
+        f"{_ran(steps['grpo'], 'updates')} ({time.time() - t0:.0f} s)"
     )
 
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (run_dir / "summary.json").write_text(json.dumps({**summary, "training": steps}, indent=1) + "\n")
     print(f"[6/6] held-out toy streams ({counts['test']}), negatives included; {run_dir / 'summary.json'}")
     print(_table(summary))
     print(f"demo finished in {time.time() - t0:.0f} s")
@@ -166,6 +191,8 @@ def main(argv: list[str] | None = None) -> dict:
     so the demo is not a ``hydra.main`` app itself) and run it."""
     from hydra import compose, initialize_config_dir
 
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", force=True)
+    logging.getLogger("progress").setLevel(logging.INFO)  # steps, rate and ETA of each stage
     overrides = sys.argv[1:] if argv is None else argv
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = validate(compose(config_name="demo", overrides=overrides), DemoConfig)

@@ -28,9 +28,10 @@ import torch
 from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
 
-from data_builders.config import RenderConfig, validate
+from data_builders.config import RenderConfig
 from data_builders.frames import stream_frames
 from data_builders.records import load_streams, resolve_video
+from data_builders.schema import validate
 from data_builders.video import FrameCache
 from eval.checkpoints import write_render
 from eval.config import BenchmarkConfig, quiet_libraries
@@ -43,7 +44,15 @@ from train.data import split_records
 from train.grpo_config import GRPOConfig
 from train.grpo_trainer import GRPOLoop
 from train.rollout import make_windows
-from train.run_dir import Preempted, resolve_resume, write_run_info
+from train.run_dir import (
+    NonFiniteLoss,
+    Preempted,
+    SignalFlag,
+    resolve_resume,
+    retire_nonfinite,
+    write_progress,
+    write_run_info,
+)
 
 log = logging.getLogger("train.grpo")
 
@@ -60,6 +69,14 @@ def _output_dir(cfg: DictConfig) -> Path:
 def run(cfg: DictConfig, out: Path | None = None) -> Path:
     """Train from a validated config; returns the final checkpoint dir (model + processor), or with
     ``grpo.keep_best`` the best one on the held-out split."""
+    signals = SignalFlag()  # first: a signal while the model loads is caught too
+    try:
+        return _run(cfg, out, signals)
+    finally:
+        signals.restore()
+
+
+def _run(cfg: DictConfig, out: Path | None, signals: SignalFlag) -> Path:
     quiet_libraries()
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise RuntimeError(
@@ -124,16 +141,22 @@ def run(cfg: DictConfig, out: Path | None = None) -> Path:
     log.info(
         "%d windows (%d with a target), %d updates of %d windows x %d rollouts",
         len(windows),
-        sum(bool(w.stream.targets) for w in windows),
+        sum(bool(w.targets) for w in windows),
         g.max_steps,
         g.windows_per_step,
         g.group_size,
     )
+    if signals.received is not None:  # during start-up: nothing trained, nothing to save
+        raise Preempted(None, g.requeue_exit_code)
     try:
-        last = loop.train()
+        last = loop.train(signals)
+    except NonFiniteLoss:
+        retire_nonfinite(out)
+        raise
     finally:
         history.close()
         logger.finish()
+    write_progress(out, loop.step, g.max_steps, loop.stopped_by)
     final = out / "final"
     model.save_pretrained(final, safe_serialization=True)
     processor.save_pretrained(final)

@@ -7,6 +7,7 @@ from typing import Any
 
 from data_builders.config import PathsConfig, RenderConfig
 from data_builders.mixture import MixtureConfig
+from data_builders.schema import bounded
 from eval.config import LoggerConfig, ModelConfig
 from train.run_dir import REQUEUE_EXIT_CODE
 
@@ -21,51 +22,51 @@ class GRPOSettings:
     train_split: str = "train"
     eval_split: str | None = "val"
     """Held-out split evaluated every ``eval_every`` updates (None: no evaluation)."""
-    window_steps: int = 20
+    window_steps: int = bounded(20, ge=1)
     """Decision steps per rollout window (one GRPO prompt). Windows keep the clip clock and hold the
     targets that land on their steps (``data_builders.records.step_windows``), as SFT's do."""
-    negative_share: float = 0.25
+    negative_share: float = bounded(0.25, ge=0, le=1)
     """Share of windows without a target."""
-    group_size: int = 4
+    group_size: int = bounded(4, ge=2)
     """Rollouts per window (G); advantages are normalized within the group."""
-    windows_per_step: int = 8
+    windows_per_step: int = bounded(8, ge=1)
     """Windows (groups) per update."""
     credit: str = "sequence"
     """``sequence``: one advantage per rollout (GRPO as published); ``decision``: one per decision step,
     from per-step rewards that sum to the rollout's (``train.grpo_trainer``)."""
-    gamma: float = 0.0
+    gamma: float = bounded(0.0, ge=0, le=1)
     """Discount of later steps' rewards in a decision's return (``credit=decision`` only). At 0 each
     decision answers for its own increment of the reward. With PRS-B, which credits a reply made
     before its target, that pays early guesses unless gamma > exp(-alpha) (0.95 at alpha 0.05), and
     so high a gamma brings back the collapse to silence; a causal reward (PRS-U) has neither issue."""
-    temperature: float = 1.0
+    temperature: float = bounded(1.0, gt=0)
     """Sampling temperature of decisions (two-way softmax) and response tokens."""
-    max_new_tokens: int = 16
-    learning_rate: float = 5e-7
-    weight_decay: float = 0.0
-    clip_eps: float = 0.2
+    max_new_tokens: int = bounded(16, ge=1)
+    learning_rate: float = bounded(5e-7, ge=0)
+    weight_decay: float = bounded(0.0, ge=0)
+    clip_eps: float = bounded(0.2, gt=0)
     """Ratio clipping of the GRPO objective."""
-    beta: float = 0.0
+    beta: float = bounded(0.0, ge=0)
     """KL coefficient against the initial policy (0: no reference model)."""
-    max_grad_norm: float = 1.0
-    max_steps: int = 100
+    max_grad_norm: float = bounded(1.0, gt=0)
+    max_steps: int = bounded(100, ge=0)
     """Updates."""
-    time_budget_s: float | None = None
+    time_budget_s: float | None = bounded(None, gt=0)
     """Stop (and save) after this many seconds of updates."""
-    save_every: int = 50
-    save_total_limit: int = 2
-    eval_every: int = 0
+    save_every: int = bounded(50, ge=0)
+    save_total_limit: int = bounded(2, ge=1)
+    eval_every: int = bounded(0, ge=0)
     """Updates between held-out evaluations of ``eval_split`` (0: none during the run)."""
-    eval_threshold: float = 0.5
+    eval_threshold: float = bounded(0.5, ge=0, le=1)
     keep_best: bool = False
     """Keep the weights with the best held-out PRS-B (negatives counted) in ``<output_dir>/best``,
     the starting point (update 0) and the last update included; ties keep the earlier. Needs
     ``eval_every`` and ``eval_split``. ``python -m train.grpo`` then returns (and prints) ``best``."""
     resume: str = "auto"
     """``auto``: newest complete checkpoint in ``output_dir``; ``none``; or a checkpoint dir."""
-    max_nonfinite_steps: int = 5
+    max_nonfinite_steps: int = bounded(5, ge=1)
     requeue_exit_code: int = REQUEUE_EXIT_CODE
-    num_threads: int | None = None
+    num_threads: int | None = bounded(None, ge=1)
 
 
 @dataclass

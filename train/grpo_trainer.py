@@ -30,7 +30,6 @@ import json
 import logging
 import random
 import shutil
-import signal
 import statistics
 import time
 from collections.abc import Callable
@@ -38,13 +37,21 @@ from pathlib import Path
 
 import torch
 
-from eval.checkpoints import COMPLETE_MARKER, complete_checkpoints, write_render
+from data_builders.progress import Progress
+from eval.checkpoints import COMPLETE_MARKER, write_render
 from eval.render import TurnRenderer
 from eval.tracking import flatten
 from rewards.grpo import step_rewards
 from train.grpo_loss import grpo_loss, policy_batch, token_advantages, token_logprobs
 from train.rollout import Rollout, Window, decision_advantages, group_advantages, rollout_group
-from train.run_dir import NonFiniteLoss, Preempted
+from train.run_dir import (
+    CheckpointWriteError,
+    NonFiniteLoss,
+    Preempted,
+    SignalFlag,
+    is_write_failure,
+    rotate_checkpoints,
+)
 
 log = logging.getLogger(__name__)
 STATE_FILE = "grpo_state.pt"
@@ -94,22 +101,28 @@ class GRPOLoop:
         self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
         self.step = 0
         self.history: list[dict] = []
-        self._signal: int | None = None
+        self.nonfinite = 0  # updates in a row with a non-finite loss
+        self.stopped_by: str | None = None  # why the last train() ended: max_steps, time_budget, signal
 
     # -- checkpoints --------------------------------------------------------------------------
 
     def save(self) -> Path:
         path = self.run_dir / f"checkpoint-{self.step}"
-        path.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(path, safe_serialization=True)
-        self.processor.save_pretrained(path)
-        write_render(path, self.renderer.cfg)
-        torch.save({"optimizer": self.optimizer.state_dict(), "step": self.step}, path / STATE_FILE)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            self.model.save_pretrained(path, safe_serialization=True)
+            self.processor.save_pretrained(path)
+            write_render(path, self.renderer.cfg)
+            torch.save({"optimizer": self.optimizer.state_dict(), "step": self.step}, path / STATE_FILE)
+        except (OSError, RuntimeError) as exc:
+            if not is_write_failure(exc):
+                raise
+            raise CheckpointWriteError(path, exc) from exc
+        if self.nonfinite:
+            log.warning("%s saved during a run of non-finite losses: not marked complete", path)
+            return path
         (path / COMPLETE_MARKER).write_text(f"{self.step}\n")
-        for old in complete_checkpoints(self.run_dir)[: -self.cfg.save_total_limit]:
-            for f in sorted(old.rglob("*"), reverse=True):
-                f.unlink() if f.is_file() else f.rmdir()
-            old.rmdir()
+        rotate_checkpoints(self.run_dir, self.cfg.save_total_limit)
         return path
 
     def load_state(self, checkpoint: str | Path) -> None:
@@ -219,26 +232,34 @@ class GRPOLoop:
 
     # -- the loop -----------------------------------------------------------------------------
 
-    def _handle(self, signum, frame) -> None:
-        log.warning("signal %s: saving a checkpoint after this update, then stopping", signum)
-        self._signal = signum
-
-    def train(self) -> Path:
+    def train(self, signals: SignalFlag | None = None) -> Path:
+        """Updates from ``self.step`` to ``max_steps`` (or the time budget); returns the last
+        checkpoint. ``signals`` is the stage's flag, installed before the model loaded (else one is
+        installed here); a signal saves a checkpoint after the current update and raises
+        :class:`Preempted`."""
         cfg = self.cfg
-        previous = {s: signal.signal(s, self._handle) for s in (signal.SIGUSR1, signal.SIGTERM)}
-        start, nonfinite = time.perf_counter(), 0
+        flag = signals or SignalFlag()
+        start = time.perf_counter()
+        bar = Progress(cfg.max_steps, "grpo", unit="update", initial=self.step)
+        self.stopped_by = "max_steps"
         try:
             if self.evaluate and self.step == 0 and cfg.eval_every:
                 self._log_eval()
             while self.step < cfg.max_steps:
                 if cfg.time_budget_s and time.perf_counter() - start > cfg.time_budget_s:
-                    log.warning("time budget of %ss reached at update %d", cfg.time_budget_s, self.step)
+                    log.warning(
+                        "time budget of %ss reached: stopping at update %d of %d",
+                        cfg.time_budget_s,
+                        self.step,
+                        cfg.max_steps,
+                    )
+                    self.stopped_by = "time_budget"
                     break
                 row = self.update()
-                nonfinite = nonfinite + 1 if row.get("nonfinite") else 0
-                if nonfinite >= cfg.max_nonfinite_steps:
+                self.nonfinite = self.nonfinite + 1 if row.get("nonfinite") else 0
+                if self.nonfinite >= cfg.max_nonfinite_steps:
                     raise NonFiniteLoss(
-                        f"{nonfinite} updates in a row had a non-finite loss (last at update "
+                        f"{self.nonfinite} updates in a row had a non-finite loss (last at update "
                         f"{self.step}); stopping. Lower the learning rate or check the data."
                     )
                 self.step += 1
@@ -246,7 +267,9 @@ class GRPOLoop:
                 self.on_log(row, self.step)
                 if self.evaluate and cfg.eval_every and self.step % cfg.eval_every == 0:
                     self._log_eval()
-                if self._signal is not None:
+                bar.update(1, reward=row["reward/mean"], **self._last_eval())
+                if flag.received is not None:
+                    self.stopped_by = "signal"
                     raise Preempted(self.save(), cfg.requeue_exit_code)
                 if cfg.save_every and self.step % cfg.save_every == 0:
                     self.save()
@@ -254,8 +277,15 @@ class GRPOLoop:
                 self._log_eval()  # the last update is a candidate too
             return self.save()
         finally:
-            for s, h in previous.items():
-                signal.signal(s, h)
+            bar.close()
+            if signals is None:
+                flag.restore()
+
+    def _last_eval(self) -> dict:
+        for h in reversed(self.history):
+            if "eval" in h:
+                return {"prs_b": h["eval"]["with_negatives"]["prs_b"]}
+        return {}
 
     def _log_eval(self) -> None:
         metrics = self.evaluate(self.model)

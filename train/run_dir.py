@@ -8,15 +8,30 @@ whether the tree was dirty, package versions, host, start time) written once whe
 ``resume=auto`` never restarts from a checkpoint a killed job left half-written (the marker and the
 listing are ``eval.checkpoints``', which evaluation reads too).
 
-Both training stages stop the same way: :class:`Preempted` after a signal (checkpoint saved, exit
-:data:`REQUEUE_EXIT_CODE` for the sbatch script to requeue) and :class:`NonFiniteLoss` after too
-many NaN/inf losses in a row.
+Both training stages share the run control here:
+
+- :class:`SignalFlag` catches SIGUSR1 / SIGTERM from the moment a stage starts (model loading
+  included); the stage saves a checkpoint at the end of the current step, or exits at once when
+  training has not started, and raises :class:`Preempted` (exit :data:`REQUEUE_EXIT_CODE` for the
+  sbatch script to requeue).
+- :func:`rotate_checkpoints` keeps the newest ``keep`` complete checkpoints and never removes the
+  last complete one (a checkpoint is rotated away only after a newer one is marked complete).
+- :class:`NonFiniteLoss` stops a diverging run; :func:`retire_nonfinite` then takes the completion
+  marker off every newest checkpoint whose weights are not finite, so ``resume=auto`` restarts from
+  the last healthy one.
+- :func:`resolve_resume` refuses an unexpected fresh start: a run dir holding checkpoints of which
+  none is complete, or a finished run (``final/``), is an error unless ``resume=none`` says so.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import platform
+import re
+import shutil
+import signal
 import subprocess
 import time
 from importlib import metadata
@@ -25,7 +40,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from eval.checkpoints import complete_checkpoints
+from eval.checkpoints import COMPLETE_MARKER, complete_checkpoints
+
+log = logging.getLogger(__name__)
+#: Marker left in place of ``COMPLETE`` on a checkpoint whose weights are not finite.
+NONFINITE_MARKER = "NONFINITE"
 
 #: Exit status of a run that saved a checkpoint on SIGUSR1 / SIGTERM and should be requeued. 75 is
 #: the "temporary failure, try again" status of sysexits.h; 124 is left to ``timeout``'s own exit.
@@ -44,6 +63,101 @@ class Preempted(RuntimeError):
 
 class NonFiniteLoss(RuntimeError):
     """Too many NaN/inf losses in a row: the run is diverging or the data is broken."""
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (a full disk, mostly): names the folder and the free space."""
+
+    def __init__(self, folder: str | Path, cause: BaseException):
+        folder = Path(folder)
+        try:
+            free = (
+                f"{shutil.disk_usage(folder if folder.exists() else folder.parent).free / 2**30:.1f} GiB free"
+            )
+        except OSError:
+            free = "free space unknown"
+        super().__init__(f"cannot write checkpoint {folder} ({free}; is the disk full?): {cause}")
+
+
+#: Messages of the errors torch and the OS raise when a write runs out of space.
+_WRITE_FAILURES = ("unexpected pos", "PytorchStreamWriter failed", "No space left on device", "Disk quota")
+
+
+def is_write_failure(exc: BaseException) -> bool:
+    """Whether an exception raised while training is a failed file write (a full disk)."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return any(m in str(exc) for m in _WRITE_FAILURES)
+
+
+class SignalFlag:
+    """Records SIGUSR1 / SIGTERM instead of dying on them, from construction until :meth:`restore`."""
+
+    SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
+
+    def _handle(self, signum, frame) -> None:
+        self.received = signum
+        log.warning("signal %s: saving a checkpoint at the end of this step, then exiting", signum)
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def checkpoint_dirs(run_dir: str | Path) -> list[Path]:
+    """Every ``checkpoint-<step>`` dir of a run, complete or not, oldest first."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return []
+    found = [
+        (int(m.group(1)), p) for p in run_dir.iterdir() if (m := re.fullmatch(r"checkpoint-(\d+)", p.name))
+    ]
+    return [p for _, p in sorted(found) if p.is_dir()]
+
+
+def rotate_checkpoints(run_dir: str | Path, keep: int | None) -> list[Path]:
+    """Delete complete checkpoints beyond the newest ``keep`` (None: keep all), and incomplete ones
+    older than the oldest kept; returns what was deleted. Call it only after the newest checkpoint is
+    marked complete, so the last complete checkpoint is never the one removed."""
+    if keep is None:
+        return []
+    if keep < 1:
+        raise ValueError(f"save_total_limit must be at least 1 (or null), got {keep}")
+    complete = complete_checkpoints(run_dir)
+    if not complete:
+        return []
+    kept = complete[-keep:]
+    oldest_kept = int(kept[0].name.split("-")[1])
+    gone = [p for p in checkpoint_dirs(run_dir) if p not in kept and int(p.name.split("-")[1]) < oldest_kept]
+    for p in gone:
+        shutil.rmtree(p)
+    return gone
+
+
+def _weights_finite(checkpoint: Path) -> bool:
+    from safetensors.torch import load_file
+
+    files = sorted(checkpoint.glob("*.safetensors"))
+    return all(
+        bool(t.isfinite().all()) for f in files for t in load_file(f).values() if t.is_floating_point()
+    )
+
+
+def retire_nonfinite(run_dir: str | Path) -> list[Path]:
+    """After a non-finite stop: newest first, the complete checkpoints whose weights hold NaN/inf
+    lose their ``COMPLETE`` marker (replaced by ``NONFINITE``), until a healthy one; returns them."""
+    retired = []
+    for ckpt in reversed(complete_checkpoints(run_dir)):
+        if _weights_finite(ckpt):
+            break
+        (ckpt / COMPLETE_MARKER).rename(ckpt / NONFINITE_MARKER)
+        retired.append(ckpt)
+        log.warning("%s holds non-finite weights: no longer marked complete", ckpt)
+    return retired
 
 
 #: Packages whose versions decide what a run computes.
@@ -111,14 +225,54 @@ def write_run_info(run_dir: str | Path, cfg: DictConfig | dict, repo: str | Path
     return info_path
 
 
+PROGRESS_FILE = "progress.json"
+
+
+def write_progress(run_dir: str | Path, done: int, planned: int, stopped_by: str | None) -> dict:
+    """``<run_dir>/progress.json``: steps (SFT) or updates (GRPO) done of those planned, and what
+    stopped the run (``max_steps``, ``time_budget``, ``signal``); a budget that cut a run short is
+    logged as a warning. The demo and the experiments report it."""
+    record = {"done": int(done), "planned": int(planned), "stopped_by": stopped_by}
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    (Path(run_dir) / PROGRESS_FILE).write_text(json.dumps(record) + "\n")
+    if stopped_by == "time_budget" and done < planned:
+        log.warning("the time budget stopped %s after %d of %d steps", run_dir, done, planned)
+    return record
+
+
+def read_progress(run_dir: str | Path) -> dict | None:
+    path = Path(run_dir) / PROGRESS_FILE
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+class UnexpectedFreshStart(RuntimeError):
+    """``resume=auto`` found a run dir it cannot resume and would silently start from step 0."""
+
+
 def resolve_resume(resume: str | None, run_dir: str | Path) -> str | None:
-    """The checkpoint to resume from: ``auto`` -> newest complete one (None if there is none),
-    ``none`` / empty -> None, anything else -> that path (which must exist)."""
+    """The checkpoint to resume from: ``auto`` -> the newest complete one, or None for a new run dir;
+    ``none`` / empty -> None (start from scratch, as asked); anything else -> that path (which must
+    exist). ``auto`` on a run dir with checkpoints but none complete, or with a finished run
+    (``final/``) and no checkpoint, raises :class:`UnexpectedFreshStart` instead of starting over."""
     if resume in (None, "", "none", "null", "false"):
         return None
     if resume == "auto":
         done = complete_checkpoints(run_dir)
-        return str(done[-1]) if done else None
+        if done:
+            return str(done[-1])
+        found = checkpoint_dirs(run_dir)
+        if found:
+            raise UnexpectedFreshStart(
+                f"{run_dir} holds {len(found)} checkpoint dir(s) ({found[-1].name} the newest) but none is "
+                "complete (killed while saving, or retired after a non-finite stop): nothing to resume. "
+                "Pass resume=none to start from scratch in it, or use another run dir."
+            )
+        if (Path(run_dir) / "final").exists():
+            raise UnexpectedFreshStart(
+                f"{run_dir} holds a finished run (final/) and no checkpoint to resume: pass resume=none "
+                "to train again from scratch in it, or use another run dir."
+            )
+        return None
     if not Path(resume).is_dir():
-        raise FileNotFoundError(f"train.resume={resume}: no such checkpoint directory")
+        raise FileNotFoundError(f"resume={resume}: no such checkpoint directory")
     return resume

@@ -25,7 +25,8 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from data_builders.config import RenderConfig, validate
+from data_builders.config import RenderConfig
+from data_builders.schema import validate
 from data_builders.video import FrameCache
 from eval.checkpoints import write_render
 from eval.config import quiet_libraries
@@ -33,12 +34,22 @@ from eval.model import count_parameters, load_model_and_processor
 from eval.render import TurnRenderer
 from train.data import StreamWindowDataset, WindowCollator
 from train.losses import class_weights, counts_from_stats
-from train.run_dir import Preempted, resolve_resume, write_run_info
+from train.run_dir import (
+    CheckpointWriteError,
+    NonFiniteLoss,
+    Preempted,
+    is_write_failure,
+    resolve_resume,
+    retire_nonfinite,
+    write_progress,
+    write_run_info,
+)
 from train.sft_config import SFTConfig
 from train.trainer import (
-    CompleteMarkerCallback,
+    CheckpointCallback,
     DecisionTrainer,
     PreemptionCallback,
+    StepProgressCallback,
     TimeBudgetCallback,
     logger_report_to,
     training_arguments,
@@ -65,6 +76,7 @@ def apply_lora(model, lora_cfg, decision_ids: list[int]):
 
 def build_trainer(cfg: DictConfig) -> tuple[DecisionTrainer, PreemptionCallback]:
     """The Trainer of a validated config (model, data, loss, callbacks), ready to ``train()``."""
+    preemption = PreemptionCallback()  # first: a signal while the model loads is caught too
     quiet_libraries()
     t = cfg.train
     if t.num_threads:
@@ -96,8 +108,8 @@ def build_trainer(cfg: DictConfig) -> tuple[DecisionTrainer, PreemptionCallback]
     params = count_parameters(model)
     log.info("model %s: %s parameters, %s trainable", cfg.model.name, params["total"], params["trainable"])
     log.info("train windows: %d from %s; class weights %s", len(train_set), split_dir, static)
-    preemption = PreemptionCallback()
-    callbacks = [preemption, CompleteMarkerCallback(render)]
+    checkpoints = CheckpointCallback(render, t.save_total_limit)
+    callbacks = [preemption, checkpoints, StepProgressCallback()]
     if t.time_budget_s:
         callbacks.append(TimeBudgetCallback(t.time_budget_s))
     trainer = DecisionTrainer(
@@ -117,6 +129,7 @@ def build_trainer(cfg: DictConfig) -> tuple[DecisionTrainer, PreemptionCallback]
         text_weight=cfg.loss.text_weight,
         max_nonfinite_steps=t.max_nonfinite_steps,
     )
+    checkpoints.trainer = trainer
     return trainer, preemption
 
 
@@ -124,15 +137,33 @@ def train(cfg: DictConfig) -> Path:
     """Run the SFT stage of a validated config; returns the final checkpoint dir (model + processor)."""
     t = cfg.train
     out = Path(t.output_dir)
+    resume = resolve_resume(t.resume, out)
     trainer, preemption = build_trainer(cfg)
     processor = trainer.processing_class
-    resume = resolve_resume(t.resume, out)
+    if preemption.received is not None:  # during start-up: nothing trained, nothing to save
+        preemption.flag.restore()
+        raise Preempted(None, t.requeue_exit_code)
     if resume:
         log.info("resuming from %s", resume)
-    trainer.train(resume_from_checkpoint=resume)
+    try:
+        trainer.train(resume_from_checkpoint=resume)
+    except NonFiniteLoss:
+        if trainer.is_world_process_zero():
+            retire_nonfinite(out)
+        raise
+    except (OSError, RuntimeError) as exc:
+        if not is_write_failure(exc):
+            raise
+        raise CheckpointWriteError(out / f"checkpoint-{trainer.state.global_step}", exc) from exc
     if preemption.received is not None:
         ckpt = out / f"checkpoint-{trainer.state.global_step}"
         raise Preempted(ckpt if ckpt.is_dir() else None, t.requeue_exit_code)
+    if trainer.is_world_process_zero():
+        budget = any(
+            isinstance(c, TimeBudgetCallback) and c.fired for c in trainer.callback_handler.callbacks
+        )
+        stopped_by = "time_budget" if budget else "max_steps"
+        write_progress(out, trainer.state.global_step, trainer.state.max_steps, stopped_by)
     final = out / "final"
     if cfg.lora.enabled and cfg.lora.merge_on_save:
         if trainer.is_world_process_zero():

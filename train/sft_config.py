@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from data_builders.config import PathsConfig, RenderConfig
 from data_builders.mixture import MixtureConfig
+from data_builders.schema import bounded
 from eval.config import LoggerConfig, ModelConfig
 from train.run_dir import REQUEUE_EXIT_CODE
 
@@ -26,36 +27,36 @@ class TrainSettings:
     """Split of the mixture to train on (``<data.dir>/<train_split>``)."""
     eval_split: str | None = None
     """Split for the trainer's eval loss (None: none)."""
-    window_steps: int | None = None
+    window_steps: int | None = bounded(None, ge=1)
     """Split long streams into training windows of at most this many steps (None: one window per
     stream). Windows keep the clip clock (``data_builders.records.step_windows``), as GRPO's do."""
-    num_epochs: float = 1.0
+    num_epochs: float = bounded(1.0, gt=0)
     max_steps: int = -1
     """Optimizer steps; -1: ``num_epochs`` over the training split."""
-    per_device_batch_size: int = 8
-    gradient_accumulation_steps: int = 1
-    learning_rate: float = 1e-5
-    weight_decay: float = 0.0
+    per_device_batch_size: int = bounded(8, ge=1)
+    gradient_accumulation_steps: int = bounded(1, ge=1)
+    learning_rate: float = bounded(1e-5, ge=0)
+    weight_decay: float = bounded(0.0, ge=0)
     lr_scheduler: str = "cosine"
     """Any ``transformers`` scheduler name (``constant``, ``linear``, ``cosine``, ...)."""
-    warmup_steps: int = 0
-    max_grad_norm: float = 1.0
+    warmup_steps: int = bounded(0, ge=0)
+    max_grad_norm: float = bounded(1.0, gt=0)
     bf16: str = "auto"
     """``auto``: bf16 autocast when a CUDA device is present; ``true`` / ``false`` force it."""
     gradient_checkpointing: bool = False
-    logging_steps: int = 10
-    save_steps: int = 500
-    save_total_limit: int | None = 2
-    dataloader_num_workers: int = 0
+    logging_steps: int = bounded(10, ge=1)
+    save_steps: int = bounded(500, ge=1)
+    save_total_limit: int | None = bounded(2, ge=1)
+    dataloader_num_workers: int = bounded(0, ge=0)
     keep_rendered: bool = True
     """Keep rendered windows in memory after their first use (small data sets)."""
-    num_threads: int | None = None
+    num_threads: int | None = bounded(None, ge=1)
     """CPU threads for torch (None: torch's default); the toy runs use 1-2."""
-    time_budget_s: float | None = None
+    time_budget_s: float | None = bounded(None, gt=0)
     """Stop (and save) after this many seconds of training, whatever the step count."""
     resume: str = "auto"
     """``auto``: newest complete checkpoint in ``output_dir`` if any; ``none``; or a checkpoint dir."""
-    max_nonfinite_steps: int = 5
+    max_nonfinite_steps: int = bounded(5, ge=1)
     """Stop with an error after this many NaN/inf losses in a row (each one is skipped)."""
     requeue_exit_code: int = REQUEUE_EXIT_CODE
     """Exit status after a SIGUSR1 / SIGTERM checkpoint; the sbatch script requeues on it."""
@@ -65,15 +66,15 @@ class TrainSettings:
 class LossSettings:
     """The decision loss (``train.losses``)."""
 
-    gamma: float = 2.0
+    gamma: float = bounded(2.0, ge=0)
     """Focal exponent on the decision tokens (0: plain cross-entropy)."""
     balance: str = "static"
     """Class weights: ``static`` (from the training split's stats.json), ``dynamic`` (per batch) or
     ``none``."""
-    balance_power: float = 1.0
+    balance_power: float = bounded(1.0, ge=0)
     """Weights proportional to count ** -power (1: fully frequency-balanced)."""
-    decision_weight: float = 1.0
-    text_weight: float = 1.0
+    decision_weight: float = bounded(1.0, ge=0)
+    text_weight: float = bounded(1.0, ge=0)
 
 
 @dataclass
@@ -81,9 +82,9 @@ class LoraSettings:
     """LoRA on the language model instead of full fine-tuning (``enabled: true``)."""
 
     enabled: bool = False
-    r: int = 16
+    r: int = bounded(16, ge=1)
     alpha: int = 32
-    dropout: float = 0.05
+    dropout: float = bounded(0.05, ge=0, le=1)
     target_modules: str = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
     """Regex over module names."""
     train_merger: bool = True

@@ -12,8 +12,9 @@
   and ``max_nonfinite_steps`` of them in a row stop training with :class:`NonFiniteLoss`.
 - :class:`PreemptionCallback`: SIGUSR1 / SIGTERM set a flag; at the end of the current step the
   Trainer saves a checkpoint and stops, and the entry point exits with the requeue status.
-- :class:`CompleteMarkerCallback`: writes ``COMPLETE`` into a checkpoint once the Trainer finished
-  saving it, so ``resume=auto`` never picks a half-written one.
+- :class:`CheckpointCallback`: writes ``render.json`` and ``COMPLETE`` into a checkpoint once the
+  Trainer finished saving it (so ``resume=auto`` never picks a half-written one), then rotates the
+  older ones, never the last complete one.
 - :class:`TimeBudgetCallback`: stops (and saves) after a wall-clock budget.
 - :func:`training_arguments`: ``TrainingArguments`` from the ``train`` block; under ``accelerate launch``
   with a DeepSpeed config it hands the JSON to the Trainer (and, on CPU, forms the gloo ranks).
@@ -24,7 +25,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import signal
 import time
 from pathlib import Path
 
@@ -32,9 +32,10 @@ import torch
 from omegaconf import DictConfig
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
+from data_builders.progress import Progress
 from eval.checkpoints import COMPLETE_MARKER, write_render
 from train.losses import WEIGHT_MODES, decision_loss, decision_metrics
-from train.run_dir import NonFiniteLoss
+from train.run_dir import NonFiniteLoss, SignalFlag, rotate_checkpoints
 
 log = logging.getLogger(__name__)
 
@@ -167,21 +168,16 @@ class DecisionTrainer(Trainer):
 
 
 class PreemptionCallback(TrainerCallback):
-    """SIGUSR1 / SIGTERM -> save a checkpoint at the end of the current step and stop."""
-
-    SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+    """SIGUSR1 / SIGTERM -> save a checkpoint at the end of the current step and stop. The handlers
+    are installed when the callback is made (before the model loads), so a signal during start-up
+    is recorded too (``train.sft`` then exits with the requeue status before training)."""
 
     def __init__(self) -> None:
-        self.received: int | None = None
-        self._previous: dict[int, object] = {}
+        self.flag = SignalFlag()
 
-    def _handle(self, signum, frame) -> None:
-        self.received = signum
-        log.warning("signal %s: saving a checkpoint at the end of this step, then exiting", signum)
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        for sig in self.SIGNALS:
-            self._previous[sig] = signal.signal(sig, self._handle)
+    @property
+    def received(self) -> int | None:
+        return self.flag.received
 
     def on_step_end(self, args, state, control, **kwargs):
         if self._any_rank_received():
@@ -208,24 +204,60 @@ class PreemptionCallback(TrainerCallback):
         return flag
 
     def on_train_end(self, args, state, control, **kwargs):
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+        self.flag.restore()
 
 
-class CompleteMarkerCallback(TrainerCallback):
-    """Marks a checkpoint complete once the Trainer has written all of it, after saving the render
-    block it was trained with (``render.json``, read back by evaluation)."""
+class CheckpointCallback(TrainerCallback):
+    """Completes a checkpoint once the Trainer has written all of it: saves the render block it was
+    trained with (``render.json``, read back by evaluation), writes ``COMPLETE``, then rotates the
+    older ones (``train.save_total_limit``; the Trainer's own rotation, which deletes before the new
+    checkpoint is complete, is off). A checkpoint saved during a run of non-finite losses is left
+    incomplete, so ``resume=auto`` never restarts from it."""
 
-    def __init__(self, render=None):
+    def __init__(self, render=None, save_total_limit: int | None = None):
         self.render = render
+        self.save_total_limit = save_total_limit
+        self.trainer: DecisionTrainer | None = None
 
     def on_save(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero:
+            return
+        ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if not ckpt.is_dir():
+            return
+        if self.trainer is not None and self.trainer.nonfinite_in_a_row:
+            log.warning("%s saved during a run of non-finite losses: not marked complete", ckpt)
+            return
+        if self.render is not None:
+            write_render(ckpt, self.render)
+        (ckpt / COMPLETE_MARKER).write_text(f"{state.global_step}\n")
+        rotate_checkpoints(args.output_dir, self.save_total_limit)
+
+
+class StepProgressCallback(TrainerCallback):
+    """Training steps as a bar with rate and ETA (a log line every 30 s without a terminal), with the
+    last logged loss and fire rate (``data_builders.progress.Progress``)."""
+
+    def __init__(self) -> None:
+        self.bar: Progress | None = None
+        self.figures: dict[str, float] = {}
+
+    def on_train_begin(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
-            ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-            if ckpt.is_dir():
-                if self.render is not None:
-                    write_render(ckpt, self.render)
-                (ckpt / COMPLETE_MARKER).write_text(f"{state.global_step}\n")
+            self.bar = Progress(state.max_steps, "sft", unit="step", initial=state.global_step)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        for key in ("loss", "fire_rate"):
+            if logs and key in logs:
+                self.figures[key] = logs[key]
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.update(1, **self.figures)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.close()
 
 
 class TimeBudgetCallback(TrainerCallback):
@@ -234,12 +266,14 @@ class TimeBudgetCallback(TrainerCallback):
     def __init__(self, budget_s: float):
         self.budget_s = budget_s
         self.start = 0.0
+        self.fired = False
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.start = time.perf_counter()
 
     def on_step_end(self, args, state, control, **kwargs):
-        if time.perf_counter() - self.start >= self.budget_s:
+        if time.perf_counter() - self.start >= self.budget_s and state.global_step < state.max_steps:
+            self.fired = True
             control.should_training_stop = True
             control.should_save = True
 
@@ -269,7 +303,7 @@ def training_arguments(cfg: DictConfig, report_to: list[str]) -> TrainingArgumen
         logging_steps=t.logging_steps,
         save_strategy="steps",
         save_steps=t.save_steps,
-        save_total_limit=t.save_total_limit,
+        save_total_limit=None,  # rotated by CheckpointCallback once the new checkpoint is complete
         eval_strategy="steps" if t.eval_split else "no",
         eval_steps=t.save_steps if t.eval_split else None,
         dataloader_num_workers=t.dataloader_num_workers,

@@ -10,9 +10,10 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from data_builders.cli import split_build_config
-from data_builders.config import BuildConfig, FramesConfig, typed
+from data_builders.config import BuildConfig, FramesConfig
 from data_builders.mixture import MixtureConfig
 from data_builders.registry import SOURCES, get_source
+from data_builders.schema import typed
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 

@@ -233,3 +233,24 @@ def test_keep_best_without_held_out_evaluations_fails_before_any_rollout(setup, 
     model, renderer, windows = setup
     with pytest.raises(ValueError, match="keep_best needs held-out evaluations"):
         GRPOLoop(GRPOSettings(keep_best=True, eval_every=10), model, None, renderer, None, windows, tmp_path)
+
+
+def test_a_full_disk_at_checkpoint_time_names_the_checkpoint(setup, tmp_path, monkeypatch):
+    """torch's own message for a write that ran out of space ("enforce fail ... unexpected pos")
+    becomes an error naming the checkpoint folder and the free space; nothing is marked complete."""
+    from train.grpo_config import GRPOSettings
+    from train.grpo_trainer import GRPOLoop
+    from train.run_dir import CheckpointWriteError
+
+    model, renderer, windows = setup
+    loop = GRPOLoop(GRPOSettings(), model, renderer.processor, renderer, None, windows, tmp_path)
+
+    def full_disk(*args, **kwargs):
+        raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 4352 vs 4240")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(
+        CheckpointWriteError, match=r"cannot write checkpoint .*checkpoint-0 \(.* GiB free; is the disk full"
+    ):
+        loop.save()
+    assert not (tmp_path / "checkpoint-0" / "COMPLETE").exists()

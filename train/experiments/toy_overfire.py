@@ -25,12 +25,14 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from data_builders.build import write_outputs
-from data_builders.config import RenderConfig, typed
+from data_builders.config import RenderConfig
 from data_builders.records import Target, load_streams, resolve_video, step_times, target_step
+from data_builders.schema import typed
 from data_builders.sources.toy import build_toy_mixture
 from eval.config import BenchmarkConfig
 from eval.runners import evaluate_model
 from train.data import split_records
+from train.run_dir import read_progress
 
 
 @dataclass
@@ -118,6 +120,13 @@ def run_experiment(cfg: DictConfig) -> dict:
     rewards = {h["step"]: h["reward/mean"] for h in history if "reward/mean" in h}
     for point in curve:
         point["reward"] = rewards.get(point["step"])
-    summary = {"before": before, "after": after, "curve": curve, "init": str(init), "final": str(final)}
+    summary = {
+        "before": before,
+        "after": after,
+        "curve": curve,
+        "training": read_progress(out),
+        "init": str(init),
+        "final": str(final),
+    }
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary

@@ -1,0 +1,155 @@
+"""Bad inputs and misuse of eval.run, eval.score and eval.watch: clear errors, nothing overwritten,
+nothing written outside its folder, no silently wrong number."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from data_builders.files import OutputLock, OutputLocked
+from data_builders.records import RecordError, load_streams, write_jsonl
+from data_builders.schema import ConfigValueError
+from eval import score
+from eval.run import evaluate, load_config
+from eval.watch import load_config as watch_config
+from eval.watch import watch
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def overrides(ckpt: Path, records: Path, tmp: Path, *extra: str) -> list[str]:
+    return [
+        f"checkpoint={ckpt}",
+        f"records={records}",
+        f"paths.cache_dir={tmp / 'cache'}",
+        f"paths.runs_dir={tmp / 'runs'}",
+        "render.max_pixels=4096",
+        "max_new_tokens=4",
+        *extra,
+    ]
+
+
+def test_traversal_ids_stay_inside_the_output_folder(tiny_checkpoint, toy_dir, tmp_path):
+    base = load_streams(toy_dir / "records.jsonl")[:2]
+    video = [str((toy_dir / s.video).resolve()) for s in base]
+    hostile = [
+        replace(base[0], id="../../escaped/a", video=video[0]),
+        replace(base[1], id=str(tmp_path / "abs" / "b"), video=video[1]),
+    ]
+    write_jsonl(tmp_path / "hostile.jsonl", hostile)
+    out = tmp_path / "deep" / "out"
+    evaluate(load_config(overrides(tiny_checkpoint, tmp_path / "hostile.jsonl", tmp_path, f"out_dir={out}")))
+    assert not (tmp_path / "deep" / "escaped").exists() and not (tmp_path / "escaped").exists()
+    assert not (tmp_path / "abs").exists()
+    assert len(list((out / "timelines").glob("*.png"))) == 2
+    outside = [p for p in tmp_path.rglob("*.png") if out not in p.parents]
+    assert outside == []
+
+
+def test_two_runs_on_one_folder_the_second_stops_naming_the_first(tiny_checkpoint, toy_dir, tmp_path):
+    out = tmp_path / "out"
+    cfg = load_config(
+        overrides(tiny_checkpoint, toy_dir / "records.jsonl", tmp_path, f"out_dir={out}", "limit=1")
+    )
+    with OutputLock(out, "eval.run"):  # the first run, still going
+        with pytest.raises(OutputLocked, match="in use by another run"):
+            evaluate(cfg)
+    assert not (out / "predictions.jsonl").exists()  # nothing written by the second
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("limit=-1", "limit=-1: must be at least 1"),
+        ("threshold=nan", "threshold=nan: must be a finite number"),
+        ("threshold=1.5", "threshold=1.5: must be at most 1"),
+        ("batch_size=0", "batch_size=0: must be at least 1"),
+        ("benchmark.alpha=-1", "benchmark.alpha=-1.0: must be at least 0"),
+    ],
+)
+def test_numeric_options_are_validated_naming_the_option(
+    tiny_checkpoint, toy_dir, tmp_path, override, message
+):
+    with pytest.raises(ConfigValueError, match=message.replace(".", r"\.")):
+        load_config(overrides(tiny_checkpoint, toy_dir / "records.jsonl", tmp_path, override))
+
+
+def test_an_empty_records_file_and_a_missing_checkpoint_say_so(tiny_checkpoint, toy_dir, tmp_path):
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(RecordError, match="empty.jsonl: no records to evaluate"):
+        evaluate(load_config(overrides(tiny_checkpoint, tmp_path / "empty.jsonl", tmp_path)))
+    missing = load_config(overrides(tmp_path / "no-such-run", toy_dir / "records.jsonl", tmp_path, "limit=1"))
+    with pytest.raises(FileNotFoundError, match="no-such-run does not exist"):
+        evaluate(missing)
+
+
+def test_the_watcher_fails_on_a_run_dir_that_does_not_exist(tmp_path):
+    cfg = watch_config([f"run_dir={tmp_path / 'typo'}", "once=true"])
+    with pytest.raises(FileNotFoundError, match="run_dir=.*typo: no such folder"):
+        watch(cfg, evaluate=lambda c: {})
+
+
+def _gt_pred(tmp_path: Path) -> tuple[Path, Path]:
+    gt, pred = tmp_path / "gt.jsonl", tmp_path / "pred.jsonl"
+    target = {"time": 10.0, "content": "", "label": "Warning"}
+    write_jsonl(gt, [{"id": "a", "task": "accident_warning", "targets": [target]}])
+    write_jsonl(pred, [{"id": "a", "replies": [{"time": 10.0, "text": "Warning"}]}])
+    return gt, pred
+
+
+def test_eval_score_refuses_to_overwrite_its_ground_truth(tmp_path, capsys):
+    gt, pred = _gt_pred(tmp_path)
+    before = gt.read_text()
+    args = ["--protocol", "p3i", "--gt", str(gt), "--pred", str(pred), "--per-sample", str(gt)]
+    assert score.main(args) == 2
+    assert "would overwrite an input" in capsys.readouterr().err and gt.read_text() == before
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (["--alpha", "-1"], "--alpha -1.0: the timing decay must be a finite number >= 0"),
+        (["--alpha", "nan"], "--alpha nan"),
+        (["--tolerance", "-3"], "--tolerance -3.0"),
+    ],
+)
+def test_eval_score_rejects_bad_numbers(tmp_path, capsys, change, message):
+    gt, pred = _gt_pred(tmp_path)
+    assert score.main(["--protocol", "p3i", "--gt", str(gt), "--pred", str(pred), *change]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_eval_score_never_scores_nothing_as_zero(tmp_path, capsys):
+    gt, pred = _gt_pred(tmp_path)
+    (tmp_path / "empty_gt.jsonl").write_text("")
+    assert (
+        score.main(["--protocol", "p3i", "--gt", str(tmp_path / "empty_gt.jsonl"), "--pred", str(pred)]) == 2
+    )
+    assert "no ground-truth records to score" in capsys.readouterr().err
+    (tmp_path / "preds").mkdir()
+    args = ["--protocol", "p3i", "--gt", str(gt), "--pred", str(tmp_path / "preds"), "--allow-missing"]
+    assert score.main(args) == 2
+    assert "holds no parquet shards" in capsys.readouterr().err
+    write_jsonl(tmp_path / "neg.jsonl", [{"id": "a", "replies": [{"time": -2.0, "text": "Warning"}]}])
+    assert score.main(["--protocol", "p3i", "--gt", str(gt), "--pred", str(tmp_path / "neg.jsonl")]) == 2
+    assert "replies[0].time" in capsys.readouterr().err
+
+
+def test_an_unwritable_per_sample_path_keeps_the_metrics(tmp_path):
+    gt, pred = _gt_pred(tmp_path)
+    (tmp_path / "blocked").write_text("a file, not a folder")
+    cmd = [sys.executable, "-m", "eval.score", "--protocol", "p3i", "--gt", str(gt), "--pred", str(pred)]
+    out = subprocess.run(
+        [*cmd, "--per-sample", str(tmp_path / "blocked" / "rows.jsonl")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2 and "cannot write --per-sample" in out.stderr
+    assert json.loads(out.stdout.splitlines()[-1])["prs_b"] == 100.0

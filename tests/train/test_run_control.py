@@ -1,0 +1,169 @@
+"""Run control that keeps progress: checkpoint rotation, non-finite stops, signals during start-up,
+and no silent fresh start."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import TrainerCallback
+
+from data_builders.sources.toy import build_toy_mixture
+from eval.checkpoints import COMPLETE_MARKER, complete_checkpoints
+from train.run_dir import (
+    NONFINITE_MARKER,
+    NonFiniteLoss,
+    UnexpectedFreshStart,
+    checkpoint_dirs,
+    resolve_resume,
+    rotate_checkpoints,
+)
+from train.sft import build_trainer, compose_config, train
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def toy_data(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("runcontrol")
+    build_toy_mixture(root / "built", root / "toy", n=8, seed=0)
+    return root
+
+
+def sft_overrides(data: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        "experiment=toy_sft",
+        f"paths.data_dir={data}",
+        f"paths.cache_dir={data / 'cache'}",
+        f"train.output_dir={out}",
+        "train.per_device_batch_size=4",
+        "train.logging_steps=1",
+        "train.num_threads=1",
+        *extra,
+    ]
+
+
+def _checkpoints(run: Path, steps: dict[int, bool]) -> None:
+    for step, complete in steps.items():
+        (run / f"checkpoint-{step}").mkdir(parents=True)
+        if complete:
+            (run / f"checkpoint-{step}" / COMPLETE_MARKER).write_text(f"{step}\n")
+
+
+def test_rotation_keeps_the_newest_complete_checkpoints(tmp_path):
+    _checkpoints(tmp_path, {2: True, 4: False, 6: True, 8: True, 10: False})
+    gone = rotate_checkpoints(tmp_path, keep=1)
+    assert [p.name for p in gone] == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
+    assert [p.name for p in checkpoint_dirs(tmp_path)] == ["checkpoint-8", "checkpoint-10"]
+    assert rotate_checkpoints(tmp_path, keep=None) == []
+    with pytest.raises(ValueError, match="save_total_limit must be at least 1"):
+        rotate_checkpoints(tmp_path, keep=0)
+
+
+def test_a_kill_while_saving_leaves_the_last_complete_checkpoint(toy_data, tmp_path):
+    """save_total_limit=1: the step-2 save dies before its checkpoint is complete; checkpoint-1, the
+    last complete one, must still be there for resume=auto (the Trainer's own rotation deleted it
+    before the new checkpoint was complete)."""
+
+    class Killed(RuntimeError):
+        pass
+
+    class KillWhileSaving(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            if state.global_step == 2:
+                raise Killed("killed while saving")
+
+    run = tmp_path / "run"
+    cfg = compose_config(
+        sft_overrides(toy_data, run, "train.max_steps=3", "train.save_steps=1", "train.save_total_limit=1")
+    )
+    trainer, _ = build_trainer(cfg)
+    trainer.callback_handler.callbacks.insert(0, KillWhileSaving())
+    with pytest.raises(Killed):
+        trainer.train()
+    assert [p.name for p in complete_checkpoints(run)] == ["checkpoint-1"]
+    assert resolve_resume("auto", run) == str(run / "checkpoint-1")
+
+
+def test_checkpoints_of_a_nonfinite_streak_are_not_resumed(toy_data, tmp_path):
+    """The update of step 2 makes the weights NaN (its own loss was finite); steps 3 and 4 are
+    non-finite and stop the run. Checkpoint 2 holds the NaN weights and 3 was saved during the
+    streak: neither may stay complete, so resume=auto restarts from checkpoint 1."""
+    run = tmp_path / "run"
+    cfg = compose_config(
+        sft_overrides(
+            toy_data,
+            run,
+            "train.max_steps=10",
+            "train.save_steps=1",
+            "train.save_total_limit=null",
+            "train.max_nonfinite_steps=2",
+        )
+    )
+    trainer, _ = build_trainer(cfg)
+
+    class Diverge(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 2:
+                with torch.no_grad():
+                    trainer.model.lm_head.weight.fill_(float("nan"))
+
+    trainer.callback_handler.callbacks.insert(0, Diverge())
+    with pytest.raises(NonFiniteLoss, match="2 non-finite losses in a row"):
+        train_with(trainer, run)
+    assert [p.name for p in complete_checkpoints(run)] == ["checkpoint-1"]
+    assert (run / "checkpoint-2" / NONFINITE_MARKER).exists()
+    assert not (run / "checkpoint-3" / COMPLETE_MARKER).exists()
+    assert resolve_resume("auto", run) == str(run / "checkpoint-1")
+
+
+def train_with(trainer, run: Path) -> None:
+    """What ``train.sft.train`` does around ``trainer.train`` on a non-finite stop."""
+    from train.run_dir import retire_nonfinite
+
+    try:
+        trainer.train()
+    except NonFiniteLoss:
+        retire_nonfinite(run)
+        raise
+
+
+def test_an_unexpected_fresh_start_is_an_error(tmp_path):
+    assert resolve_resume("auto", tmp_path / "new") is None
+    _checkpoints(tmp_path / "broken", {4: False})
+    with pytest.raises(UnexpectedFreshStart, match="none is complete.*resume=none"):
+        resolve_resume("auto", tmp_path / "broken")
+    assert resolve_resume("none", tmp_path / "broken") is None  # asked for
+    (tmp_path / "done" / "final").mkdir(parents=True)
+    with pytest.raises(UnexpectedFreshStart, match="finished run"):
+        resolve_resume("auto", tmp_path / "done")
+
+
+@pytest.mark.slow
+def test_a_signal_during_start_up_exits_for_requeue(toy_data, tmp_path):
+    """SIGUSR1 while the model loads (after the run dir is made, before the first step): a clean
+    exit 75 and no checkpoint, not a process killed by the signal."""
+    run = tmp_path / "run"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "train.sft", *sft_overrides(toy_data, run, "train.max_steps=50")]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    t0 = time.time()
+    while not (run / "run_info.json").exists():
+        assert proc.poll() is None and time.time() - t0 < 120, "the run did not start"
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGUSR1)
+    assert proc.wait(120) == 75, proc.stdout.read().decode()[-2000:]
+    assert checkpoint_dirs(run) == [] and not (run / "final").exists()
+
+
+def test_sft_refuses_to_restart_a_run_dir_it_cannot_resume(toy_data, tmp_path):
+    run = tmp_path / "run"
+    _checkpoints(run, {5: False})
+    with pytest.raises(UnexpectedFreshStart):
+        train(compose_config(sft_overrides(toy_data, run, "train.max_steps=1")))
