@@ -20,7 +20,9 @@
 #SBATCH --open-mode=append
 #SBATCH --output=slurm-%x-%j.log
 set -euo pipefail
+LAUNCHER_COMMAND=python            # one Python process: no accelerate launch, whatever the GPU count
+GPUS_PER_NODE="${GPUS_PER_NODE:-1}"
 # shellcheck source=launch.sh source-path=SCRIPTDIR
 source "${SLURM_SUBMIT_DIR:-.}/slurm/launch.sh"
 
-run_step srun --ntasks=1 --kill-on-bad-exit=1 python -m "${EVAL_MODULE:-eval.run}" "$@"
+run_step srun --ntasks=1 --kill-on-bad-exit=1 --label python -m "${EVAL_MODULE:-eval.run}" "$@"

@@ -27,4 +27,4 @@ pin_wandb_run
 
 # The single quotes are deliberate: each node expands its own $SLURM_NODEID inside the step.
 # shellcheck disable=SC2016
-run_step srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c 'trap "" USR1; exec accelerate launch --config_file "${ACCELERATE_CONFIG:-conf/accelerate/ddp.yaml}" --num_machines "$NUM_MACHINES" --num_processes "$NUM_PROCESSES" --machine_rank "$SLURM_NODEID" --main_process_ip "$MAIN_ADDR" --main_process_port "$MAIN_PORT" -m train.grpo "$@"' node "$@"
+run_step srun --ntasks-per-node=1 --kill-on-bad-exit=1 --label bash -c 'trap "" USR1; exec accelerate launch --config_file "${ACCELERATE_CONFIG:-conf/accelerate/ddp.yaml}" --num_machines "$NUM_MACHINES" --num_processes "$NUM_PROCESSES" --machine_rank "$SLURM_NODEID" --main_process_ip "$MAIN_ADDR" --main_process_port "$MAIN_PORT" -m train.grpo "$@"' node "$@"

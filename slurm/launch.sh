@@ -6,13 +6,25 @@
 # It is sourced from $SLURM_SUBMIT_DIR because sbatch runs a copy of the script from a spool dir, where
 # "dirname $0" points elsewhere. It reads no config: every training knob stays a Hydra override.
 #
+# The environment: the project's Python is activated here, so a job needs no "source ..." of its own:
+#   CONDA_ENV=name (a conda env), else VENV=/path/to/venv, else the repository's own .venv (what
+#   "make setup" creates); a job whose PATH then has no "accelerate" stops at once with that message.
+#
 # Exported for the srun step (each node's command expands them, plus its own $SLURM_NODEID):
 #   NUM_MACHINES   nodes of the job ($SLURM_NNODES)
-#   GPUS_PER_NODE  $GPUS_PER_NODE if set, else $SLURM_GPUS_ON_NODE, else $SLURM_GPUS_PER_NODE
-#                  ("4", "gpu:4", "a100:4" or "gpu:4(x2)" all give 4), else 1
+#   GPUS_PER_NODE  $GPUS_PER_NODE if set, else the first of $SLURM_GPUS_ON_NODE, $SLURM_GPUS_PER_NODE
+#                  ("4", "gpu:4", "a100:4" or "gpu:4(x2)" all give 4), $SLURM_JOB_GPUS (a list of GPU
+#                  indices), the job's gres from "scontrol show job" (sbatch --gres=gpu:8, which sets
+#                  no SLURM_GPUS_* variable), $CUDA_VISIBLE_DEVICES; none of them: the job stops
+#                  (a silent 1 would start one process on an 8-GPU node)
 #   NUM_PROCESSES  NUM_MACHINES x GPUS_PER_NODE (one training process per GPU)
 #   MAIN_ADDR      first host of $SLURM_JOB_NODELIST (rank 0 of the rendezvous)
 #   MAIN_PORT      $MAIN_PORT if set, else 20000 + job id mod 20000 (a requeued job keeps its id)
+#   NCCL / torch   NCCL_DEBUG=WARN, TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (a failed collective ends the job
+#                  instead of hanging it), OMP_NUM_THREADS = CPUs per task / GPUs; each overridable by
+#                  setting it before sbatch
+# Output: srun --label prefixes every line with its node; the training entry points prefix their log
+# lines with "rank R/W", so the ranks of one node stay apart in the one log file.
 #
 # Pre-emption and requeue (the scripts ask for "--requeue --signal=B:USR1@120"):
 #   1. 120 s before the time limit Slurm sends USR1 to this batch shell only ("B:").
@@ -41,15 +53,61 @@ REQUEUE_EXIT_CODE=75 # train.requeue_exit_code / grpo.requeue_exit_code
 PREEMPTED=0
 TERMINATING=0
 
+activate_env() {
+  if [[ -n ${CONDA_ENV:-} ]]; then
+    # shellcheck disable=SC1091
+    source "$(conda info --base)/etc/profile.d/conda.sh" && conda activate "$CONDA_ENV"
+  elif [[ -n ${VENV:-} ]]; then
+    # shellcheck disable=SC1091
+    source "$VENV/bin/activate"
+  elif [[ -f "${SLURM_SUBMIT_DIR:-.}/.venv/bin/activate" ]]; then
+    # shellcheck disable=SC1091
+    source "${SLURM_SUBMIT_DIR:-.}/.venv/bin/activate"
+  fi
+  if ! command -v "${LAUNCHER_COMMAND:-accelerate}" >/dev/null; then
+    echo "launch: '${LAUNCHER_COMMAND:-accelerate}' not found: run 'make setup' in the repository (it makes .venv), or set VENV=/path/to/venv or CONDA_ENV=name" >&2
+    exit 2
+  fi
+}
+activate_env
+
+# gpu_count VALUE: the GPU count in one of Slurm's spellings ("4", "gpu:4", "gpu:a100:4(x2)"), or nothing.
+gpu_count() {
+  local v="${1%%(*}"
+  v="${v##*:}"
+  [[ $v =~ ^[0-9]+$ ]] && echo "$v"
+}
+
+find_gpus_per_node() {
+  local n
+  for v in "${GPUS_PER_NODE:-}" "${SLURM_GPUS_ON_NODE:-}" "${SLURM_GPUS_PER_NODE:-}"; do
+    n="$(gpu_count "$v")" && { echo "$n"; return; }
+  done
+  if [[ -n ${SLURM_JOB_GPUS:-} ]]; then
+    tr ',' '\n' <<<"$SLURM_JOB_GPUS" | grep -c .
+    return
+  fi
+  local tres
+  tres="$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null | tr ' ' '\n' | grep -m1 -E '^(TresPerNode|Gres)=.*gpu' || true)"
+  if [[ -n $tres ]]; then
+    n="$(gpu_count "${tres#*=}")" && { echo "$n"; return; }
+  fi
+  if [[ -n ${CUDA_VISIBLE_DEVICES:-} ]]; then
+    tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c .
+    return
+  fi
+  return 1
+}
+
 export NUM_MACHINES="${SLURM_NNODES:-1}"
-GPUS_PER_NODE="${GPUS_PER_NODE:-${SLURM_GPUS_ON_NODE:-${SLURM_GPUS_PER_NODE:-1}}}"
-GPUS_PER_NODE="${GPUS_PER_NODE%%(*}" # "gpu:4(x2)" -> "gpu:4"
-GPUS_PER_NODE="${GPUS_PER_NODE##*:}" # "gpu:a100:4" -> "4"
-if [[ ! $GPUS_PER_NODE =~ ^[0-9]+$ ]]; then
-  echo "launch: cannot read a GPU count from '$GPUS_PER_NODE'; set GPUS_PER_NODE" >&2
+if ! GPUS_PER_NODE="$(find_gpus_per_node)"; then
+  echo "launch: cannot tell how many GPUs each node has (no SLURM_GPUS_ON_NODE, SLURM_GPUS_PER_NODE, SLURM_JOB_GPUS, gres in 'scontrol show job' or CUDA_VISIBLE_DEVICES): ask sbatch for --gpus-per-node=N or set GPUS_PER_NODE=N" >&2
   exit 2
 fi
 export GPUS_PER_NODE
+export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
+export TORCH_NCCL_ASYNC_ERROR_HANDLING="${TORCH_NCCL_ASYNC_ERROR_HANDLING:-1}"
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(( ${SLURM_CPUS_PER_TASK:-$GPUS_PER_NODE} / (GPUS_PER_NODE > 0 ? GPUS_PER_NODE : 1) ))}"
 export NUM_PROCESSES=$((NUM_MACHINES * GPUS_PER_NODE))
 
 mapfile -t JOB_HOSTS < <(scontrol show hostnames "${SLURM_JOB_NODELIST:-$(hostname)}")

@@ -22,7 +22,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 JOB_ID = 4242
 HOSTS = ("gpu-07", "gpu-08")
-ENV_KEYS = ("WANDB_RUN_ID", "WANDB_RESUME", "SRUN_CPUS_PER_TASK", "NUM_MACHINES", "ACCELERATE_CONFIG")
+ENV_KEYS = (
+    "WANDB_RUN_ID",
+    "WANDB_RESUME",
+    "SRUN_CPUS_PER_TASK",
+    "NUM_MACHINES",
+    "ACCELERATE_CONFIG",
+    "NCCL_DEBUG",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "OMP_NUM_THREADS",
+)
 
 SRUN = r"""#!/bin/bash
 printf '%s\0' "$@" > "$FAKE_LOG/srun.args"
@@ -40,6 +49,9 @@ SCONTROL = r"""#!/bin/bash
 printf '%s\n' "$*" >> "$FAKE_LOG/scontrol.calls"
 if [[ $1 == show && $2 == hostnames ]]; then
   printf '%s\n' $FAKE_HOSTS
+fi
+if [[ $1 == show && $2 == job ]]; then
+  printf '%s\n' "${FAKE_JOB_INFO:-JobId=$3 JobName=x}"
 fi
 """
 
@@ -113,27 +125,45 @@ class FakeCluster:
 
 
 def make_cluster(tmp: Path, mode: str = "ok", **slurm: str) -> FakeCluster:
-    """Fakes under ``tmp`` and a batch job's environment; ``slurm`` adds or replaces variables."""
-    bin_dir, log, spool = tmp / "bin", tmp / "log", tmp / "spool"
-    for d in (bin_dir, log, spool):
+    """Fakes under ``tmp`` and a batch job's environment; ``slurm`` adds or replaces variables.
+    The Slurm commands are on PATH; the launchers (``accelerate``, ``python``) only in a fake virtual
+    environment (``VENV``), which the scripts must activate themselves."""
+    bin_dir, venv, log, spool = tmp / "bin", tmp / "venv", tmp / "log", tmp / "spool"
+    for d in (bin_dir, venv / "bin", log, spool):
         d.mkdir(parents=True)
-    for name, text in {
-        "srun": SRUN,
-        "scontrol": SCONTROL,
-        "scancel": SCANCEL,
-        "accelerate": LAUNCHER,
-        "python": LAUNCHER,
-    }.items():
-        (bin_dir / name).write_text(text)
-        (bin_dir / name).chmod(0o755)
+    for folder, name, text in [
+        (bin_dir, "srun", SRUN),
+        (bin_dir, "scontrol", SCONTROL),
+        (bin_dir, "scancel", SCANCEL),
+        (venv / "bin", "accelerate", LAUNCHER),
+        (venv / "bin", "python", LAUNCHER),
+    ]:
+        (folder / name).write_text(text)
+        (folder / name).chmod(0o755)
+    (venv / "bin" / "activate").write_text(f'export PATH="{venv / "bin"}:$PATH"\n')
     base = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith(("SLURM_", "SRUN_", "SBATCH_", "WANDB_RUN_ID", "WANDB_RESUME"))
-        and k not in ("MAIN_PORT", "GPUS_PER_NODE", "ACCELERATE_CONFIG", "EVAL_MODULE", "MAX_REQUEUES")
+        and k
+        not in (
+            "MAIN_PORT",
+            "GPUS_PER_NODE",
+            "ACCELERATE_CONFIG",
+            "EVAL_MODULE",
+            "MAX_REQUEUES",
+            "VIRTUAL_ENV",
+            "CUDA_VISIBLE_DEVICES",
+            "NCCL_DEBUG",
+            "OMP_NUM_THREADS",
+            "CONDA_ENV",
+            "VENV",
+        )
     }
+    system = ":".join(p for p in os.environ["PATH"].split(":") if not (Path(p) / "accelerate").exists())
     env = base | {
-        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "PATH": f"{bin_dir}:{system}",
+        "VENV": str(venv),
         "FAKE_LOG": str(log),
         "FAKE_MODE": mode,
         "FAKE_HOSTS": " ".join(HOSTS),

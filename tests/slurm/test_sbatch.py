@@ -66,15 +66,21 @@ def test_training_scripts_launch_one_accelerate_per_node(cluster, script, config
     rc, out = finish(c.sbatch(script, *TRICKY))
     assert rc == 0, out
     srun = c.args("srun")
-    assert srun[:4] == ["--ntasks-per-node=1", "--kill-on-bad-exit=1", "bash", "-c"]
-    assert srun[5:] == ["node", *TRICKY]
+    assert srun[:5] == ["--ntasks-per-node=1", "--kill-on-bad-exit=1", "--label", "bash", "-c"]
+    assert srun[6:] == ["node", *TRICKY]
     for rank in (0, 1):
         assert c.args(f"accelerate.{rank}") == launch_line(config, module, rank, TRICKY)
         env = c.recorded_env(f"accelerate.{rank}")
         assert env["WANDB_RUN_ID"] == f"slurm-{JOB_ID}" and env["WANDB_RESUME"] == "allow"
         assert env["SRUN_CPUS_PER_TASK"] == "32"
+        assert (env["NCCL_DEBUG"], env["TORCH_NCCL_ASYNC_ERROR_HANDLING"], env["OMP_NUM_THREADS"]) == (
+            "WARN",
+            "1",
+            "8",
+        )
     assert not list(c.spool.rglob("pwned")) and not (ROOT / "pwned").exists()
     assert c.calls("scontrol") == ["show hostnames gpu-[07-08]"]  # no requeue after a clean exit
+    assert c.args("accelerate.0")[5:7] == ["--num_processes", "8"]  # 2 machines x 4 GPUs, rank from the node
 
 
 @pytest.mark.parametrize(
@@ -96,6 +102,59 @@ def test_gpu_count_forms(cluster, gpus):
     assert c.args("accelerate.1") == launch_line("conf/accelerate/zero2.yaml", "train.sft", 1, ["x=1"])
 
 
+@pytest.mark.parametrize(
+    ("gpus", "processes"),
+    [
+        ({"FAKE_JOB_INFO": "JobId=4242 TresPerNode=gres/gpu:8 NumNodes=2"}, "16"),
+        ({"FAKE_JOB_INFO": "JobId=4242 Gres=gpu:a100:8 NumNodes=2"}, "16"),
+        ({"SLURM_JOB_GPUS": "0,1,2,3,4,5,6,7"}, "16"),
+        ({"CUDA_VISIBLE_DEVICES": "0,1"}, "4"),
+    ],
+    ids=["gres-tres", "gres-typed", "job-gpus", "visible-devices"],
+)
+def test_gpu_count_without_slurm_gpus_variables(cluster, gpus, processes):
+    """sbatch --gres=gpu:8 sets no SLURM_GPUS_* variable: the count comes from the job's gres (or the
+    other places Slurm puts it), never a silent 1."""
+    c = cluster(**gpus)
+    del c.env["SLURM_GPUS_PER_NODE"]
+    rc, out = finish(c.sbatch("sft.sh", "x=1"))
+    assert rc == 0, out
+    line = c.args("accelerate.1")
+    assert line[line.index("--num_processes") + 1] == processes
+
+
+def test_an_unknown_gpu_count_stops_the_job(cluster):
+    c = cluster()
+    del c.env["SLURM_GPUS_PER_NODE"]
+    rc, out = finish(c.sbatch("sft.sh", "x=1"))
+    assert rc == 2 and "cannot tell how many GPUs" in out and not (c.log / "srun.args").exists()
+
+
+def test_the_scripts_activate_the_environment_themselves(cluster, tmp_path):
+    """From a clean PATH (no accelerate): VENV=..., or the repository's .venv, is activated by the script;
+    with neither, the job stops at once saying what to do."""
+    c = cluster()
+    rc, out = finish(c.sbatch("sft.sh", "x=1"))  # VENV given (the fixture's)
+    assert rc == 0, out
+    submit = tmp_path / "clone"
+    submit.mkdir()
+    (submit / "slurm").symlink_to(ROOT / "slurm", target_is_directory=True)
+    (submit / ".venv").symlink_to(Path(c.env["VENV"]), target_is_directory=True)
+    c2 = cluster()
+    del c2.env["VENV"]
+    rc, out = finish(c2.sbatch("sft.sh", "x=1", SLURM_SUBMIT_DIR=str(submit)))
+    assert rc == 0, out
+    assert c2.args("accelerate.0")[-1] == "x=1"
+    c3 = cluster()
+    del c3.env["VENV"]
+    rc, out = finish(c3.sbatch("sft.sh", "x=1", SLURM_SUBMIT_DIR=str(tmp_path / "bare")))
+    assert rc != 0 and not (c3.log / "srun.args").exists()
+    (tmp_path / "bare" / "slurm").mkdir(parents=True)
+    (tmp_path / "bare" / "slurm" / "launch.sh").symlink_to(ROOT / "slurm" / "launch.sh")
+    rc, out = finish(c3.sbatch("sft.sh", "x=1", SLURM_SUBMIT_DIR=str(tmp_path / "bare")))
+    assert rc == 2 and "'accelerate' not found: run 'make setup'" in out
+
+
 def test_overrides_from_the_environment(cluster):
     c = cluster()
     proc = c.sbatch("sft.sh", "a=1", MAIN_PORT="29555", ACCELERATE_CONFIG="conf/accelerate/zero3.yaml")
@@ -110,7 +169,15 @@ def test_eval_runs_one_python_process_with_the_arguments(cluster):
     c = cluster()
     rc, out = finish(c.sbatch("eval.sh", *TRICKY))
     assert rc == 0, out
-    assert c.args("srun") == ["--ntasks=1", "--kill-on-bad-exit=1", "python", "-m", "eval.run", *TRICKY]
+    assert c.args("srun") == [
+        "--ntasks=1",
+        "--kill-on-bad-exit=1",
+        "--label",
+        "python",
+        "-m",
+        "eval.run",
+        *TRICKY,
+    ]
     assert c.args("python.0") == ["-m", "eval.run", *TRICKY]
     assert c.recorded_env("python.0")["WANDB_RUN_ID"] == "<unset>"  # one W&B run per evaluation
     c2 = cluster()
