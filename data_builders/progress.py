@@ -86,3 +86,49 @@ class Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+class _Tee:
+    """A text stream that writes to the console stream and to a log file."""
+
+    def __init__(self, stream, log_file):
+        self.stream, self.log_file = stream, log_file
+
+    def write(self, text: str) -> int:
+        self.log_file.write(text)
+        self.log_file.flush()
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+        self.log_file.flush()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
+
+
+def console(log_path: str | None = None, level: int = logging.INFO) -> None:
+    """Set up an entry point's console: log lines (with ``rank R/W`` under a multi-process launch, so
+    interleaved ranks stay apart) and, with ``log_path``, a copy of everything printed to stdout and
+    stderr appended to that file (the run folder's log holds what the console showed)."""
+    import os
+    from pathlib import Path
+
+    if log_path is not None:
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        handle = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 - open for the process's life
+        if not isinstance(sys.stdout, _Tee):
+            sys.stdout = _Tee(sys.stdout, handle)
+            sys.stderr = _Tee(sys.stderr, handle)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = f"rank {os.environ.get('RANK', '0')}/{world} " if world > 1 else ""
+    logging.basicConfig(
+        level=level,
+        format=f"%(asctime)s {rank}%(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stderr,
+        force=True,
+    )

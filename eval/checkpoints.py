@@ -58,6 +58,37 @@ def model_dir(path: str | Path) -> Path:
     )
 
 
+def run_dir_of(checkpoint: str | Path | None) -> Path | None:
+    """The training run dir a checkpoint belongs to (the folder holding the run's ``config.yaml``:
+    the checkpoint's parent, or the path itself when it is a run dir), or None."""
+    if checkpoint is None:
+        return None
+    path = Path(checkpoint)
+    for run in (path.parent, path):
+        if (run / "config.yaml").is_file() and (run / "run_info.json").is_file():
+            return run
+    return None
+
+
+def checkpoint_step(checkpoint: str | Path) -> int | None:
+    """The training step a checkpoint was saved at: the Trainer's ``trainer_state.json``, else the
+    ``checkpoint-<step>`` name, else (``final/``, ``best/``) the run's ``progress.json``; None if unknown."""
+    path = Path(checkpoint)
+    state = path / "trainer_state.json"
+    if state.is_file():
+        return int(json.loads(state.read_text()).get("global_step", 0))
+    m = re.fullmatch(r"checkpoint-(\d+)", path.name)
+    if m:
+        return int(m.group(1))
+    best = path / "best.json"
+    if best.is_file():
+        return int(json.loads(best.read_text())["step"])
+    progress = path.parent / "progress.json"
+    if progress.is_file():
+        return int(json.loads(progress.read_text())["done"])
+    return None
+
+
 def write_render(checkpoint: str | Path, render: RenderConfig | Any) -> Path:
     """Save the render block a checkpoint was trained with (a dataclass or a config mapping)."""
     values = asdict(render) if isinstance(render, RenderConfig) else {k: render[k] for k in RENDER_KEYS}

@@ -33,10 +33,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from data_builders.config import RenderConfig
 from data_builders.files import OutputLock, OutputLocked, write_text_atomic
+from data_builders.progress import Progress, console
 from data_builders.records import RecordError, Stream, load_streams, write_jsonl
 from data_builders.schema import ConfigValueError, validate
 from data_builders.video import FrameCache
-from eval.checkpoints import check_render, model_dir, render_overrides
+from eval.checkpoints import check_render, checkpoint_step, model_dir, render_overrides, run_dir_of
 from eval.config import EvalConfig, quiet_libraries
 from eval.memory import build_memory
 from eval.model import load_model_and_processor
@@ -68,12 +69,10 @@ def checkpoint_name(cfg: DictConfig) -> str:
 
 
 def training_step(cfg: DictConfig) -> int:
+    """The checkpoint's training step, the x axis of its metrics in W&B (``step`` when given)."""
     if cfg.step is not None:
         return int(cfg.step)
-    state = Path(cfg.checkpoint or "") / "trainer_state.json"
-    if cfg.checkpoint is not None and state.exists():
-        return int(json.loads(state.read_text()).get("global_step", 0))
-    return 0
+    return (checkpoint_step(cfg.checkpoint) if cfg.checkpoint is not None else None) or 0
 
 
 def records_path(cfg: DictConfig) -> Path:
@@ -129,9 +128,12 @@ def _run_streams(
         memory=build_memory(cfg.memory, model, processor),  # None with memory=off
         skip=done,
     )
+    bar = Progress(len(streams) - len(done), "eval", unit="record")
     for row in prediction_rows(batches, cfg.benchmark):
         log.append(row)
         n += 1
+        bar.update(1, fired=sum(row["fired"]))
+    bar.close()
     return n
 
 
@@ -189,11 +191,13 @@ def _evaluate_into(
     write_text_atomic(out / "metrics.json", json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     pngs = plot_timelines(streams[: cfg.timelines], log.rows(), bench.steps_per_second, cfg.threshold, out)
     columns, table = runner.table(metrics, per_sample, streams)
+    run_dir = run_dir_of(cfg.checkpoint)
     tracker = make_logger(
         cfg.logger,
         f"{checkpoint_name(cfg)}/{bench.name}" + (f"@{cfg.threshold:g}" if sweep else ""),
         OmegaConf.to_container(cfg, resolve=True),
-        group=f"eval-{bench.name}",
+        group=run_dir.name if run_dir is not None else None,
+        run_dir=run_dir,
     )
     prefix = f"eval/{bench.name}"
     tracker.log_metrics(metrics, training_step(cfg), prefix)
@@ -207,6 +211,7 @@ def _evaluate_into(
 
 @hydra.main(config_path=CONF, config_name="eval", version_base="1.3")
 def _main(cfg: DictConfig) -> None:
+    console()
     try:
         cfg = validate(cfg, EvalConfig)
         metrics = evaluate(cfg, sweep=HydraConfig.get().mode == RunMode.MULTIRUN)

@@ -1,16 +1,26 @@
-"""Experiment tracking of an evaluation: a tiny logger interface with ``none`` and ``wandb`` back ends.
+"""Experiment tracking: a small logger interface with ``none`` and ``wandb`` back ends, and the
+pairing of a training run with its evaluations.
 
-    logger = make_logger(cfg.logger, run_name="sft_checkpoint-500/p3i", config=plain_cfg)
-    logger.log_metrics(metrics, step=500, prefix="eval/p3i")   # x axis: the checkpoint's training step
+    logger = make_logger(cfg.logger, run_name="sft_4b", config=plain_cfg, run_dir=run_dir, job_type="train")
+    logger.log_metrics({"loss": 0.3}, step=500, prefix="grpo")       # x axis: train/global_step
     logger.log_table("eval/p3i/per_task", columns, rows)
     logger.log_images("eval/p3i/timeline", [png, ...], captions)
     logger.finish()
 
-Metrics are flattened (``eval/p3i/per_task/event_monitoring/prs_b``) and logged against
-``trainer/global_step``, declared as their step metric, so the evaluations of successive
-checkpoints (one W&B run each) line up on one chart. ``logger=none`` needs no W&B at all (it is
-imported only by the ``wandb`` back end). The API key is read by W&B from ``WANDB_API_KEY``; it is
-never in the config and never logged.
+One W&B run per training run, its evaluations beside it:
+
+- Every metric is logged against ``train/global_step`` (the Trainer's own step metric, declared as
+  the step metric of everything), so the loss and the eval curves share one x axis.
+- A training run writes ``<run_dir>/wandb.json`` (its id, name, group, project) when its W&B run
+  starts (:func:`remember_run`); its group is the run name, or the sweep's name for a sweep point.
+- An evaluation of a checkpoint of that run (``eval.run checkpoint=<run_dir>/checkpoint-N``,
+  ``eval.watch run_dir=<run_dir>``) logs into one *paired* eval run: id ``<training id>-eval``, the
+  same group, name ``<training name>-eval``, resumed at every checkpoint and written under the
+  training run's own W&B folder, so each eval metric draws one curve over the checkpoints' steps
+  next to the loss, and ``wandb sync <run_dir>/wandb`` uploads both. W&B does not let a second
+  process write into a run that is still being written, hence the pair rather than one run.
+- ``logger=none`` needs no W&B at all (imported only by the ``wandb`` back end). The API key is read
+  by W&B from ``WANDB_API_KEY``; it is never in the config and never logged.
 
 :func:`plot_timeline` draws one record as a PNG (matplotlib, Agg): P(</Response>) per step, the
 threshold, target times (lines) and windows (spans), and the fires (markers).
@@ -18,14 +28,17 @@ threshold, target times (lines) and windows (spans), and the fires (markers).
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from data_builders.files import id_file_name
+from data_builders.files import id_file_name, write_text_atomic
 from data_builders.records import Stream, step_times
 
-STEP_KEY = "trainer/global_step"
+STEP_KEY = "train/global_step"
+RUN_FILE = "wandb.json"
 LOGGERS: dict[str, Callable[..., EvalLogger]] = {}
 
 
@@ -47,6 +60,24 @@ def flatten(metrics: dict[str, Any], prefix: str) -> dict[str, float]:
         elif isinstance(v, (int, float)) and not isinstance(v, bool):
             out[key] = float(v)
     return out
+
+
+def remember_run(run_dir: str | Path, run: Any) -> Path:
+    """Write ``<run_dir>/wandb.json``: the identity of a training run's W&B run, for its evaluations."""
+    record = {
+        "id": run.id,
+        "name": run.name,
+        "group": run.group or run.name,
+        "project": run.project,
+        "entity": run.entity,
+    }
+    return write_text_atomic(Path(run_dir) / RUN_FILE, json.dumps(record, indent=1) + "\n")
+
+
+def training_run(run_dir: str | Path | None) -> dict | None:
+    """The ``wandb.json`` of a training run dir, if its run logged to W&B."""
+    path = Path(run_dir) / RUN_FILE if run_dir else None
+    return json.loads(path.read_text()) if path is not None and path.is_file() else None
 
 
 @register_logger("none")
@@ -71,25 +102,54 @@ class EvalLogger:
 
 @register_logger("wandb")
 class WandbLogger(EvalLogger):
-    """One W&B run per evaluation (``WANDB_MODE=offline`` writes it under ``WANDB_DIR``)."""
+    """A W&B run (``WANDB_MODE=offline`` writes it under ``<dir>/wandb``). ``job_type="train"``: the
+    training run of ``run_dir`` (its id from ``WANDB_RUN_ID`` when set, so a requeued job continues
+    it); ``job_type="eval"`` with a ``run_dir`` whose training run is known: the paired eval run
+    (module docstring); else a run of its own."""
 
-    def __init__(self, cfg: Any, run_name: str, config: dict | None = None, group: str | None = None):
+    def __init__(
+        self,
+        cfg: Any,
+        run_name: str,
+        config: dict | None = None,
+        group: str | None = None,
+        run_dir: str | Path | None = None,
+        job_type: str = "eval",
+    ):
         import wandb
 
         self.wandb = wandb
-        self.run = wandb.init(
-            project=cfg.project,
-            entity=cfg.entity,
-            mode=cfg.mode,
-            name=run_name,
-            group=group,
-            job_type="eval",
-            tags=list(cfg.tags),
-            config=config or {},
-            reinit="finish_previous",
-        )
+        init: dict[str, Any] = {"name": run_name, "group": group, "job_type": job_type}
+        trained = training_run(run_dir) if job_type == "eval" else None
+        if trained is not None:  # the paired eval run of a training run
+            init |= {
+                "id": f"{trained['id']}-eval",
+                "name": f"{trained['name']}-eval",
+                "group": trained["group"],
+                "resume": "allow",
+            }
+        elif job_type == "train" and os.environ.get("WANDB_RUN_ID"):
+            init |= {"id": os.environ["WANDB_RUN_ID"], "resume": os.environ.get("WANDB_RESUME", "allow")}
+        if run_dir is not None:
+            Path(run_dir).mkdir(parents=True, exist_ok=True)
+            init["dir"] = str(run_dir)
+        env_run = {k: os.environ.pop(k) for k in ("WANDB_RUN_ID", "WANDB_RESUME") if k in os.environ}
+        try:
+            self.run = wandb.init(
+                project=cfg.project,
+                entity=cfg.entity,
+                mode=cfg.mode,
+                tags=list(cfg.tags),
+                config=config or {},
+                reinit="finish_previous",
+                **init,
+            )
+        finally:
+            os.environ.update(env_run)
         self.run.define_metric(STEP_KEY)
-        self.run.define_metric("eval/*", step_metric=STEP_KEY)
+        self.run.define_metric("*", step_metric=STEP_KEY)
+        if job_type == "train" and run_dir is not None:
+            remember_run(run_dir, self.run)
         self.step = 0
 
     def log_metrics(self, metrics, step, prefix):
@@ -107,10 +167,19 @@ class WandbLogger(EvalLogger):
         self.run.finish()
 
 
-def make_logger(cfg: Any, run_name: str, config: dict | None = None, group: str | None = None) -> EvalLogger:
+def make_logger(
+    cfg: Any,
+    run_name: str,
+    config: dict | None = None,
+    group: str | None = None,
+    run_dir: str | Path | None = None,
+    job_type: str = "eval",
+) -> EvalLogger:
     if cfg.name not in LOGGERS:
         raise KeyError(f"unknown logger {cfg.name!r} (known: {', '.join(sorted(LOGGERS))})")
-    return LOGGERS[cfg.name](cfg, run_name=run_name, config=config, group=group)
+    return LOGGERS[cfg.name](
+        cfg, run_name=run_name, config=config, group=group, run_dir=run_dir, job_type=job_type
+    )
 
 
 def format_table(columns: list[str], rows: list[list]) -> str:

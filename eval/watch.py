@@ -15,10 +15,11 @@ evaluates nothing twice. A checkpoint that the trainer's ``save_total_limit`` de
 evaluation finished is recorded as ``deleted``. Run one watcher per run dir and benchmark.
 
 W&B: with ``logger_from_run=true`` (default) the evaluations go to the training run's project and
-entity (its ``config.yaml``; ``WANDB_MODE`` from the environment wins over the recorded mode), one eval
-run per checkpoint, logged against ``trainer/global_step`` = the checkpoint's step, so the benchmark
-curves sit beside the training loss. A ``WANDB_RUN_ID`` / ``WANDB_RESUME`` inherited from a training
-job is dropped, so an evaluation never writes into the training run itself.
+entity (its ``config.yaml``; ``WANDB_MODE`` from the environment wins over the recorded mode), into
+the training run's paired eval run (``eval.tracking``: same group, id ``<training id>-eval``, under
+``<run_dir>/wandb``), each checkpoint logged against ``train/global_step`` = its step, so every
+benchmark metric is one curve beside the training loss. A ``WANDB_RUN_ID`` / ``WANDB_RESUME``
+inherited from a training job is dropped, so an evaluation never writes into the training run itself.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from data_builders.progress import console
 from data_builders.schema import validate
 from eval.checkpoints import COMPLETE_MARKER, complete_checkpoints, render_overrides
 from eval.config import EvalConfig
@@ -195,7 +197,7 @@ def load_config(overrides: list[str] | None = None) -> DictConfig:
 
 @hydra.main(config_path=CONF, config_name="watch", version_base="1.3")
 def _main(cfg: DictConfig) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", force=True)
+    console()
     cfg = validate(cfg, WatchConfig)
     evaluated = watch(cfg)
     print(json.dumps({"run_dir": cfg.run_dir, "evaluated": evaluated}))

@@ -46,3 +46,71 @@ def toy_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("toy")
     write_jsonl(out / "records.jsonl", generate_toy(out, n=8, seed=0))
     return out
+
+
+def read_offline_run(path: Path) -> dict:
+    """What an offline W&B run file (``run-*.wandb``) holds: ``summary``, ``config``, ``history`` (one
+    dict per logged row), ``run`` (id, name, group, job type) and ``ended`` (its exit record seen). The
+    file is a 7-byte header, then a log of 32 KiB blocks of records (crc32, length, type =
+    full/first/middle/last), each a protobuf ``Record``."""
+    import json
+    import struct
+
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data, block, pos, buf, records = path.read_bytes(), 32768, 7, b"", []
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        _, n, kind = struct.unpack("<IHB", data[pos : pos + 7]) if left >= 7 else (0, 0, 0)
+        if n == 0 and kind == 0:
+            pos += left
+            continue
+        frag, pos = data[pos + 7 : pos + 7 + n], pos + 7 + n
+        buf = frag if kind in (1, 2) else buf + frag
+        if kind in (1, 4):
+            records.append(buf)
+    out = {"summary": {}, "config": {}, "history": [], "run": {}, "ended": False}
+    for raw in records:
+        rec = pb.Record()
+        rec.ParseFromString(raw)
+        kind = rec.WhichOneof("record_type")
+        out["ended"] |= kind == "exit"
+        if kind == "summary":
+            out["summary"] |= {
+                i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.summary.update
+            }
+        elif kind == "run":
+            out["config"] |= {i.key: json.loads(i.value_json) for i in rec.run.config.update}
+            out["run"] = {
+                "id": rec.run.run_id,
+                "name": rec.run.display_name,
+                "group": rec.run.run_group,
+                "job_type": rec.run.job_type,
+            }
+        elif kind == "config":
+            out["config"] |= {i.key: json.loads(i.value_json) for i in rec.config.update}
+        elif kind == "history":
+            out["history"].append(
+                {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item}
+            )
+    return out
+
+
+def wait_for_offline_run(run_dir: Path, timeout: float = 60.0) -> dict:
+    """:func:`read_offline_run` of a run folder once its writer (a separate process) recorded the exit."""
+    import time
+
+    deadline = time.time() + timeout
+    while True:
+        files = sorted(run_dir.glob("run-*.wandb"))
+        found = read_offline_run(files[-1]) if files else None
+        if (found and found["ended"]) or time.time() > deadline:
+            assert found is not None, f"no run file in {run_dir}"
+            return found
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def offline_run():
+    """``offline_run(run_folder) -> dict``: :func:`wait_for_offline_run` (what an offline W&B run logged)."""
+    return wait_for_offline_run

@@ -1,7 +1,7 @@
 """GRPO stage: streaming rollouts scored with the evaluator's own PRS, clipped-ratio updates.
 
     python -m train.grpo init=runs/sft/final data=toy
-    python -m train.grpo -m reward.weights.prs=1,2 reward.redundancy.lambda=0.1,0.2   # a 2x2 sweep
+    python -m train.grpo -m init=runs/sft/final reward.weights.prs=1,2 reward.redundancy.lambda=0.1,0.2   # 2x2
     python -m train.grpo experiment=toy_overfire                                     # CPU learning check
 
 Config -> model (from the SFT checkpoint ``init``) -> rollout windows of the training split ->
@@ -24,26 +24,14 @@ import sys
 from pathlib import Path
 
 import hydra
-import torch
 from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from data_builders.config import RenderConfig
-from data_builders.frames import stream_frames
-from data_builders.records import load_streams, resolve_video
+from data_builders.progress import console
 from data_builders.schema import validate
-from data_builders.video import FrameCache
-from eval.checkpoints import write_render
-from eval.config import BenchmarkConfig, quiet_libraries
-from eval.model import load_model_and_processor
-from eval.render import TurnRenderer
-from eval.runners import evaluate_model
-from eval.tracking import make_logger
 from rewards.grpo import build_reward
-from train.data import split_records
 from train.grpo_config import GRPOConfig
-from train.grpo_trainer import GRPOLoop
-from train.rollout import make_windows
 from train.run_dir import (
     NonFiniteLoss,
     Preempted,
@@ -53,6 +41,7 @@ from train.run_dir import (
     write_progress,
     write_run_info,
 )
+from train.sweeps import note_swept_keys, sweep_identity
 
 log = logging.getLogger("train.grpo")
 
@@ -76,7 +65,39 @@ def run(cfg: DictConfig, out: Path | None = None) -> Path:
         signals.restore()
 
 
+def check_config(cfg: DictConfig) -> object:
+    """What can fail without loading anything, checked first: the start point and the reward (its
+    factories validate their options); returns the reward function."""
+    if cfg.init is None:
+        raise ValueError(
+            "GRPO needs init=<SFT checkpoint dir> (the model it improves), or init=random to start from "
+            "the model config as it is"
+        )
+    try:
+        return build_reward(OmegaConf.to_container(cfg.reward, resolve=True))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"reward: {exc}") from None
+
+
 def _run(cfg: DictConfig, out: Path | None, signals: SignalFlag) -> Path:
+    reward_fn = check_config(cfg)
+    # the heavy modules (torch, transformers) load only once the config is known to be good
+    import torch
+
+    from data_builders.config import RenderConfig
+    from data_builders.frames import stream_frames
+    from data_builders.records import load_streams, resolve_video
+    from data_builders.video import FrameCache
+    from eval.checkpoints import write_render
+    from eval.config import BenchmarkConfig, quiet_libraries
+    from eval.model import load_model_and_processor
+    from eval.render import TurnRenderer
+    from eval.runners import evaluate_model
+    from eval.tracking import make_logger
+    from train.data import split_records
+    from train.grpo_trainer import GRPOLoop
+    from train.rollout import make_windows
+
     quiet_libraries()
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise RuntimeError(
@@ -91,7 +112,7 @@ def _run(cfg: DictConfig, out: Path | None, signals: SignalFlag) -> Path:
     write_run_info(out, cfg)
     resume = resolve_resume(g.resume, out)
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
-    start = resume or cfg.init
+    start = resume or (cfg.init if cfg.init != "random" else None)
     if start:
         model_cfg |= {"kind": "pretrained", "path": str(start), "random_init": False}
     model, processor = load_model_and_processor(model_cfg, cache_dir=cfg.paths.cache_dir)
@@ -104,7 +125,6 @@ def _run(cfg: DictConfig, out: Path | None, signals: SignalFlag) -> Path:
     streams = load_streams(records)
     frames = {s.id: stream_frames(s, resolve_video(s, records), render_cfg, sps, cache) for s in streams}
     windows = make_windows(streams, frames, g.window_steps, g.negative_share, g.seed, sps)
-    reward_fn = build_reward(OmegaConf.to_container(cfg.reward, resolve=True))
     ref_model = None
     if g.beta > 0:
         ref_model = copy.deepcopy(model).eval().requires_grad_(False)
@@ -126,7 +146,16 @@ def _run(cfg: DictConfig, out: Path | None, signals: SignalFlag) -> Path:
                 cache=cache,
             )
 
-    logger = make_logger(cfg.logger, run_name=out.name, config=OmegaConf.to_container(cfg, resolve=True))
+    sweep = sweep_identity()
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    logger = make_logger(
+        cfg.logger,
+        run_name=sweep["name"] if sweep else cfg.run_name,
+        config=plain | ({"sweep": sweep} if sweep else {}),
+        group=sweep["sweep"] if sweep else cfg.run_name,
+        run_dir=out,
+        job_type="train",
+    )
     history = (out / "history.jsonl").open("a")
 
     def on_log(row: dict, step: int) -> None:
@@ -170,20 +199,35 @@ def _run(cfg: DictConfig, out: Path | None, signals: SignalFlag) -> Path:
     return final
 
 
-@hydra.main(config_path="../conf", config_name="grpo", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", force=True)
-    cfg = validate(cfg, GRPOConfig)
+@hydra.main(
+    config_path=str(Path(__file__).resolve().parents[1] / "conf"), config_name="grpo", version_base="1.3"
+)
+def _main(cfg: DictConfig) -> None:
+    try:
+        cfg = validate(cfg, GRPOConfig)
+        if not cfg.entry.target:
+            check_config(cfg)
+    except (ValueError, OmegaConfBaseException) as exc:
+        print(f"train.grpo: {exc}", file=sys.stderr)
+        sys.exit(2)
+    out = _output_dir(cfg)
+    console(None if cfg.entry.target else str(out / "grpo.log"))
     try:
         if cfg.entry.target:
             print(json.dumps(get_method(cfg.entry.target)(cfg)))
             return
-        selected = run(cfg, _output_dir(cfg))
+        selected = run(cfg, out)
     except Preempted as exc:
         log.warning("%s", exc)
         sys.exit(exc.exit_code)
     key = "best_checkpoint" if cfg.grpo.keep_best else "final_checkpoint"
     print(json.dumps({key: str(selected)}))
+
+
+def main() -> None:
+    """The command line; a sweep's swept keys are noted first (``train.sweeps``)."""
+    note_swept_keys(sys.argv[1:])
+    _main()
 
 
 if __name__ == "__main__":

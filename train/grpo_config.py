@@ -70,6 +70,22 @@ class GRPOSettings:
 
 
 @dataclass
+class RewardConfig:
+    """The reward (``conf/reward/*.yaml``, built by ``rewards.grpo.build_reward``): the weight of each
+    registered reward and each one's options. Typed at the top, so ``reward.weights.prs=abc`` and a
+    misspelt ``+reward.weight.prs=2`` fail when the config is validated; each reward's factory checks
+    its own options (``build_reward`` runs before the model loads)."""
+
+    weights: dict[str, float] = field(default_factory=lambda: {"prs": 1.0})
+    """Weight of each reward by name (``prs``, ``redundancy``, ``format``); zero weights are still logged."""
+    prs: dict[str, Any] = field(default_factory=dict)
+    """``variant`` (u or b), ``alpha``, ``content``."""
+    redundancy: dict[str, Any] = field(default_factory=dict)
+    """``lambda``, ``tasks``, ``variant``."""
+    format: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class EntrySettings:
     """A function that runs instead of the plain GRPO stage, given the whole config: an experiment
     (``experiment=toy_overfire`` sets ``train.experiments.toy_overfire.run_experiment``)."""
@@ -84,13 +100,13 @@ class EntrySettings:
 class GRPOConfig:
     run_name: str = "grpo"
     init: str | None = None
-    """SFT checkpoint to start from (a model + processor dir); None: the ``model`` config as is."""
+    """The SFT checkpoint to improve (a model + processor dir), or ``random``: the ``model`` config as
+    it is (tests, benchmarks). Required: without it GRPO would silently train an untrained model."""
     paths: PathsConfig = field(default_factory=PathsConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     data: MixtureConfig = field(default_factory=MixtureConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     render: RenderConfig = field(default_factory=RenderConfig)
-    reward: dict[str, Any] = field(default_factory=dict)
-    """A ``conf/reward/*.yaml`` block: weights, prs, redundancy, format (``rewards.grpo.build_reward``)."""
+    reward: RewardConfig = field(default_factory=RewardConfig)
     grpo: GRPOSettings = field(default_factory=GRPOSettings)
     entry: EntrySettings = field(default_factory=EntrySettings)

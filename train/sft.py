@@ -24,8 +24,10 @@ from pathlib import Path
 import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from data_builders.config import RenderConfig
+from data_builders.progress import console
 from data_builders.schema import validate
 from data_builders.video import FrameCache
 from eval.checkpoints import write_render
@@ -51,6 +53,7 @@ from train.trainer import (
     PreemptionCallback,
     StepProgressCallback,
     TimeBudgetCallback,
+    WandbRunCallback,
     logger_report_to,
     training_arguments,
 )
@@ -110,6 +113,8 @@ def build_trainer(cfg: DictConfig) -> tuple[DecisionTrainer, PreemptionCallback]
     log.info("train windows: %d from %s; class weights %s", len(train_set), split_dir, static)
     checkpoints = CheckpointCallback(render, t.save_total_limit)
     callbacks = [preemption, checkpoints, StepProgressCallback()]
+    if cfg.logger.name == "wandb":
+        callbacks.append(WandbRunCallback(OmegaConf.to_container(cfg, resolve=True)))
     if t.time_budget_s:
         callbacks.append(TimeBudgetCallback(t.time_budget_s))
     trainer = DecisionTrainer(
@@ -191,10 +196,16 @@ def compose_config(overrides: list[str] | None = None) -> DictConfig:
         return validate(compose(config_name="sft", overrides=list(overrides or [])), SFTConfig)
 
 
-@hydra.main(config_path="../conf", config_name="sft", version_base="1.3")
+@hydra.main(
+    config_path=str(Path(__file__).resolve().parents[1] / "conf"), config_name="sft", version_base="1.3"
+)
 def main(cfg: DictConfig) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", force=True)
-    cfg = validate(cfg, SFTConfig)
+    try:
+        cfg = validate(cfg, SFTConfig)
+    except (ValueError, OmegaConfBaseException) as exc:
+        print(f"train.sft: {exc}", file=sys.stderr)
+        sys.exit(2)
+    console(str(Path(cfg.train.output_dir) / "sft.log") if int(os.environ.get("RANK", "0")) == 0 else None)
     try:
         final = train(cfg)
     except Preempted as exc:

@@ -34,6 +34,7 @@ from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from data_builders.progress import Progress
 from eval.checkpoints import COMPLETE_MARKER, write_render
+from eval.tracking import remember_run
 from train.losses import WEIGHT_MODES, decision_loss, decision_metrics
 from train.run_dir import NonFiniteLoss, SignalFlag, rotate_checkpoints
 
@@ -260,6 +261,24 @@ class StepProgressCallback(TrainerCallback):
             self.bar.close()
 
 
+class WandbRunCallback(TrainerCallback):
+    """Once the Trainer's W&B run exists (rank 0): add the whole resolved Hydra config to its config
+    (loss, data, render, reward...: what defines the run, beyond the Trainer's arguments) and record
+    its identity in ``<output_dir>/wandb.json``, where the checkpoint evaluations find it and log to
+    the paired eval run (``eval.tracking``)."""
+
+    def __init__(self, config: dict):
+        self.config = config
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        import wandb
+
+        if not state.is_world_process_zero or wandb.run is None:
+            return
+        wandb.run.config.update(self.config, allow_val_change=True)
+        remember_run(args.output_dir, wandb.run)
+
+
 class TimeBudgetCallback(TrainerCallback):
     """Stops training (with a final save) once ``budget_s`` seconds of training have passed."""
 
@@ -338,6 +357,7 @@ def logger_report_to(cfg: DictConfig) -> list[str]:
         return []
     global _wandb_dir_set_here
     os.environ.setdefault("WANDB_PROJECT", cfg.logger.project)
+    os.environ.setdefault("WANDB_RUN_GROUP", cfg.run_name)  # the paired eval run joins this group
     os.environ["WANDB_MODE"] = cfg.logger.mode
     if os.environ.get("WANDB_DIR") in (None, _wandb_dir_set_here):  # the user's own WANDB_DIR wins
         os.environ["WANDB_DIR"] = _wandb_dir_set_here = str(cfg.train.output_dir)

@@ -3,43 +3,14 @@
 from __future__ import annotations
 
 import json
-import struct
-import time
-from pathlib import Path
 
 from eval.run import evaluate, load_config
 from eval.tracking import LOGGERS, EvalLogger, flatten, make_logger
 
 
-def read_offline_run(path: Path) -> tuple[dict, dict]:
-    """(summary, config, finished) of an offline ``run-*.wandb`` file: a 7-byte header, then a block log
-    (32 KiB blocks; records of crc32, length, type = full/first/middle/last) of protobuf records."""
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    data, block, pos, buf, records = path.read_bytes(), 32768, 7, b"", []
-    while pos + 7 <= len(data):
-        left = block - pos % block
-        _, n, kind = struct.unpack("<IHB", data[pos : pos + 7]) if left >= 7 else (0, 0, 0)
-        if n == 0 and kind == 0:
-            pos += left
-            continue
-        frag, pos = data[pos + 7 : pos + 7 + n], pos + 7 + n
-        buf = frag if kind in (1, 2) else buf + frag
-        if kind in (1, 4):
-            records.append(buf)
-    summary, config, ended = {}, {}, False
-    for raw in records:
-        rec = pb.Record()
-        rec.ParseFromString(raw)
-        ended |= rec.WhichOneof("record_type") == "exit"
-        if rec.WhichOneof("record_type") == "summary":
-            summary |= {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.summary.update}
-        if rec.WhichOneof("record_type") == "run":
-            config |= {i.key: json.loads(i.value_json) for i in rec.run.config.update}
-    return summary, config, ended
-
-
-def test_offline_wandb_run_holds_metrics_table_and_timeline(tiny_checkpoint, toy_dir, tmp_path, monkeypatch):
+def test_offline_wandb_run_holds_metrics_table_and_timeline(
+    tiny_checkpoint, toy_dir, tmp_path, monkeypatch, offline_run
+):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wb"))
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -64,13 +35,11 @@ def test_offline_wandb_run_holds_metrics_table_and_timeline(tiny_checkpoint, toy
     assert cfg.logger.mode == "offline"
     metrics = evaluate(cfg, echo=False)
     [run] = list((tmp_path / "wb" / "wandb").glob("offline-run-*"))
-    # wandb 0.31 keeps summary and config in the run's .wandb log (no files/wandb-summary.json offline)
-    # (written by a separate process: wait for its exit record)
-    deadline = time.time() + 30
-    while not (found := read_offline_run(next(run.glob("run-*.wandb"))))[2] and time.time() < deadline:
-        time.sleep(0.2)
-    summary, config, _ = found
-    assert summary["trainer/global_step"] == 1234
+    # wandb 0.31 keeps summary and config in the run's .wandb log (no files/wandb-summary.json offline),
+    # written by a separate process: wait for its exit record
+    found = offline_run(run)
+    summary, config = found["summary"], found["config"]
+    assert summary["train/global_step"] == 1234
     assert summary["eval/p3i/prs_b"] == metrics["prs_b"]
     for task, scores in metrics["per_task"].items():
         assert summary[f"eval/p3i/per_task/{task}/prs_u"] == scores["prs_u"]

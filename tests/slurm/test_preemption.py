@@ -35,6 +35,7 @@ def command(data: Path, tmp: Path, max_steps: int) -> list[str]:
         "train.grpo",
         f"paths.root_dir={tmp}",
         f"data.dir={data}",
+        "init=random",
         "grpo.windows_per_step=1",
         "grpo.group_size=2",
         "grpo.window_steps=10",

@@ -16,6 +16,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [
+    "init=random",
     "grpo.windows_per_step=1",
     "grpo.group_size=2",
     "grpo.window_steps=10",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [
+    "init=random",
     "grpo.windows_per_step=1",
     "grpo.group_size=2",
     "grpo.window_steps=10",
@@ -29,7 +31,7 @@ def toy_mixture(tmp_path_factory) -> Path:
     return build_toy_mixture(root / "built", root / "toy", n=8, seed=0)
 
 
-def _run(args: list[str], tmp: Path) -> subprocess.CompletedProcess:
+def _run(args: list[str], tmp: Path, env: dict | None = None) -> subprocess.CompletedProcess:
     flags = [a for a in args if a.startswith("-")]
     cmd = [
         sys.executable,
@@ -39,39 +41,59 @@ def _run(args: list[str], tmp: Path) -> subprocess.CompletedProcess:
         f"paths.root_dir={tmp}",
         *[a for a in args if a not in flags],
     ]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    environ = {**os.environ, **(env or {})}
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, env=environ)
 
 
 @pytest.mark.slow
-def test_reward_sweep_leaves_one_run_dir_per_point(toy_mixture, tmp_path):
-    out = _run(
-        [
-            "-m",
-            f"data.dir={toy_mixture}",
-            "grpo.max_steps=1",
-            *TINY,
-            "reward.weights.prs=1,2",
-            "reward.redundancy.lambda=0.1,0.2",
-        ],
-        tmp_path,
-    )
+def test_reward_sweep_points_compare_in_one_table_and_one_wandb_group(toy_mixture, tmp_path, offline_run):
+    """A 2x2 reward sweep: one run dir per point named by the swept keys only, one W&B group named after
+    the sweep (each run named by its point's values), and ``eval.sweep_table`` comparing the 4 points."""
+    env_sweep = [
+        "-m",
+        f"data.dir={toy_mixture}",
+        "grpo.max_steps=1",
+        *[a for a in TINY if not a.startswith("grpo.eval_split")],
+        "grpo.eval_split=val",
+        "grpo.eval_every=1",
+        "logger=wandb",
+        "reward.weights.prs=1,2",
+        "reward.redundancy.lambda=0.1,0.2",
+    ]
+    out = _run(env_sweep, tmp_path, env={"WANDB_MODE": "offline", "WANDB_SILENT": "true"})
     assert out.returncode == 0, out.stderr[-3000:]
-    points = sorted(p.name for p in (tmp_path / "runs" / "grpo_sweep").iterdir() if p.is_dir())
-    assert len(points) == 4, points
-    assert {(n.split("lambda=")[1][:3], n[-1]) for n in points} == {
-        ("0.1", "1"),
-        ("0.1", "2"),
-        ("0.2", "1"),
-        ("0.2", "2"),
-    }
+    sweep = tmp_path / "runs" / "grpo_sweep"
+    points = sorted(p.name for p in sweep.iterdir() if p.is_dir() and not p.name.startswith("."))
+    assert points == [
+        f"reward.redundancy.lambda={lam},reward.weights.prs={w}" for lam in ("0.1", "0.2") for w in (1, 2)
+    ]  # the swept keys only: not init, data.dir, grpo.max_steps, logger ...
+    groups, names = set(), set()
     for name in points:
-        run = tmp_path / "runs" / "grpo_sweep" / name
+        run = sweep / name
         assert (run / "final" / "model.safetensors").exists()
         cfg = yaml.safe_load((run / "config.yaml").read_text())
         point = dict(kv.split("=") for kv in name.split(","))
         assert cfg["reward"]["weights"]["prs"] == float(point["reward.weights.prs"])
         assert cfg["reward"]["redundancy"]["lambda"] == float(point["reward.redundancy.lambda"])
-        assert len((run / "history.jsonl").read_text().splitlines()) == 1
+        [folder] = (run / "wandb").glob("offline-run-*")
+        logged = offline_run(folder)
+        groups.add(logged["run"]["group"])
+        names.add(logged["run"]["name"])
+        assert logged["run"]["job_type"] == "train"
+        assert logged["config"]["sweep"]["point"] == point
+        assert any("grpo/reward/mean" in row and row["train/global_step"] == 1 for row in logged["history"])
+    assert groups == {"grpo_sweep"} and names == set(points)
+    table = subprocess.run(
+        [sys.executable, "-m", "eval.sweep_table", str(sweep)], cwd=ROOT, capture_output=True, text=True
+    )
+    assert table.returncode == 0, table.stderr
+    result = json.loads(table.stdout.splitlines()[-1])
+    assert result["swept"] == ["reward.redundancy.lambda", "reward.weights.prs"]
+    assert len(result["rows"]) == 4 and all(
+        r["final_update"] == 1 and r["final"] is not None for r in result["rows"]
+    )
+    assert all(r["updates"] == "1/1" for r in result["rows"])
+    assert len((sweep / "sweep.csv").read_text().splitlines()) == 5 and (sweep / "sweep.md").exists()
 
 
 @pytest.mark.slow

@@ -1,0 +1,114 @@
+"""Compare the points of a training sweep: one row per point, its swept values and its held-out scores.
+
+    python -m eval.sweep_table runs/grpo_sweep
+    python -m eval.sweep_table runs/grpo_sweep --metric eval/with_negatives/prs_u
+
+A point is a run folder of the sweep (``<sweep>/<point>/``, written by ``python -m train.grpo -m``):
+its overrides come from ``.hydra/overrides.yaml`` (only the keys whose value differs between points
+are shown: the swept ones), its scores from ``history.jsonl`` (``final``: the last held-out
+evaluation, with its update; ``best``: the highest, ``best.json`` when ``keep_best`` kept it) and its
+progress from ``progress.json``. Writes ``<sweep>/sweep.csv`` and ``<sweep>/sweep.md``, prints the
+Markdown table, then the rows as one JSON object on the last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from data_builders.files import atomic_writer, write_text_atomic
+
+DEFAULT_METRIC = "eval/with_negatives/prs_b"
+
+
+def _overrides(point: Path) -> dict[str, str]:
+    path = point / ".hydra" / "overrides.yaml"
+    if not path.is_file():
+        return {}
+    return dict(o.split("=", 1) for o in yaml.safe_load(path.read_text()) or [] if "=" in o)
+
+
+def _scores(point: Path, metric: str) -> dict[str, Any]:
+    evals, rewards = [], []
+    history = point / "history.jsonl"
+    if history.is_file():
+        for line in history.read_text().splitlines():
+            row = json.loads(line)
+            if metric in row:
+                evals.append((row["step"], row[metric]))
+            if "reward/mean" in row:
+                rewards.append(row["reward/mean"])
+    out: dict[str, Any] = {"final": None, "final_update": None, "best": None, "best_update": None}
+    if evals:
+        out["final_update"], out["final"] = evals[-1]
+        best = max(evals, key=lambda e: (e[1], -e[0]))  # ties: the earlier update
+        out["best_update"], out["best"] = best
+    kept = point / "best" / "best.json"
+    if kept.is_file():
+        record = json.loads(kept.read_text())
+        out["best_update"], out["best"] = record["step"], record["prs_b"]
+    out["reward_last"] = rewards[-1] if rewards else None
+    progress = point / "progress.json"
+    if progress.is_file():
+        p = json.loads(progress.read_text())
+        out["updates"] = f"{p['done']}/{p['planned']}"
+    return out
+
+
+def sweep_rows(sweep: str | Path, metric: str = DEFAULT_METRIC) -> tuple[list[str], list[dict[str, Any]]]:
+    """(swept keys, one row per point) of a sweep folder; raises when it holds no point."""
+    sweep = Path(sweep)
+    if not sweep.is_dir():
+        raise FileNotFoundError(f"{sweep}: no such sweep folder")
+    points = sorted(p for p in sweep.iterdir() if p.is_dir() and (p / ".hydra" / "overrides.yaml").is_file())
+    if not points:
+        raise FileNotFoundError(f"{sweep} holds no sweep point (folders with .hydra/overrides.yaml)")
+    overrides = {p: _overrides(p) for p in points}
+    keys = sorted({k for o in overrides.values() for k in o})
+    swept = [k for k in keys if len({o.get(k) for o in overrides.values()}) > 1]
+    rows = [
+        {"point": p.name, **{k: overrides[p].get(k) for k in swept}, **_scores(p, metric)} for p in points
+    ]
+    return swept, rows
+
+
+def markdown(columns: list[str], rows: list[dict[str, Any]]) -> str:
+    def cell(v: Any) -> str:
+        return "-" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v)
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(r.get(c)) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m eval.sweep_table", description=__doc__.split("\n\n")[0])
+    parser.add_argument("sweep", help="the sweep folder (hydra.sweep.dir), e.g. runs/grpo_sweep")
+    parser.add_argument("--metric", default=DEFAULT_METRIC, help="the history.jsonl key compared")
+    args = parser.parse_args(argv)
+    try:
+        swept, rows = sweep_rows(args.sweep, args.metric)
+    except FileNotFoundError as exc:
+        print(f"eval.sweep_table: {exc}", file=sys.stderr)
+        return 2
+    columns = [*swept, "final", "final_update", "best", "best_update", "reward_last", "updates"]
+    table = markdown(columns, rows)
+    sweep = Path(args.sweep)
+    write_text_atomic(sweep / "sweep.md", f"metric: {args.metric}\n\n{table}\n")
+    with atomic_writer(sweep / "sweep.csv") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["point", *columns], extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    print(table)
+    print(json.dumps({"metric": args.metric, "swept": swept, "rows": rows}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

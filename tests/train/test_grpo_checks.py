@@ -1,0 +1,49 @@
+"""GRPO refuses what cannot be right before anything heavy loads: no start point, a reward weight that
+is not a number, a misspelt reward key."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Runs train.grpo's command line in-process and reports its exit status and whether torch got loaded.
+PROBE = """
+import sys
+from train.grpo import main
+sys.argv = ["train.grpo", *sys.argv[1:]]
+try:
+    main()
+except SystemExit as exc:
+    print("EXIT", exc.code, "torch" in sys.modules)
+"""
+
+
+def _grpo(*overrides: str) -> tuple[str, str, float]:
+    t0 = time.perf_counter()
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, *overrides], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    return out.stdout.strip().splitlines()[-1], out.stderr, time.perf_counter() - t0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ((), "GRPO needs init=<SFT checkpoint dir>"),
+        (("init=random", "reward.weights.prs=abc"), "full_key: reward.weights.prs"),
+        (("init=random", "+reward.weight.prs=2"), "full_key: reward.weight"),
+        (("init=random", "+reward.redundancy.lamda=0.1"), "unknown redundancy options: ['lamda']"),
+        (("init=random", "grpo.group_size=1"), "grpo.group_size=1: must be at least 2"),
+    ],
+    ids=["no-init", "weight-not-a-number", "misspelt-key", "misspelt-option", "group-of-one"],
+)
+def test_bad_grpo_configs_fail_before_the_model_loads(overrides, message):
+    last, err, seconds = _grpo(*overrides)
+    assert last == "EXIT 2 False", (last, err[-2000:])  # exit 2, torch never imported
+    assert message in err
+    print(f"{overrides}: failed in {seconds:.1f} s")  # the figure the README quotes (machine-dependent)
