@@ -280,8 +280,8 @@ def build_captaincook4d(
     """One intervention stream per recording (see the module docstring)."""
     path = inputs.annotations
     data = load_json(path)
-    if isinstance(data, dict):
-        data = list(data.values())
+    if isinstance(data, dict):  # one recording, or recordings keyed by id
+        data = [data] if "step_annotations" in data else list(data.values())
     if not isinstance(data, list):
         raise RecordError("expected a list of recordings", file=path)
     info_csv = _repository_file(path, options.video_information, "metadata/video_information.csv")

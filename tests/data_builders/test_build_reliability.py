@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import data_builders.build as build
+import data_builders.outputs as outputs
 from data_builders.build import BuildFailed, build_source
 from data_builders.records import RecordError, load_streams
 
@@ -47,7 +47,7 @@ def test_a_rebuild_that_fails_midway_leaves_the_previous_build(tmp_path, mp4, mo
         (Path(out_dir) / "records-00000-of-00001.parquet").write_bytes(b"PAR1 cut")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(build, "write_parquet", full_disk)
+    monkeypatch.setattr(outputs, "write_parquet", full_disk)
     with pytest.raises(OSError, match="No space left"):
         build_source("nexar", tmp_path / "out", annotations=csv, videos=videos)
     assert _snapshot(tmp_path / "out") == before  # no shard removed, no file cut, no stale stats
