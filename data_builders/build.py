@@ -5,61 +5,96 @@
 Stages, in order (each source module only does the first):
 
 1. **Parse** the annotations with the source's registered builder into pending records; records
-   that cannot be parsed become errors.
-2. **Check videos exist** for every pending record, before anything is probed or decoded, and
-   list each missing one as an error (the count is logged first, so a wrong ``videos=`` root shows
-   at once).
+   that cannot be parsed become errors. No record at all is an error (an empty file builds nothing).
+2. **Find videos** for every pending record before anything is probed or decoded: the source's
+   pattern path first; when that file is absent, the video root is indexed once
+   (:mod:`data_builders.video_index`) and the record is looked up by file name and by its own
+   names, so a layout of the user's own works without a pattern. A missing video, or a name that
+   matches two files, is an error naming them (the count is logged first, so a wrong ``videos=``
+   root shows at once).
 3. **Probe** videos (header, and the last frames to catch truncated files) when ``check_videos``
-   is on, and always for records that need the clip's duration or fps. Probing runs in threads.
-4. **Convert** (the source's ``make``), then validate each stream with the record type itself,
-   check the clip fits in the video, and reject duplicate ids.
-5. **Write** ``records.jsonl``, parquet shards, ``stats.json`` and ``errors.jsonl`` into ``out``
-   (video paths are rewritten relative to ``out``, or absolute), then fail when the share of
-   source records that could not be converted passes ``max_error_rate``.
+   is on, and otherwise only for records whose annotation does not state what they need (the
+   clip's duration or fps): with ``check_videos=false`` and stated durations no video is opened.
+4. **Convert** (the source's ``make``), fit targets to the clip (:data:`CLAMP_TOLERANCE`), then
+   validate each stream with the record type itself, check the clip fits in the video, and reject
+   duplicate ids.
+5. **Write** ``records.jsonl``, parquet shards, ``stats.json`` and ``errors.jsonl`` (video paths
+   rewritten relative to ``out``, or absolute) into a staging folder inside ``out``, and move them
+   into ``out`` only when the build succeeded: a crash, a full disk or a failed build leaves the
+   previous build as it was. A build over ``max_error_rate`` puts its files in ``out/failed_build/``
+   (so its ``errors.jsonl`` can be read) and raises.
+
+Tolerances that keep data: a target up to :data:`CLAMP_TOLERANCE` (1 s) past the clip end is moved
+to the end and counted (``clamped_targets`` in ``stats.json``); a target further out, or before the
+clip start, is dropped alone and listed in ``errors.jsonl`` (scope ``event``); inverted events are
+the sources' (``registry.event_span``). A stream whose targets were all dropped is not kept as a
+negative (silence would be the wrong answer there): its record fails, naming why.
 
 Nothing here writes timestamps, so two builds of the same inputs are byte-identical.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
+import shutil
+import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from data_builders.records import RecordError, Stream, write_jsonl, write_parquet
-from data_builders.registry import BuildInputs, ConversionError, Pending, get_source
-from data_builders.stats import compute_stats
+from data_builders.outputs import FAILED_DIR, BuildFailed, commit, staging_dir, write_files, write_outputs
+from data_builders.records import TIME_EPS, RecordError, Stream, Target
+from data_builders.registry import (
+    RECORD_EXCEPTIONS,
+    BuildInputs,
+    ConversionError,
+    Pending,
+    get_source,
+    record_reason,
+)
 from data_builders.video import VideoError, VideoInfo, probe_video
+from data_builders.video_index import AmbiguousVideo, VideoIndex
 
 log = logging.getLogger("data_builders")
+#: Re-exported: the mixture stage and the experiments write through the same staged writer.
+__all__ = [
+    "BuildFailed",
+    "BuildReport",
+    "build_source",
+    "convert",
+    "locate_videos",
+    "write_outputs",
+    "FAILED_DIR",
+]
 
 #: Slack (s) when checking that a clip ends inside its video: container durations are rounded.
 DURATION_SLACK = 0.5
-
-
-class BuildFailed(RuntimeError):
-    """The build converted too few records (or could not start); the message says how many and why."""
+#: A target at most this many seconds past the clip end is moved to the end (and counted).
+CLAMP_TOLERANCE = 1.0
+#: Counts every build reports in ``stats.json`` (``conversion``), zero or not.
+BASE_COUNTS = ("clamped_targets", "dropped_events", "repaired_inversions", "skipped_records")
 
 
 @dataclass
 class BuildReport:
-    """What a build produced: records, errors, the number of source records seen, output paths."""
+    """What a build produced: records, errors, the number of source records seen, output paths,
+    and the conversion counts (repairs, drops, skips) written to ``stats.json``."""
 
     records: list[Stream]
     errors: list[ConversionError]
     n_source_records: int
     out: Path
     files: list[Path] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
 
     @property
     def n_failed(self) -> int:
-        """Source records with at least one error."""
-        return len({(e.source_file, e.record) for e in self.errors})
+        """Source records that made no stream (errors of scope ``record``)."""
+        return len({(e.source_file, e.record) for e in self.errors if e.scope == "record"})
 
     @property
     def error_rate(self) -> float:
@@ -83,14 +118,102 @@ def _probe_all(
         return dict(zip(paths, pool.map(one, paths), strict=True))
 
 
-def _rebase(stream: Stream, root: Path, out: Path, video_paths: str) -> Stream:
-    """The stream with its video path relative to ``out`` (or absolute)."""
-    path = Path(stream.video)
-    if not path.is_absolute():
-        path = root / path
-    path = Path(os.path.abspath(path))
-    video = str(path) if video_paths == "absolute" else os.path.relpath(path, os.path.abspath(out))
-    return Stream.from_dict({**stream.to_dict(), "video": video})
+class _Rebase:
+    """Stream video paths made relative to ``out`` (or absolute); a file written into the staging
+    folder (the toy source's videos) is named where it will be once the build is moved in."""
+
+    def __init__(self, root: Path, out: Path, video_paths: str, staging: Path | None):
+        self.root, self.out = os.path.abspath(root), os.path.abspath(out)
+        self.staging = None if staging is None else os.path.abspath(staging) + os.sep
+        self.absolute = video_paths == "absolute"
+
+    def __call__(self, stream: Stream) -> Stream:
+        path = os.path.abspath(os.path.join(self.root, stream.video))
+        if self.staging is not None and path.startswith(self.staging):
+            path = os.path.join(self.out, path[len(self.staging) :])
+        video = path if self.absolute else os.path.relpath(path, self.out)
+        return Stream.from_dict({**stream.to_dict(), "video": video})
+
+
+def _fit_targets(stream: Stream, pending: Pending) -> Stream:
+    """Targets up to CLAMP_TOLERANCE past the clip end moved to the end (counted); targets further
+    out or before the clip start dropped (listed); windows cut to the clip."""
+    start, end = stream.clip_start, stream.clip_end
+    kept: list[Target] = []
+    changed = False
+    for i, t in enumerate(stream.targets):
+        lo = min(t.time, t.window[0]) if t.window else t.time
+        hi = max(t.time, t.window[1]) if t.window else t.time
+        if t.time < start - TIME_EPS or hi > end + CLAMP_TOLERANCE:
+            where = "before the clip start" if t.time < start - TIME_EPS else "past the clip end"
+            pending.tally.drop(
+                f"stream {stream.id}: target {i} at {t.time:.3f}s (window {t.window}) lies {where} "
+                f"[{start:.3f}, {end:.3f}] by more than the tolerance; target dropped"
+            )
+            changed = True
+            continue
+        if hi > end + TIME_EPS or lo < start - TIME_EPS:
+            if hi > end + TIME_EPS:
+                pending.tally.count("clamped_targets")
+            window = None if t.window is None else (max(t.window[0], start), min(t.window[1], end))
+            if window is not None and window[0] > window[1]:
+                window = (end, end)
+            t = replace(t, time=min(t.time, end), window=window)
+            changed = True
+        kept.append(t)
+    return replace(stream, targets=kept) if changed else stream
+
+
+def locate_videos(
+    pendings: list[Pending], root: Path, exists: Callable[[Path], bool]
+) -> tuple[dict[int, str], list[ConversionError]]:
+    """The video (root-relative, or absolute) of each pending record, keyed by list position;
+    records whose video is not found, or is ambiguous, get an error instead. The root is indexed
+    (once) only when some pattern path is absent."""
+    found: dict[int, str] = {}
+    errors: list[ConversionError] = []
+    present = {v: exists(Path(os.path.join(root, v))) for v in {p.video for p in pendings}}
+    absent = [k for k, p in enumerate(pendings) if not present[p.video]]
+    for k, p in enumerate(pendings):
+        if present[p.video]:
+            found[k] = p.video
+    if not absent:
+        return found, errors
+    t0 = time.perf_counter()
+    index = VideoIndex(root)
+    log.info("indexed %d video files under %s in %.2fs", index.n_files, root, time.perf_counter() - t0)
+    missing = 0
+    for k in absent:
+        p = pendings[k]
+        try:
+            hit = index.find(p.video, p.lookup)
+        except AmbiguousVideo as exc:
+            errors.append(ConversionError(p.source_file, p.record, f"ambiguous video: {exc}"))
+            continue
+        if hit is None:
+            missing += 1
+            path = Path(os.path.join(root, p.video))
+            names = ", ".join(repr(n) for n in dict.fromkeys((Path(p.video).stem, *p.lookup)))
+            errors.append(
+                ConversionError(
+                    p.source_file,
+                    p.record,
+                    f"video file missing: {path} (no video named {names} under {root})",
+                )
+            )
+        else:
+            found[k] = hit
+    if missing:
+        first = next(e for e in errors if e.reason.startswith("video file missing"))
+        log.warning(
+            "%d of %d records have no video under %s%s (first: %s)",
+            missing,
+            len(pendings),
+            root,
+            "" if root.is_dir() else " (the folder does not exist)",
+            first.reason,
+        )
+    return found, errors
 
 
 def convert(
@@ -103,34 +226,35 @@ def convert(
     video_paths: str = "relative",
     probe: Callable[..., VideoInfo] = probe_video,
     exists: Callable[[Path], bool] = Path.is_file,
-) -> tuple[list[Stream], list[ConversionError]]:
-    """Stages 2-4 for parsed records: existence check, probing, conversion, validation, dedup."""
+    staging: Path | None = None,
+) -> tuple[list[Stream], list[ConversionError], Counter]:
+    """Stages 2-4 for parsed records: video lookup, probing, conversion, target fitting,
+    validation, dedup. Returns the streams, the errors and the summed conversion counts."""
     if video_paths not in ("relative", "absolute"):
         raise BuildFailed(f"video_paths must be 'relative' or 'absolute', got {video_paths!r}")
-    errors: list[ConversionError] = []
-    paths = {p.video: (Path(p.video) if Path(p.video).is_absolute() else root / p.video) for p in pendings}
-    missing = sorted({v for v, path in paths.items() if not exists(path)})
-    if missing:
-        log.warning(
-            "%d of %d videos are missing under %s (first: %s)", len(missing), len(paths), root, missing[0]
-        )
-    missing_set = set(missing)
-    ready = [p for p in pendings if p.video not in missing_set]
-    for p in pendings:
-        if p.video in missing_set:
-            errors.append(ConversionError(p.source_file, p.record, f"video file missing: {paths[p.video]}"))
-    to_probe = sorted({paths[p.video] for p in ready if check_videos or p.needs_info})
+    found, errors = locate_videos(pendings, root, exists)
+    files = {k: Path(os.path.join(root, v)) for k, v in found.items()}
+    to_probe = sorted(
+        {files[k] for k, p in enumerate(pendings) if k in files and (check_videos or p.needs_info)}
+    )
     infos = _probe_all(to_probe, check_videos, workers, probe)
+    rebase = _Rebase(root, out, video_paths, staging)
     records: list[Stream] = []
+    counts: Counter = Counter()
     seen: dict[str, str] = {}
-    for p in ready:
-        info = infos.get(paths[p.video])
+    for k, p in enumerate(pendings):
+        if k not in found:
+            continue
+        info = infos.get(files[k])
         if isinstance(info, VideoError):
             errors.append(ConversionError(p.source_file, p.record, f"unreadable video: {info}"))
             continue
         try:
-            streams = p.make(info)
-            for s in streams:
+            streams = []
+            for s in p.make(info):
+                if s.video == p.video != found[k]:
+                    s = replace(s, video=found[k])
+                s = _fit_targets(s, p)
                 if info is not None and s.clip_end - s.video_offset > info.duration + DURATION_SLACK:
                     raise RecordError(
                         f"stream {s.id}: clip ends at {s.clip_end - s.video_offset:.3f}s of the file "
@@ -138,38 +262,51 @@ def convert(
                     )
                 if s.id in seen:
                     raise RecordError(f"duplicate id {s.id!r} (first made from record {seen[s.id]})")
-            rebased = [_rebase(s, root, out, video_paths) for s in streams]
-        except ValueError as exc:
-            errors.append(ConversionError(p.source_file, p.record, str(exc)))
+                if p.tally.lost and not s.targets:
+                    raise RecordError(
+                        f"stream {s.id}: all its targets were dropped or left out ({p.tally.lost}); "
+                        "not kept as a negative: " + "; ".join(p.tally.dropped or [str(dict(p.tally.counts))])
+                    )
+                if p.tally.lost:
+                    s = replace(s, meta={**s.meta, "dropped_targets": p.tally.lost})
+                streams.append(s)
+            rebased = [rebase(s) for s in streams]
+        except RECORD_EXCEPTIONS as exc:
+            errors.append(ConversionError(p.source_file, p.record, record_reason(exc)))
             continue
         for s in rebased:
             seen[s.id] = p.record
         records.extend(rebased)
-    return records, errors
+        counts.update(p.tally.counts)
+        errors.extend(ConversionError(p.source_file, p.record, r, scope="event") for r in p.tally.dropped)
+    return records, errors, counts
 
 
-def write_outputs(
-    out: Path,
-    records: list[Stream],
-    errors: list[ConversionError] | None = None,
-    shard_size: int = 10_000,
-    steps_per_second: float = 1.0,
-) -> list[Path]:
-    """``records.jsonl``, parquet shards ``records-0000k-of-0000n.parquet``, ``stats.json`` and
-    (when ``errors`` is given) ``errors.jsonl`` in ``out``; old shards there are removed first."""
-    out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("records-*-of-*.parquet"):
-        old.unlink()
-    files = [out / "records.jsonl"]
-    write_jsonl(files[0], records)
-    files += write_parquet(out, records, shard_size=shard_size)
-    stats = out / "stats.json"
-    stats.write_text(json.dumps(compute_stats(records, steps_per_second), indent=1, sort_keys=True) + "\n")
-    files.append(stats)
-    if errors is not None:
-        files.append(out / "errors.jsonl")
-        write_jsonl(files[-1], [e.to_dict() for e in errors])
-    return files
+def _check_settings(max_error_rate: float, shard_size: int, workers: int, video_paths: str) -> None:
+    if (
+        isinstance(max_error_rate, bool)
+        or not isinstance(max_error_rate, (int, float))
+        or not 0 <= max_error_rate <= 1
+    ):
+        raise BuildFailed(f"max_error_rate must be a share between 0 and 1, got {max_error_rate!r}")
+    if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
+        raise BuildFailed(f"shard_size must be a whole number of records >= 1, got {shard_size!r}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise BuildFailed(f"workers must be a whole number >= 1, got {workers!r}")
+    if video_paths not in ("relative", "absolute"):
+        raise BuildFailed(f"video_paths must be 'relative' or 'absolute', got {video_paths!r}")
+
+
+def _check_out(out: Path, annotations: Path | None) -> None:
+    """Refuse an ``out`` that is, or contains, the annotation input: the build would replace it."""
+    if annotations is None:
+        return
+    a, o = Path(os.path.realpath(annotations)), Path(os.path.realpath(out))
+    if a == o or a.is_relative_to(o):
+        raise BuildFailed(
+            f"out={out} is or contains the annotations {annotations}; the build would overwrite its "
+            "own input: choose another out"
+        )
 
 
 def build_source(
@@ -190,54 +327,81 @@ def build_source(
     """Build one source end to end (see the module docstring) and return the report.
 
     ``options`` are the source's own keys (its options dataclass). Raises :class:`BuildFailed`
-    after writing the outputs when more than ``max_error_rate`` of the source records failed.
+    when the settings or inputs are unusable, when no record was built, or (after leaving the
+    files in ``out/failed_build/``) when more than ``max_error_rate`` of the source records failed.
     ``probe`` and ``exists`` are injectable for benchmarks of the conversion alone.
     """
     spec = get_source(source)
-    opts = spec.make_options(options)
+    try:
+        opts = spec.make_options(options)
+    except ValueError as exc:
+        raise BuildFailed(str(exc)) from None
+    _check_settings(max_error_rate, shard_size, workers, video_paths)
     out = Path(out)
     if spec.needs_annotations and (annotations is None or videos is None):
         raise BuildFailed(f"source {source!r} needs annotations=PATH and videos=DIR")
-    inputs = BuildInputs(
-        annotations=None if annotations is None else Path(annotations),
-        videos=None if videos is None else Path(videos),
-        out=out,
-    )
-    if inputs.annotations is not None and not inputs.annotations.exists():
-        raise BuildFailed(f"annotations {inputs.annotations} do not exist")
-    pendings: list[Pending] = []
-    errors: list[ConversionError] = []
-    try:
-        for item in spec.build(inputs, opts):
-            (errors if isinstance(item, ConversionError) else pendings).append(item)
-    except RecordError as exc:  # a whole annotation file is unreadable
-        raise BuildFailed(f"source {source!r}: {exc}") from None
-    n_source = len(pendings) + len({(e.source_file, e.record) for e in errors})
-    root = inputs.videos if inputs.videos is not None else out
-    records, conv_errors = convert(
-        pendings,
-        root,
-        out,
-        check_videos=check_videos,
-        workers=workers,
-        video_paths=video_paths,
-        probe=probe,
-        exists=exists,
-    )
-    report = BuildReport(records=records, errors=errors + conv_errors, n_source_records=n_source, out=out)
-    report.files = write_outputs(out, records, report.errors, shard_size=shard_size)
-    log.info(
-        "%s: %d records from %d source records, %d failed (%.2f%%) -> %s",
-        source,
-        len(records),
-        n_source,
-        report.n_failed,
-        100 * report.error_rate,
-        out,
-    )
-    if report.error_rate > max_error_rate:
-        raise BuildFailed(
-            f"{report.n_failed} of {n_source} source records ({100 * report.error_rate:.2f}%) could not be "
-            f"converted, above max_error_rate={max_error_rate}; reasons in {out / 'errors.jsonl'}"
+    annotations = None if annotations is None else Path(annotations)
+    if annotations is not None and not annotations.exists():
+        raise BuildFailed(f"annotations {annotations} do not exist")
+    _check_out(out, annotations)
+    with staging_dir(out) as tmp:
+        inputs = BuildInputs(
+            annotations=annotations, videos=None if videos is None else Path(videos), out=tmp
         )
+        pendings: list[Pending] = []
+        errors: list[ConversionError] = []
+        try:
+            for item in spec.build(inputs, opts):
+                (errors if isinstance(item, ConversionError) else pendings).append(item)
+        except RecordError as exc:  # a whole annotation file is unreadable
+            raise BuildFailed(f"source {source!r}: {exc}") from None
+        n_source = len(pendings) + len({(e.source_file, e.record) for e in errors})
+        if n_source == 0:
+            raise BuildFailed(f"source {source!r}: no records in {annotations}")
+        root = inputs.videos if inputs.videos is not None else tmp
+        records, conv_errors, counts = convert(
+            pendings,
+            root,
+            out,
+            check_videos=check_videos,
+            workers=workers,
+            video_paths=video_paths,
+            probe=probe,
+            exists=exists,
+            staging=tmp,
+        )
+        all_errors = errors + conv_errors
+        counts["skipped_records"] = len(
+            {(e.source_file, e.record) for e in all_errors if e.scope == "skipped"}
+        )
+        counts["dropped_events"] = sum(e.scope == "event" for e in all_errors)
+        counts = {k: counts[k] for k in sorted(set(counts) | set(BASE_COUNTS))}
+        report = BuildReport(records, all_errors, n_source, out, counts=counts)
+        write_files(tmp, records, report.errors, shard_size=shard_size, counts=counts)
+        log.info(
+            "%s: %d records from %d source records, %d failed (%.2f%%), %s -> %s",
+            source,
+            len(records),
+            n_source,
+            report.n_failed,
+            100 * report.error_rate,
+            ", ".join(f"{k}={v}" for k, v in counts.items() if v),
+            out,
+        )
+        if not records or report.error_rate > max_error_rate:
+            failed = out / FAILED_DIR
+            if failed.exists():
+                shutil.rmtree(failed)
+            os.replace(tmp, failed)
+            tmp.mkdir()  # for the cleanup
+            why = (
+                "no record was built"
+                if not records
+                else f"{report.n_failed} of {n_source} source records ({100 * report.error_rate:.2f}%) could "
+                f"not be converted, above max_error_rate={max_error_rate}"
+            )
+            raise BuildFailed(
+                f"{why}; reasons in {failed / 'errors.jsonl'} (the previous build in {out} is kept)"
+            )
+        report.files = commit(tmp, out)
     return report

@@ -45,10 +45,16 @@ def split_build_config(cfg: DictConfig, source: str) -> tuple[BuildConfig, objec
 
 
 def run_build(cfg: DictConfig, source: str) -> int:
-    """Build one source from a composed config; returns the process exit code."""
-    base, options = split_build_config(cfg, source)
+    """Build one source from a composed config; returns the process exit code (0 built, 1 the build
+    failed, 2 the configuration is unusable), the reason on stderr."""
+    try:
+        base, options = split_build_config(cfg, source)
+    except ValueError as exc:
+        print(f"build config error: {exc}", file=sys.stderr)
+        return 2
     if not base.out:
-        raise ValueError("out=DIR is required")
+        print("build config error: out=DIR is required", file=sys.stderr)
+        return 2
     try:
         report = build_source(
             source,
@@ -72,6 +78,7 @@ def run_build(cfg: DictConfig, source: str) -> int:
                 "records": len(report.records),
                 "errors": len(report.errors),
                 "error_rate": round(report.error_rate, 6),
+                "conversion": report.counts,
                 "out": str(report.out),
             }
         )

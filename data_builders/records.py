@@ -91,7 +91,10 @@ class RecordError(ValueError):
 def _number(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise RecordError(f"expected a number of seconds, got {value!r}", field=name)
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:
+        raise RecordError(f"number out of range ({len(str(value))} digits)", field=name) from None
     if not math.isfinite(value):
         raise RecordError(f"expected a finite number of seconds, got {value!r}", field=name)
     return value
@@ -255,7 +258,10 @@ class Stream:
                 raise RecordError("expected a list", field="history")
             meta = data.get("meta") or {}
             if isinstance(meta, str):  # parquet stores meta as a JSON string
-                meta = json.loads(meta)
+                try:
+                    meta = json.loads(meta)
+                except (ValueError, RecursionError) as exc:
+                    raise RecordError(f"not a JSON object string ({exc})", field="meta") from None
             if not isinstance(meta, dict):
                 raise RecordError("expected an object", field="meta")
             return cls(
@@ -353,14 +359,26 @@ class Prediction:
 def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
     """Yield (line number, parsed object) for each non-blank line; bad JSON names file and line."""
     path = Path(path)
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise RecordError(
+                    f"not UTF-8 text ({exc.reason} at byte {exc.start})", file=path, record=f"line {lineno}"
+                ) from None
             if not line.strip():
                 continue
             try:
                 yield lineno, json.loads(line)
             except json.JSONDecodeError as exc:
                 raise RecordError(f"invalid JSON: {exc.msg}", file=path, record=f"line {lineno}") from None
+            except RecursionError:
+                raise RecordError(
+                    "invalid JSON: nested too deeply to parse", file=path, record=f"line {lineno}"
+                ) from None
+            except ValueError as exc:  # e.g. an integer literal over the interpreter's digit limit
+                raise RecordError(f"invalid JSON: {exc}", file=path, record=f"line {lineno}") from None
 
 
 def _load(path: str | Path, parse, kind: str) -> list:

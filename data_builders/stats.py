@@ -56,9 +56,13 @@ def length_distribution(lengths: list[float]) -> dict[str, Any]:
     }
 
 
-def compute_stats(streams: list[Stream], steps_per_second: float = 1.0) -> dict[str, Any]:
+def compute_stats(
+    streams: list[Stream], steps_per_second: float = 1.0, conversion: dict[str, int] | None = None
+) -> dict[str, Any]:
     """Records, negatives, targets, steps and silence/response decisions per task and overall,
-    records per source, and the clip-length distribution (seconds)."""
+    records per source, and the clip-length distribution (seconds). A build also passes its
+    ``conversion`` counts (targets clamped to the clip end, inversions repaired, events dropped,
+    records skipped, and each source's own counts such as transcriptions left out), written as is."""
     per_task: dict[str, dict[str, int]] = defaultdict(lambda: Counter())
     per_source: Counter[str] = Counter()
     lengths: list[float] = []
@@ -81,7 +85,7 @@ def compute_stats(streams: list[Stream], steps_per_second: float = 1.0) -> dict[
         tasks[task] = {k: row[k] for k in sorted(row)}
     total_silence = sum(t["silence"] for t in tasks.values())
     total_response = sum(t["response"] for t in tasks.values())
-    return {
+    out = {
         "records": len(streams),
         "negatives": sum(t["negatives"] for t in tasks.values()),
         "targets": sum(t["targets"] for t in tasks.values()),
@@ -91,3 +95,6 @@ def compute_stats(streams: list[Stream], steps_per_second: float = 1.0) -> dict[
         "tasks": tasks,
         "clip_seconds": length_distribution(lengths),
     }
+    if conversion is not None:
+        out["conversion"] = {k: int(conversion[k]) for k in sorted(conversion)}
+    return out

@@ -2,15 +2,25 @@
 
 ``python -m data_builders build source=ego4d_events annotations=/data/ego4d/v2/annotations/narration.json videos=/data/ego4d/v2/full_scale out=/data/built/ego4d_events``
 
-Input: ``narration.json``, a dict keyed by video uid; each video has ``narration_pass_1`` and/or
-``narration_pass_2`` with ``narrations`` = ``[{"timestamp_sec", "narration_text", ...}]`` (point times
-in seconds on the full video). One annotator pass is used per video, never merged: the first pass
-in ``pass_preference`` that has narrations.
+Format, as Ego4D's own code reads it (``facebookresearch/Ego4d``:
+``ego4d/research/clep/preprocess/ego4d_data.py`` ``get_narrations``,
+``viz/narrations/recipes/3_prepare_input.sh``; download layout in ``ego4d/cli/README.md``):
+``narration.json`` is a dict keyed by video uid; each video has ``status`` and
+``narration_pass_1`` and/or ``narration_pass_2`` with ``narrations`` = ``[{"timestamp_sec",
+"timestamp_frame", "narration_text", "annotation_uid"}]`` (point times in seconds on the
+canonical video, not sorted) and ``summaries``. Videos are ``<out>/v2/full_scale/<video_uid>.mp4``.
+One annotator pass is used per video, never merged: the first pass in ``pass_preference`` that has
+narrations. A video with no narration and ``status`` ``redacted`` is skipped and counted
+(``skipped_records``), not an error.
 
-Each video (duration probed) is cut into clips of ``clip_length`` seconds ``[w*L, (w+1)*L)``; a last
-piece shorter than ``min_clip`` is not used. Narration text is normalized (``#C C`` -> "the camera
-wearer", ``#O`` dropped, lower case, no final period); ``#unsure`` narrations are neither asked
-for nor matched. Per clip (choices seeded by ``seed``, video and clip index):
+Durations: ``ego4d.json`` (the CLI's metadata file, ``videos[].duration_sec``; found next to the
+annotations folder or given as ``metadata``) states each video's length, so no video needs a
+probe; without it the videos are probed.
+
+Each video is cut into clips of ``clip_length`` seconds ``[w*L, (w+1)*L)``; a last piece shorter
+than ``min_clip`` is not used. Narration text is normalized (``#C C`` -> "the camera wearer", also
+mid-sentence; other ``#`` tags dropped, lower case, no final period); ``#unsure`` narrations are
+neither asked for nor matched. Per clip (choices seeded by ``seed``, video and clip index):
 
 - **single-event** queries (up to ``queries_per_clip``): "Tell me when <event>." with a target at
   every narration of that exact event inside the clip;
@@ -28,14 +38,20 @@ import re
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from data_builders.records import RecordError, Stream, Target
 from data_builders.registry import (
+    RECORD_EXCEPTIONS,
     BuildInputs,
     ConversionError,
     Pending,
+    Tally,
+    check_options,
+    clip_end_from,
     each_record,
     load_json,
+    record_reason,
     register_source,
     require,
     seconds,
@@ -65,6 +81,20 @@ class Ego4dEventsOptions:
     """Seed of the query choices."""
     video_pattern: str = "{video_uid}.mp4"
     """Video path under ``videos``."""
+    metadata: str | None = None
+    """``ego4d.json`` with each video's ``duration_sec`` (null: found next to the annotations
+    folder if present, else videos are probed)."""
+
+    def __post_init__(self) -> None:
+        check_options(
+            self,
+            positive=["clip_length"],
+            non_negative=["min_clip", "queries_per_clip", "category_queries_per_clip", "negatives_per_clip"],
+        )
+        if not self.pass_preference or any(p not in (1, 2) for p in self.pass_preference):
+            raise ValueError(
+                f"option pass_preference must list passes 1 and/or 2, got {self.pass_preference!r}"
+            )
 
 
 def normalize(text: str) -> str | None:
@@ -72,10 +102,13 @@ def normalize(text: str) -> str | None:
 
     >>> normalize("#C C picks up a cup."), normalize("#O man X opens the door"), normalize("#unsure")
     ('the camera wearer picks up a cup', 'man x opens the door', None)
+    >>> normalize("#O man X hands #C C a cup")
+    'man x hands the camera wearer a cup'
+
     """
     if "#unsure" in text.lower():
         return None
-    text = re.sub(r"^#c\s+c\s+", f"{CAMERA_WEARER} ", text.strip().lower())
+    text = re.sub(r"(?<![\w#])#c\s+c\b", CAMERA_WEARER, text.strip().lower())
     text = re.sub(r"#\w+\s*", "", text)
     text = re.sub(r"\s+", " ", text).strip().rstrip(".").strip()
     return text or None
@@ -102,6 +135,7 @@ def build_ego4d_events(
     data = load_json(path)
     if not isinstance(data, dict):
         raise RecordError("expected a dict keyed by video uid", file=path)
+    durations = read_metadata(path, options.metadata)
     chosen: dict[str, tuple[str, list]] = {}
     every_event: dict[str, set[str]] = {}
     errors = []
@@ -116,20 +150,26 @@ def build_ego4d_events(
                 (f"narration_pass_{p}" for p in options.pass_preference if passes.get(f"narration_pass_{p}")),
                 None,
             )
+            if name is None and str(video.get("status", "")).lower() == "redacted":
+                errors.append(
+                    ConversionError(str(path), uid, "redacted video without narrations", scope="skipped")
+                )
+                continue
             if name is None:
                 raise RecordError(f"no narrations in passes {options.pass_preference}")
             chosen[uid] = (name, passes[name])
-        except ValueError as exc:
-            errors.append(ConversionError(str(path), uid, str(exc)))
+        except RECORD_EXCEPTIONS as exc:
+            errors.append(ConversionError(str(path), uid, record_reason(exc)))
     yield from errors
     pool = sorted({e for uid, (_, ns) in chosen.items() for _, e in ns if e})
 
     def parse(uid: str, item: tuple[str, list]) -> Iterator[Pending]:
         pass_name, narrations = item
         video = options.video_pattern.format(video_uid=uid)
+        stated = durations.get(uid)
 
         def make(info: VideoInfo | None) -> list[Stream]:
-            duration, length = info.duration, options.clip_length
+            duration, length = clip_end_from(info, stated, uid), options.clip_length
             out = []
             w = 0
             while w * length < duration:
@@ -141,9 +181,40 @@ def build_ego4d_events(
                 w += 1
             return out
 
-        yield Pending(str(path), uid, video, make)
+        yield Pending(str(path), uid, video, make, needs_info=stated is None, lookup=(uid,), tally=Tally())
 
     yield from each_record(chosen.items(), path, parse)
+
+
+def read_metadata(annotations: Path, option: str | None) -> dict[str, float]:
+    """``video_uid -> duration_sec`` from ``ego4d.json`` (``option``, else found beside the annotations
+    folder); empty when there is none."""
+    if option:
+        path = Path(option)
+    else:
+        near = [
+            annotations.resolve().parent.parent / "ego4d.json",
+            annotations.resolve().parent / "ego4d.json",
+        ]
+        path = next((p for p in near if p.is_file()), None)
+        if path is None:
+            return {}
+    data = load_json(path)
+    videos = data.get("videos") if isinstance(data, dict) else None
+    if not isinstance(videos, list):
+        raise RecordError("expected {'videos': [{'video_uid', 'duration_sec'}, ...]}", file=path)
+    out = {}
+    for k, v in enumerate(videos):
+        if not isinstance(v, dict) or "video_uid" not in v:
+            continue
+        value = v.get("duration_sec", (v.get("video_metadata") or {}).get("video_duration_sec"))
+        if value is None:
+            continue
+        try:
+            out[str(v["video_uid"])] = seconds(value, "duration_sec")
+        except RecordError as exc:
+            raise exc.located(file=path, record=f"videos[{k}]") from None
+    return out
 
 
 def _clip_streams(

@@ -11,12 +11,14 @@ seconds from the clip start; both empty/null/NaN make a negative (no collision).
 Target: one ``Warning`` at ``time_of_alert`` (the moment the collision first becomes predictable:
 the earliest reliable warning, as the task asks), with window ``[time_of_alert, time_of_event]``.
 The clip is the whole file (its duration is probed). Errors: only one of the two times given, the
-event before the alert, unparsable times, a ``target`` flag that contradicts the times.
+event more than 0.5 s before the alert (less is repaired, ``registry.event_span``), unparsable
+times, a ``target`` flag that contradicts the times.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,9 +29,12 @@ from data_builders.registry import (
     BuildInputs,
     ConversionError,
     Pending,
-    check_span,
+    Tally,
+    check_options,
     clip_end_from,
     each_record,
+    event_span,
+    read_text,
     register_source,
     seconds,
 )
@@ -52,6 +57,9 @@ class NexarOptions:
     """The user's instruction, given at t=0."""
     response: str = "Warning: a collision is about to happen."
     """The reference reply at the target."""
+
+    def __post_init__(self) -> None:
+        check_options(self, non_negative=["id_width"])
 
 
 def _time(row: dict, key: str) -> float | None:
@@ -80,8 +88,10 @@ def _video(row: dict, options: NexarOptions) -> str:
 def build_nexar(inputs: BuildInputs, options: NexarOptions) -> Iterator[Pending | ConversionError]:
     """One stream per CSV row (see the module docstring for the target rule)."""
     path = inputs.annotations
-    with path.open(newline="", encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
+    try:
+        rows = list(csv.DictReader(io.StringIO(read_text(path), newline="")))
+    except csv.Error as exc:
+        raise RecordError(f"not a readable CSV: {exc}", file=path) from None
     if rows and not {"time_of_alert", "time_of_event"} <= set(rows[0]):
         raise RecordError("CSV lacks the columns time_of_alert and time_of_event", file=path)
 
@@ -96,8 +106,14 @@ def build_nexar(inputs: BuildInputs, options: NexarOptions) -> Iterator[Pending 
         alert, event = _time(row, "time_of_alert"), _time(row, "time_of_event")
         if (alert is None) != (event is None):
             raise RecordError("time_of_alert and time_of_event must both be set or both be empty")
+        tally = Tally()
         if alert is not None:
-            check_span(alert, event, "time_of_alert..time_of_event")
+            span = event_span(alert, event, "time_of_alert..time_of_event", tally)
+            if span is None:
+                raise RecordError(
+                    f"field 'time_of_alert..time_of_event': ends before it starts ({alert} > {event})"
+                )
+            alert, event = span
         flag = (row.get("target") or "").strip()
         if flag and flag not in ("0", "1"):
             raise RecordError(f"field 'target': expected 0 or 1, got {flag!r}")
@@ -129,6 +145,6 @@ def build_nexar(inputs: BuildInputs, options: NexarOptions) -> Iterator[Pending 
                 )
             ]
 
-        yield Pending(str(path), rid, video, make)
+        yield Pending(str(path), rid, video, make, lookup=(Path(video).stem,), tally=tally)
 
     yield from each_record(((record_id(k, r), r) for k, r in enumerate(rows)), path, parse)

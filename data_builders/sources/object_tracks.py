@@ -28,6 +28,7 @@ from data_builders.registry import (
     BuildInputs,
     ConversionError,
     Pending,
+    check_options,
     each_record,
     load_json,
     register_source,
@@ -48,6 +49,9 @@ class ObjectTracksOptions:
     """Instruction; ``{object}`` is the track's object phrase."""
     response: str = "Warning: {object} has disappeared."
     """Reference reply at each target."""
+
+    def __post_init__(self) -> None:
+        check_options(self, at_least_one=["min_absent_frames"])
 
 
 def visibility(track: dict) -> list[bool]:
@@ -102,8 +106,10 @@ def build_object_tracks(
     """One stream per track (see the module docstring)."""
     path = inputs.annotations
     data = load_json(path)
+    if isinstance(data, dict):
+        data = [data]
     if not isinstance(data, list):
-        raise RecordError("expected a list of tracks", file=path)
+        raise RecordError("expected a list of tracks (a JSON list or JSON Lines)", file=path)
 
     def parse(rid: str, track: dict) -> Iterator[Pending]:
         video, obj = str(require(track, "video")), str(require(track, "object"))

@@ -30,8 +30,10 @@ from data_builders.registry import (
     BuildInputs,
     ConversionError,
     Pending,
+    Tally,
     check_span,
     each_record,
+    event_span,
     load_json,
     register_source,
     require,
@@ -75,6 +77,7 @@ def build_propermem(inputs: BuildInputs, options: ProPerMemOptions) -> Iterator[
             history.append(HistoryEntry(time=t, text=str(require(h, "text"))))
             ids.append(str(h.get("id", i)))
         trigger = rec.get("trigger")
+        tally = Tally()
         base = Stream(
             id=f"propermem-{rid}",
             source="propermem",
@@ -92,8 +95,17 @@ def build_propermem(inputs: BuildInputs, options: ProPerMemOptions) -> Iterator[
             window = require(trigger, "window")
             if not isinstance(window, list) or len(window) != 2:
                 raise RecordError(f"field 'trigger.window': expected [start, end], got {window!r}")
-            ts, te = seconds(window[0], "trigger.window"), seconds(window[1], "trigger.window")
-            check_span(ts, te, "trigger.window")
+            span = event_span(
+                seconds(window[0], "trigger.window"),
+                seconds(window[1], "trigger.window"),
+                "trigger.window",
+                tally,
+            )
+            if span is None:
+                raise RecordError(
+                    f"field 'trigger.window': ends before it starts ({window[0]} > {window[1]})"
+                )
+            ts, te = span
             evidence = [str(e) for e in require(trigger, "evidence")]
             unknown = sorted(set(evidence) - set(ids))
             if unknown:
@@ -114,7 +126,7 @@ def build_propermem(inputs: BuildInputs, options: ProPerMemOptions) -> Iterator[
                         }
                     )
                 )
-        yield Pending(str(path), rid, video, lambda info: streams, needs_info=False)
+        yield Pending(str(path), rid, video, lambda info: streams, needs_info=False, tally=tally)
 
     yield from each_record(
         (

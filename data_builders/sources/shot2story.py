@@ -1,12 +1,18 @@
 """Shot2Story multi-shot clips -> ``proactive_narration`` streams (speak when a new shot begins).
 
-``python -m data_builders build source=shot2story annotations=/data/shot2story/20k_train.json videos=/data/shot2story/videos_extracted out=/data/built/shot2story``
+``python -m data_builders build source=shot2story annotations=/data/shot2story/annotations/43k_human_train.json videos=/data/shot2story/videos out=/data/built/shot2story``
 
-Input: the annotation JSON (a list of records with ``video`` = the clip file ``{clip_id}.mp4``,
-``video_names`` = the shot files ``{clip_id}_{start_frame}_{end_frame}.mp4`` and ``captions``, one
-per shot). Shot boundaries are the frame indices in the shot file names; seconds = frame / clip fps.
-The clip fps is the record's own ``fps`` key if present, else the ``fps`` option if set, else the
-average fps probed from the clip file (what the release's own shot-cutting script used).
+Format, as defined in ``bytedance/Shot2Story`` (``DATA.md`` "Annotation Format"; read by
+``code/lavis/datasets/datasets/video_caption_datasets.py``; shots cut by
+``data/scripts/process_videos.py``): a JSON list of clip records ``{"video": "<clip_id>.mp4",
+"image_id", "nvid", "id", "whole_caption", "whole_ASR", "video_names": ["<clip_id>_<start>_<end>.mp4",
+...], "captions": [...], "audio_captions": [...], "ASR": [...]}`` (the human-annotated files
+``43k_human_train.json``, ``20k_val.json``, ``20k_test.json``). The release states no times: the shot
+file names carry each shot's start and end frame in the clip, and the cutting script turned them
+into seconds with the clip's average fps (``frame / fps``). The clip fps is therefore the record's
+own ``fps`` key if present, else the ``fps`` option if set, else the fps probed from the clip file.
+Clip files ``<clip_id>.mp4`` sit in one folder (the ``mhan/shot2story-videos`` layout); others
+are found by the driver's index.
 
 Two streams per clip (``mode=both``):
 
@@ -15,7 +21,9 @@ Two streams per clip (``mode=both``):
 - **query** (clips with 2+ shots): "tell me when <the first sentence of shot k's caption>"; one target
   at shot k's start, k >= 1 picked by a hash of (seed, clip id), so a rebuild picks the same k.
 
-The clip ends at the probed duration, or without a probe at (last end frame + 1) / fps.
+The clip ends at the probed duration, or without a probe at (last end frame + 1) / fps. A shot
+without a caption (empty string) makes the record an error: narrating it would need a reply the
+release does not have.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from data_builders.registry import (
     BuildInputs,
     ConversionError,
     Pending,
+    check_options,
     each_record,
     load_json,
     register_source,
@@ -57,6 +66,9 @@ class Shot2StoryOptions:
     """Instruction of the narration stream (t=0)."""
     query_instruction: str = "Tell me when this happens: {event}"
     """Instruction of the query stream; ``{event}`` is the asked-for shot's first caption sentence."""
+
+    def __post_init__(self) -> None:
+        check_options(self, positive=["fps"], choices={"mode": tuple(MODES)})
 
 
 def first_sentence(text: str) -> str:
@@ -89,10 +101,10 @@ def parse_shots(clip: str, names: list, fps: float) -> list[tuple[float, int]]:
 @register_source("shot2story", Shot2StoryOptions)
 def build_shot2story(inputs: BuildInputs, options: Shot2StoryOptions) -> Iterator[Pending | ConversionError]:
     """Narration and query streams per clip (see the module docstring)."""
-    if options.mode not in MODES:
-        raise RecordError(f"mode must be one of {sorted(MODES)}, got {options.mode!r}")
     path = inputs.annotations
     data = load_json(path)
+    if isinstance(data, dict):
+        data = [data]
     if not isinstance(data, list):
         raise RecordError("expected a JSON list of clip records", file=path)
 
@@ -106,6 +118,9 @@ def build_shot2story(inputs: BuildInputs, options: Shot2StoryOptions) -> Iterato
             raise RecordError(
                 f"{len(names)} shots but {len(captions) if isinstance(captions, list) else 'no'} captions"
             )
+        empty = [k for k, c in enumerate(captions) if not str(c or "").strip()]
+        if empty:
+            raise RecordError(f"shot(s) {empty} have an empty caption")
         fixed_fps = rec.get("fps", options.fps)
         if fixed_fps is not None and seconds(fixed_fps, "fps") <= 0:
             raise RecordError(f"field 'fps': must be positive, got {fixed_fps}")
@@ -153,7 +168,7 @@ def build_shot2story(inputs: BuildInputs, options: Shot2StoryOptions) -> Iterato
                 )
             return out
 
-        yield Pending(str(path), rid, video, make, needs_info=fixed_fps is None)
+        yield Pending(str(path), rid, video, make, needs_info=fixed_fps is None, lookup=(clip,))
 
     def record_id(k: int, rec) -> str:
         return str(rec.get("video") or rec.get("id") or f"item {k}") if isinstance(rec, dict) else f"item {k}"

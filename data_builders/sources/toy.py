@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from data_builders.registry import BuildInputs, Pending, register_source
+from data_builders.registry import BuildInputs, Pending, check_options, register_source
 from data_builders.synthetic.toy import generate_toy
 
 
@@ -32,6 +32,15 @@ class ToyOptions:
     """Frame rate of the written mp4s."""
     negative_share: float = 0.25
     """Share of clips in which nothing happens."""
+
+    def __post_init__(self) -> None:
+        check_options(self, at_least_one=["n", "size", "video_fps"])
+        if self.duration < 12:
+            raise ValueError(f"option duration must be at least 12 (whole seconds), got {self.duration!r}")
+        if not 0 <= self.negative_share <= 1:
+            raise ValueError(
+                f"option negative_share must be a share between 0 and 1, got {self.negative_share!r}"
+            )
 
 
 @register_source("toy", ToyOptions, needs_annotations=False)

@@ -2,19 +2,30 @@
 
 ``python -m data_builders build source=ucf_crime annotations=/data/ucf/Temporal_Anomaly_Annotation_for_Testing_Videos.txt videos=/data/ucf/videos out=/data/built/ucf_crime``
 
-Input: the whitespace-separated text file, one video per line:
-``video_name event_class start1 end1 start2 end2``, frame numbers at ``frame_rate`` (30) fps, ``-1``
-for no (second) segment; ``Normal`` videos have all ``-1`` and become negatives.
+Input: the whitespace-separated text file (``Temporal_Anomaly_Annotation.txt`` in
+``WaqasSultani/AnomalyDetectionCVPR2018``; the same content as the dataset zip's
+``Temporal_Anomaly_Annotation_for_Testing_Videos.txt``), one test video per line:
+``video_name event_class start1 end1 start2 end2``, frame numbers, ``-1`` for no (second) segment;
+``Normal`` videos have all ``-1`` and become negatives.
 
-Targets: one ``Warning`` per annotated segment at ``start / frame_rate`` seconds, with window
-``[start, end] / frame_rate`` (two segments = two separate incidents, each alerted once). With
-``segments=first`` only the first segment is used. Frame numbers are used as given (no 1-based
-shift), so frame 165 is 5.5 s. The video path is ``video_pattern`` formatted with ``video_name``
-and ``event_class`` (the release keeps videos in per-class folders; adapt the pattern).
+Videos: the release keeps anomaly videos in ``<root>/<Class>/<name>`` and the Normal test videos
+in ``<root>/Testing_Normal_Videos_Anomaly/<name>``; the default ``video_pattern``
+``{folder}/{video_name}`` gives exactly that (``folder`` = ``normal_folder`` for Normal lines, the
+class otherwise), and a flat or other layout is found by the driver's video index.
+
+Frame numbers become seconds at the probed video's fps (``use_probed_fps``; the annotation's
+frames count the file's frames), ``frame_rate`` (30, the official evaluation's) when the video is
+not probed or the option is off; a probed fps that differs from ``frame_rate`` is logged as a
+warning and counted (``fps_differs_from_frame_rate``). Targets: one ``Warning`` per annotated
+segment at ``start / fps`` seconds, window ``[start, end] / fps`` (two segments = two separate
+incidents, each alerted once); ``segments=first`` keeps only the first. Frame numbers are used as
+given (no 1-based shift: frame 165 at 30 fps is 5.5 s; the official 1-based convention would be
+33 ms earlier).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -23,11 +34,18 @@ from data_builders.registry import (
     BuildInputs,
     ConversionError,
     Pending,
+    Tally,
+    check_options,
     clip_end_from,
     each_record,
+    read_text,
     register_source,
 )
 from data_builders.video import VideoInfo
+
+log = logging.getLogger("data_builders")
+#: Largest frame number accepted (about 9 years at 30 fps): bigger ones are typos.
+MAX_FRAME = 10**10
 
 
 @dataclass
@@ -35,9 +53,13 @@ class UcfCrimeOptions:
     """Keys of ``source=ucf_crime``."""
 
     frame_rate: float = 30.0
-    """Frame rate the annotation's frame numbers refer to."""
-    video_pattern: str = "{video_name}"
-    """Video path under ``videos``; fields ``video_name`` and ``event_class``."""
+    """Frame rate of the frame numbers when the video is not probed (the official evaluation's)."""
+    use_probed_fps: bool = True
+    """Convert frames at the probed video's fps (warn when it differs from ``frame_rate``)."""
+    video_pattern: str = "{folder}/{video_name}"
+    """Video path under ``videos``; fields ``video_name``, ``event_class`` and ``folder``."""
+    normal_folder: str = "Testing_Normal_Videos_Anomaly"
+    """``folder`` of the Normal lines (the anomaly lines' ``folder`` is their class)."""
     segments: str = "all"
     """``all``: one target per segment; ``first``: only the first segment."""
     instruction: str = (
@@ -47,23 +69,27 @@ class UcfCrimeOptions:
     response: str = "Warning: suspicious activity is happening."
     """The reference reply at each target."""
 
+    def __post_init__(self) -> None:
+        check_options(self, positive=["frame_rate"], choices={"segments": ("all", "first")})
+
 
 def _frame(text: str, name: str) -> int:
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
-        raise RecordError(f"field '{name}': expected a frame number, got {text!r}") from None
+        raise RecordError(f"field '{name}': expected a frame number, got {text[:40]!r}") from None
+    if abs(value) > MAX_FRAME:
+        raise RecordError(f"field '{name}': frame number {text[:40]} out of range")
+    return value
 
 
 @register_source("ucf_crime", UcfCrimeOptions)
 def build_ucf_crime(inputs: BuildInputs, options: UcfCrimeOptions) -> Iterator[Pending | ConversionError]:
     """One stream per annotated video (see the module docstring)."""
-    if options.segments not in ("all", "first"):
-        raise RecordError(f"segments must be 'all' or 'first', got {options.segments!r}")
     path = inputs.annotations
     lines = [
         (n, line.split())
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+        for n, line in enumerate(read_text(path).splitlines(), start=1)
         if line.strip() and not line.lstrip().startswith("#")
     ]
 
@@ -81,20 +107,35 @@ def build_ucf_crime(inputs: BuildInputs, options: UcfCrimeOptions) -> Iterator[P
                 continue
             if start < 0 or end < start:
                 raise RecordError(f"segment {k // 2 + 1}: ends before it starts (frames {start} > {end})")
-            spans.append((start / options.frame_rate, end / options.frame_rate))
+            spans.append((start, end))
         if event_class == "Normal" and spans:
             raise RecordError("a Normal video has an anomaly segment")
         if event_class != "Normal" and not spans:
             raise RecordError(f"class {event_class} but no anomaly segment")
         if options.segments == "first":
             spans = spans[:1]
-        video = options.video_pattern.format(video_name=name, event_class=event_class)
+        folder = options.normal_folder if event_class == "Normal" else event_class
+        video = options.video_pattern.format(video_name=name, event_class=event_class, folder=folder)
+        stem = name.rsplit(".", 1)[0]
+        tally = Tally()
 
         def make(info: VideoInfo | None) -> list[Stream]:
+            fps = options.frame_rate
+            if info is not None and options.use_probed_fps and info.fps > 0:
+                fps = info.fps
+                if abs(fps - options.frame_rate) > 1e-3:
+                    log.warning(
+                        "ucf_crime %s: probed %.3f fps, not %.3g: frames converted at %.3f fps",
+                        name,
+                        fps,
+                        options.frame_rate,
+                        fps,
+                    )
+                    tally.count("fps_differs_from_frame_rate")
             targets = [
-                Target(time=s, window=(s, e), content=options.response, label="Warning") for s, e in spans
+                Target(time=s / fps, window=(s / fps, e / fps), content=options.response, label="Warning")
+                for s, e in spans
             ]
-            stem = name.rsplit(".", 1)[0]
             return [
                 Stream(
                     id=f"ucf_crime-{stem}",
@@ -106,10 +147,10 @@ def build_ucf_crime(inputs: BuildInputs, options: UcfCrimeOptions) -> Iterator[P
                     instruction=options.instruction,
                     instruction_time=0.0,
                     targets=targets,
-                    meta={"video_id": f"ucf_crime/{stem}", "event_class": event_class},
+                    meta={"video_id": f"ucf_crime/{stem}", "event_class": event_class, "fps": fps},
                 )
             ]
 
-        yield Pending(str(path), rid, video, make)
+        yield Pending(str(path), rid, video, make, lookup=(stem,), tally=tally)
 
     yield from each_record(((cols[0] if cols else f"line {n}", cols) for n, cols in lines), path, parse)

@@ -49,7 +49,10 @@ def test_every_broken_record_is_listed_with_its_reason(tmp_path, broken):
     assert "missing field 'file_name', 'video' or 'id'" in reasons["row 3"]
     assert "ends before it starts (10.0 > 5.0)" in reasons["span"]
     assert "cannot parse time 'abc'" in reasons["time"]
-    assert reasons["missing"] == f"video file missing: {videos / 'missing.mp4'}"
+    assert (
+        reasons["missing"]
+        == f"video file missing: {videos / 'missing.mp4'} (no video named 'missing' under {videos})"
+    )
     assert reasons["truncated"].startswith("unreadable video: ") and "truncated.mp4" in reasons["truncated"]
     stats = json.loads((tmp_path / "out/stats.json").read_text())
     assert stats["records"] == 2 and stats["negatives"] == 1
@@ -80,7 +83,9 @@ def test_error_rate_over_the_limit_fails_naming_the_count(tmp_path, broken):
         r"max_error_rate=0",
     ):
         build_source("nexar", tmp_path / "out", annotations=csv, videos=videos, max_error_rate=0.0)
-    assert (tmp_path / "out/errors.jsonl").read_text().count("\n") == 5  # outputs are still written
+    # the failed build's files are kept aside for reading; nothing takes the place of a build in out/
+    assert (tmp_path / "out/failed_build/errors.jsonl").read_text().count("\n") == 5
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["failed_build"]
 
 
 def test_cli_build_fails_with_max_error_rate_zero(tmp_path, broken):
@@ -112,10 +117,19 @@ def test_duplicate_ids_are_errors(tmp_path, mp4):
     assert [e.reason for e in report.errors] == ["duplicate id 'nexar-a' (first made from record a)"]
 
 
-def test_target_after_the_video_end_is_an_error(tmp_path, mp4):
+def test_target_far_after_the_video_end_is_dropped_not_made_a_negative(tmp_path, mp4):
     videos = tmp_path / "videos"
     mp4(videos / "short.mp4", 10)
+    mp4(videos / "fine.mp4", 10)
     csv = tmp_path / "train.csv"
-    csv.write_text("file_name,time_of_event,time_of_alert\nshort.mp4,19.5,18.633\n")
+    csv.write_text(
+        "file_name,time_of_event,time_of_alert\nshort.mp4,19.5,18.633\nfine.mp4,10.4,9.8\n"  # 8.6 s / 0.4 s late
+    )
     report = build_source("nexar", tmp_path / "out", annotations=csv, videos=videos, max_error_rate=1.0)
-    assert report.records == [] and "lies outside the clip [0.0, 10.0]" in report.errors[0].reason
+    assert [(s.id, [(t.time, t.window) for t in s.targets]) for s in report.records] == [
+        ("nexar-fine", [(9.8, (9.8, 10.0))])  # 0.4 s past the end: clamped
+    ]
+    [err] = report.errors  # its only target dropped: the record fails rather than becoming a negative
+    assert (err.record, err.scope) == ("short", "record") and "not kept as a negative" in err.reason
+    assert "target 0 at 18.633s (window (18.633, 19.5)) lies past the clip end [0.000, 10.000]" in err.reason
+    assert report.counts["clamped_targets"] == 1

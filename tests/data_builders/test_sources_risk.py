@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from data_builders.build import build_source
 from data_builders.records import load_streams
 
 
@@ -42,9 +43,9 @@ def test_nexar_hf_layout_and_contradicting_flag(tmp_path, mp4, build, by_id):
 
 
 def test_ucf_crime_frames_at_30fps_two_segments_normal(tmp_path, mp4, build, by_id):
-    videos = tmp_path / "videos"
+    videos = tmp_path / "videos"  # a flat folder, not the release's: found by the video index
     for name in ("Abuse028_x264", "Arrest001_x264", "Normal_Videos_003_x264"):
-        mp4(videos / f"{name}.mp4", 20)
+        mp4(videos / f"{name}.mp4", 20, fps=30)
     ann = tmp_path / "Temporal_Anomaly_Annotation_for_Testing_Videos.txt"
     ann.write_text(
         "Abuse028_x264.mp4  Abuse  165  240  -1  -1\n"
@@ -61,6 +62,35 @@ def test_ucf_crime_frames_at_30fps_two_segments_normal(tmp_path, mp4, build, by_
     assert s["ucf_crime-Normal_Videos_003_x264"].is_negative
     first = build(tmp_path, "ucf_crime", ann, videos, segments="first").records
     assert [len(x.targets) for x in first] == [1, 1, 0]
+
+
+def test_ucf_crime_release_layout_normals_and_a_25fps_video(tmp_path, release, by_id, caplog):
+    ann, videos = release("ucf_crime")
+    assert (
+        ann.read_text().splitlines()[0] == "Arson011_x264.mp4  Arson  60  150  -1  -1  "
+    )  # two-space columns
+    lines = [x for x in ann.read_text().splitlines() if x.strip()]
+    with caplog.at_level("WARNING", logger="data_builders"):
+        report = build_source("ucf_crime", tmp_path / "out", annotations=ann, videos=videos, workers=2)
+    s = by_id(report.records)
+    assert len(s) == len(lines) == 5 and report.errors == []  # every line converted
+    normals = [x for x in s.values() if x.meta["event_class"] == "Normal"]
+    assert [(x.id, x.is_negative) for x in normals] == [
+        ("ucf_crime-Normal_Videos_004_x264", True),
+        ("ucf_crime-Normal_Videos_017_x264", True),
+    ]
+    assert all(x.video.startswith("../release/videos/Testing_Normal_Videos_Anomaly/") for x in normals)
+    assert s["ucf_crime-Arson011_x264"].video == "../release/videos/Arson/Arson011_x264.mp4"
+    road = s["ucf_crime-RoadAccidents017_x264"]  # frames 50-125 of a 25 fps video: 2.0-5.0 s
+    assert (road.meta["fps"], [(t.time, t.window) for t in road.targets]) == (25.0, [(2.0, (2.0, 5.0))])
+    assert report.counts["fps_differs_from_frame_rate"] == 1
+    assert "RoadAccidents017_x264.mp4: probed 25.000 fps, not 30" in caplog.text
+    fixed = by_id(
+        build_source(
+            "ucf_crime", tmp_path / "fixed", annotations=ann, videos=videos, options={"use_probed_fps": False}
+        ).records
+    )
+    assert [round(t.time, 3) for t in fixed["ucf_crime-RoadAccidents017_x264"].targets] == [1.667]
 
 
 def test_object_tracks_each_disappearance_is_a_target(tmp_path, mp4, build, by_id):

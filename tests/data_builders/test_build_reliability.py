@@ -1,0 +1,274 @@
+"""Builds never lose the previous build nor overwrite their input; bad input files and bad options get
+errors naming the file, the line and the reason (or the option), never a bare exception."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import data_builders.outputs as outputs
+from data_builders.build import BuildFailed, build_source
+from data_builders.records import RecordError, load_streams
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _nexar(tmp_path, mp4, rows="822,19.5,18.633,1\n1924,,,0\n"):
+    videos = tmp_path / "videos"
+    for name in ("00822", "01924", "00031"):
+        mp4(videos / f"{name}.mp4", 25)
+    csv = tmp_path / "train.csv"
+    csv.write_text("id,time_of_event,time_of_alert,target\n" + rows)
+    return csv, videos
+
+
+def _snapshot(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()}
+
+
+def test_a_rebuild_that_fails_midway_leaves_the_previous_build(tmp_path, mp4, monkeypatch):
+    csv, videos = _nexar(tmp_path, mp4)
+    build_source("nexar", tmp_path / "out", annotations=csv, videos=videos, shard_size=1)
+    before = _snapshot(tmp_path / "out")
+    assert sorted(before) == [
+        "errors.jsonl",
+        "records-00000-of-00002.parquet",
+        "records-00001-of-00002.parquet",
+        "records.jsonl",
+        "stats.json",
+    ]
+    csv.write_text(csv.read_text() + "31,12.0,11.0,1\n")
+
+    def full_disk(out_dir, streams, shard_size=10_000, prefix="records"):
+        (Path(out_dir) / "records-00000-of-00001.parquet").write_bytes(b"PAR1 cut")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(outputs, "write_parquet", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        build_source("nexar", tmp_path / "out", annotations=csv, videos=videos)
+    assert _snapshot(tmp_path / "out") == before  # no shard removed, no file cut, no stale stats
+    assert [p.name for p in (tmp_path / "out").iterdir() if p.name.startswith(".")] == []  # staging removed
+    monkeypatch.undo()
+    report = build_source("nexar", tmp_path / "out", annotations=csv, videos=videos)
+    assert sorted(_snapshot(tmp_path / "out")) == [
+        "errors.jsonl",
+        "records-00000-of-00001.parquet",
+        "records.jsonl",
+        "stats.json",
+    ]  # the two old shards are gone, replaced by one
+    assert len(load_streams(tmp_path / "out")) == len(report.records) == 3
+
+
+def test_a_failed_build_goes_aside_and_a_later_good_one_clears_it(tmp_path, mp4):
+    csv, videos = _nexar(tmp_path, mp4)
+    build_source("nexar", tmp_path / "out", annotations=csv, videos=videos)
+    before = _snapshot(tmp_path / "out")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("id,time_of_event,time_of_alert,target\n822,19.5,18.633,1\n9,x,1.0,1\n")
+    with pytest.raises(BuildFailed, match=r"1 of 2 source records \(50.00%\).*previous build in .* is kept"):
+        build_source("nexar", tmp_path / "out", annotations=bad, videos=videos)
+    assert _snapshot(tmp_path / "out") == before
+    assert "cannot parse time 'x'" in (tmp_path / "out/failed_build/errors.jsonl").read_text()
+    build_source("nexar", tmp_path / "out", annotations=csv, videos=videos)
+    assert not (tmp_path / "out/failed_build").exists()
+
+
+def test_out_that_is_or_holds_the_annotations_is_refused(tmp_path, mp4):
+    csv, videos = _nexar(tmp_path, mp4)
+    text = csv.read_text()
+    for out in (tmp_path, csv):
+        with pytest.raises(BuildFailed, match="is or contains the annotations .* choose another out"):
+            build_source("nexar", out, annotations=csv, videos=videos)
+    release = tmp_path / "EgoServe_release"
+    release.mkdir()
+    with pytest.raises(BuildFailed, match="is or contains the annotations"):
+        build_source("egoserve", release, annotations=release, videos=videos)
+    assert csv.read_text() == text and sorted(p.name for p in tmp_path.iterdir()) == [
+        "EgoServe_release",
+        "train.csv",
+        "videos",
+    ]
+
+
+def test_toy_rebuild_replaces_its_videos_folder(tmp_path):
+    build_source("toy", tmp_path / "toy", options={"n": 3, "seed": 0}, check_videos=False)
+    build_source("toy", tmp_path / "toy", options={"n": 2, "seed": 1}, check_videos=False)
+    streams = load_streams(tmp_path / "toy")
+    assert [s.id for s in streams] == ["toy-1-00000", "toy-1-00001"]
+    assert sorted(p.name for p in (tmp_path / "toy/videos").iterdir()) == ["toy_00000.mp4", "toy_00001.mp4"]
+
+
+def test_one_line_json_lines_file_is_read_as_json_lines(tmp_path, mp4):
+    mp4(tmp_path / "videos/desk.mp4", 4)
+    tracks = tmp_path / "tracks.jsonl"
+    tracks.write_text(
+        json.dumps(
+            {
+                "id": "mug",
+                "video": "desk.mp4",
+                "object": "the mug",
+                "fps": 2,
+                "visible": [True, True, False, True],
+            }
+        )
+        + "\n"
+    )
+    [s] = build_source(
+        "object_tracks", tmp_path / "out", annotations=tracks, videos=tmp_path / "videos"
+    ).records
+    assert (s.id, [t.time for t in s.targets]) == ("object_tracks-mug", [1.0])
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("empty.json", b"", r"empty.json: annotation file is empty"),
+        ("blank.jsonl", b"\n  \n", r"blank.jsonl: annotation file is empty"),
+        ("none.json", b"[]", r"no records in .*none.json"),
+        (
+            "latin1.jsonl",
+            b'{"id": "a"}\n{"id": "caf\xe9"}\n',
+            r"latin1.jsonl, record line 2: not UTF-8 text: byte 0xe9",
+        ),
+        (
+            "torn.jsonl",
+            b'{"id": "a", "video": "v.mp4"}\n{"id": "b", "vid\n{"id": "c"}\n',
+            r"torn.jsonl, record line 2: invalid JSON at line 2",
+        ),
+        ("torn.json", b'[\n {"id": "a"},\n {"id": \n]\n', r"torn.json: invalid JSON at line 4, column 1"),
+        (
+            "huge.json",
+            b'[{"id": "a", "fps": ' + b"9" * 5000 + b"}]",
+            r"huge.json: invalid JSON: Exceeds the limit",
+        ),
+        ("deep.json", b"[" * 100_000 + b"]" * 100_000, r"deep.json: invalid JSON: nested too deeply"),
+    ],
+)
+def test_bad_annotation_files_name_the_file_line_and_reason(tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(BuildFailed, match=message):
+        build_source("object_tracks", tmp_path / "out", annotations=path, videos=tmp_path)
+    assert not (tmp_path / "out").exists()  # nothing written
+
+
+def test_bad_csv_and_text_annotations(tmp_path):
+    csv = tmp_path / "train.csv"
+    csv.write_bytes(b"id,time_of_event,time_of_alert\n1,2.0,1.0\n2,\xff,1\n")
+    with pytest.raises(BuildFailed, match=r"train.csv, record line 3: not UTF-8 text: byte 0xff"):
+        build_source("nexar", tmp_path / "o", annotations=csv, videos=tmp_path)
+    ucf = tmp_path / "ucf.txt"
+    ucf.write_text(
+        "Arson011_x264.mp4  Arson  " + "9" * 400 + "  500  -1  -1\nNormal_1.mp4  Normal  -1  -1  -1  -1\n"
+    )
+    report = build_source(
+        "ucf_crime",
+        tmp_path / "u",
+        annotations=ucf,
+        videos=tmp_path,
+        check_videos=False,
+        max_error_rate=1.0,
+        exists=lambda p: True,
+        probe=lambda p, check_end: _info(),
+    )
+    assert [(e.record, e.reason) for e in report.errors] == [
+        ("Arson011_x264.mp4", "field 'col3': frame number " + "9" * 40 + " out of range")
+    ]
+
+
+def test_huge_times_in_json_records_are_record_errors(tmp_path, mp4):
+    mp4(tmp_path / "videos/a.mp4", 4)
+    tracks = tmp_path / "tracks.json"
+    tracks.write_text(
+        '[{"id": "big", "video": "a.mp4", "object": "x", "fps": 1' + "0" * 400 + ', "visible": [true]},'
+        ' {"id": "ok", "video": "a.mp4", "object": "x", "fps": 1, "visible": [true, false]}]'
+    )
+    report = build_source(
+        "object_tracks", tmp_path / "out", annotations=tracks, videos=tmp_path / "videos", max_error_rate=1.0
+    )
+    assert [s.id for s in report.records] == ["object_tracks-ok"]
+    assert [(e.record, e.reason) for e in report.errors] == [
+        ("big", "field 'fps': time out of range (401-digit number)")
+    ]
+
+
+def test_record_files_with_bad_meta_or_lines_name_file_and_line(tmp_path):
+    good = {
+        "id": "a",
+        "source": "toy",
+        "task": "event_monitoring",
+        "video": "a.mp4",
+        "clip_start": 0.0,
+        "clip_end": 5.0,
+        "instruction": "",
+        "meta": "{not json",
+    }
+    path = tmp_path / "records.jsonl"
+    path.write_text(json.dumps(good) + "\n")
+    with pytest.raises(RecordError, match=r"records.jsonl, record a, field 'meta': not a JSON object string"):
+        load_streams(path)
+    path.write_bytes(b'{"id": 1' + b"0" * 5000 + b"}\n")
+    with pytest.raises(RecordError, match=r"records.jsonl, record line 1: invalid JSON: Exceeds the limit"):
+        load_streams(path)
+    path.write_bytes(json.dumps({**good, "meta": {}}).encode() + b"\n" + b"[" * 100_000 + b"\n")
+    with pytest.raises(RecordError, match=r"record line 2: invalid JSON"):
+        load_streams(path)
+    path.write_bytes(b'{"id": "\xff"}\n')
+    with pytest.raises(RecordError, match=r"record line 1: not UTF-8 text"):
+        load_streams(path)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"shard_size": 0}, "shard_size must be a whole number of records >= 1, got 0"),
+        ({"workers": 0}, "workers must be a whole number >= 1, got 0"),
+        ({"max_error_rate": -0.5}, "max_error_rate must be a share between 0 and 1, got -0.5"),
+        ({"options": {"frame_rate": 0}}, "source 'ucf_crime': option frame_rate must be > 0, got 0"),
+        ({"options": {"segments": "last"}}, r"option segments must be one of \['all', 'first'\], got 'last'"),
+    ],
+)
+def test_bad_settings_name_the_option(tmp_path, kwargs, message):
+    ann = tmp_path / "ucf.txt"
+    ann.write_text("Normal_1.mp4  Normal  -1  -1  -1  -1\n")
+    with pytest.raises(BuildFailed, match=message):
+        build_source("ucf_crime", tmp_path / "out", annotations=ann, videos=tmp_path, **kwargs)
+
+
+def test_cli_names_the_bad_option_and_exits_nonzero(tmp_path):
+    ann = tmp_path / "ucf.txt"
+    ann.write_text("Normal_1.mp4  Normal  -1  -1  -1  -1\n")
+    base = [
+        sys.executable,
+        "-m",
+        "data_builders",
+        "build",
+        "source=ucf_crime",
+        f"annotations={ann}",
+        f"videos={tmp_path}",
+        f"out={tmp_path / 'out'}",
+    ]
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    shard = subprocess.run([*base, "shard_size=0"], capture_output=True, text=True, timeout=120, env=env)
+    assert (
+        shard.returncode == 1
+        and "build failed: shard_size must be a whole number of records >= 1, got 0" in shard.stderr
+    )
+    rate = subprocess.run([*base, "frame_rate=0"], capture_output=True, text=True, timeout=120, env=env)
+    assert rate.returncode == 2 and "option frame_rate must be > 0, got 0.0" in rate.stderr
+    assert "Traceback" not in shard.stderr + rate.stderr
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    cmd = [*base[:5], f"annotations={empty}", *base[6:]]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 1 and "empty.txt: annotation file is empty" in proc.stderr
+
+
+def _info():
+    from data_builders.video import VideoInfo
+
+    return VideoInfo(duration=30.0, fps=30.0, n_frames=900, width=16, height=16)
