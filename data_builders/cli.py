@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from data_builders.build import BuildFailed, build_source
 from data_builders.config import BuildConfig, FramesConfig
+from data_builders.files import OutputLock, OutputLocked
 from data_builders.mixture import MixtureConfig, build_mixture
 from data_builders.registry import get_source
 from data_builders.schema import typed
@@ -56,6 +57,11 @@ def run_build(cfg: DictConfig, source: str) -> int:
         print("build config error: out=DIR is required", file=sys.stderr)
         return 2
     try:
+        lock = OutputLock(base.out, f"data_builders build source={source}").acquire()
+    except OutputLocked as exc:
+        print(f"build failed: {exc}", file=sys.stderr)
+        return 1
+    try:
         report = build_source(
             source,
             base.out,
@@ -71,6 +77,8 @@ def run_build(cfg: DictConfig, source: str) -> int:
     except BuildFailed as exc:
         print(f"build failed: {exc}", file=sys.stderr)
         return 1
+    finally:
+        lock.release()
     print(
         json.dumps(
             {

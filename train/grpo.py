@@ -28,6 +28,7 @@ from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from data_builders.files import OutputLock
 from data_builders.progress import console
 from data_builders.schema import validate
 from rewards.grpo import build_reward
@@ -59,9 +60,11 @@ def run(cfg: DictConfig, out: Path | None = None) -> Path:
     """Train from a validated config; returns the final checkpoint dir (model + processor), or with
     ``grpo.keep_best`` the best one on the held-out split."""
     signals = SignalFlag()  # first: a signal while the model loads is caught too
+    lock = OutputLock(out or cfg.grpo.output_dir, "train.grpo").acquire()  # one run per run dir
     try:
         return _run(cfg, out, signals)
     finally:
+        lock.release()
         signals.restore()
 
 
@@ -132,6 +135,8 @@ def _run(cfg: DictConfig, out: Path | None, signals: SignalFlag) -> Path:
     if g.eval_split:
         held_out = split_records(Path(cfg.data.dir) / g.eval_split)
         held_out_streams = load_streams(held_out)
+        if not held_out_streams:
+            raise ValueError(f"grpo.eval_split={g.eval_split}: {held_out} holds no records to evaluate")
         bench = BenchmarkConfig(steps_per_second=sps)  # P3I, label content
 
         def evaluate(m):

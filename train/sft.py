@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from data_builders.config import RenderConfig
+from data_builders.files import OutputLock
 from data_builders.progress import console
 from data_builders.schema import validate
 from data_builders.video import FrameCache
@@ -143,6 +144,16 @@ def train(cfg: DictConfig) -> Path:
     t = cfg.train
     out = Path(t.output_dir)
     resume = resolve_resume(t.resume, out)
+    lock = OutputLock(out, "train.sft").acquire() if int(os.environ.get("RANK", "0")) == 0 else None
+    try:
+        return _train(cfg, out, resume)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train(cfg: DictConfig, out: Path, resume: str | None) -> Path:
+    t = cfg.train
     trainer, preemption = build_trainer(cfg)
     processor = trainer.processing_class
     if preemption.received is not None:  # during start-up: nothing trained, nothing to save
