@@ -137,6 +137,7 @@ def evaluate(cfg: DictConfig, sweep: bool = False, echo: bool = True) -> dict:
     """Run, score and log one evaluation (one threshold); returns the metrics dict."""
     quiet_libraries()
     bench, runner = cfg.benchmark, get_runner(cfg.benchmark.protocol)
+    runner.check(bench)  # e.g. open_content=judge without benchmark.judge_url fails here, not after streaming
     check_render(cfg.checkpoint, cfg.render)
     path = records_path(cfg)
     streams = load_streams(path)[: cfg.limit]
