@@ -117,8 +117,10 @@ def detect_release(path: Path) -> str | None:
     if path.is_dir():
         if any((path / gt_rel).exists() for gt_rel, _ in RELEASE_LAYOUT.values()):
             return "release"
-        if any((path / f).exists() for f in EGOLIFE_FILES) or any(
-            (d / f).exists() for d in path.iterdir() if d.is_dir() for f in EGOLIFE_FILES
+        if (
+            path.name == "EgoLife"
+            or any((path / f).exists() for f in EGOLIFE_FILES)
+            or any((d / f).exists() for d in path.iterdir() if d.is_dir() for f in EGOLIFE_FILES)
         ):
             return "egolife"
         return None

@@ -160,7 +160,7 @@ def folder_sources(
                 m = _DAY_DIR.fullmatch(day_dir.name)
                 if day_dir.is_dir():
                     _count_other_files(day_dir, name, out)
-                if m is None or not (day_dir / name).is_file():
+                if m is None or not (day_dir / name).exists():
                     out.dropped.add("pred_folder_without_response_file", str(day_dir))
                     continue
                 day = int(m.group(1))
@@ -169,7 +169,7 @@ def folder_sources(
                     src.entries.append((f"{day_dir / name}[{i}]", day, e))
         else:
             _count_other_files(d, name, out)
-            if not (d / name).is_file():
+            if not (d / name).exists():
                 out.dropped.add("pred_folder_without_response_file", str(d))
                 continue
             src.entries = [
