@@ -2,7 +2,8 @@
 
 - one **total deadline per request** (``timeout_s``, ``--judge-timeout``, default 60 s) covering
   connect, send and every byte of the reply, so a server that drips one byte every few seconds is
-  cut off at the deadline (a per-read socket timeout would wait forever);
+  cut off at the deadline (a per-read socket timeout would wait forever); an https endpoint's TLS
+  handshake is bounded per read by the same number of seconds;
 - **bounded retries** (``tries``, 3 in all) with exponential backoff (0.5 s, 1 s, ...) for
   transient failures only: timeouts, connection errors, a bad status line or a cut reply, HTTP
   408, 429 and 5xx;
