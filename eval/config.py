@@ -89,6 +89,18 @@ class BenchmarkConfig:
     """Allowed category tags of a response (EgoServe: its subtypes); null: any tag."""
     embedding_model: str | None = None
     """Sentence-embedding model folder for ``open_content=embedding`` (null: the packaged one)."""
+    judge_backend: str = "http"
+    """LLM judge of ``content``/``open_content=judge``: ``http`` (OpenAI-compatible) or ``local``."""
+    judge_url: str | None = None
+    """Base URL of the judge endpoint, e.g. ``http://127.0.0.1:8000/v1`` (required by the http judge)."""
+    judge_model: str | None = None
+    """Judge model name (http) or folder (local); required when the judge is used."""
+    judge_key_env: str = "JUDGE_API_KEY"
+    """Environment variable holding the judge's API key (the key itself is never in a config)."""
+    judge_cache: str | None = None
+    """sqlite cache of judge answers (null: ``~/.cache/proactive_vlm/judge.sqlite``)."""
+    judge_timeout: float = bounded(60.0, gt=0)
+    """Seconds: the total deadline of one judge request (connect, send and the whole reply)."""
 
 
 @dataclass

@@ -1,84 +1,111 @@
 """The LLM judge: EgoServe's Rationality and Effectiveness ratings, and the ``judge`` content scorer.
 
-Two rubric prompts (docs/protocols.md), each rated 1-5 at temperature 0 and answered in one strict line,
-``Rationality: <n>`` or ``Effectiveness: <n>``. An answer without exactly that line (one value, 1-5)
-is unparsable; the question is asked again, up to ``tries`` (3) times; a pair still unparsable is
-counted and reported, never turned into a score.
+Rated as the benchmark's official judge rates (docs/egoserve.md):
+
+- the pairs are the matched (ground truth, prediction) pairs of the official matching; a pair whose
+  ground-truth or predicted message is empty (after stripping) is not sent, it is counted under
+  ``skipped_empty_message``;
+- two prompts per pair (:data:`RATIONALITY_PROMPT`, :data:`EFFECTIVENESS_PROMPT`, this project's
+  wording of the official rubric), each showing both service types (``main / sub``) and both
+  messages, answered at temperature 0 with ``Rationality: <1-5>`` (or ``Effectiveness: <1-5>``)
+  and a one-to-three sentence justification;
+- the rating is the first ``<Name>: <integer>`` in the answer (any case), capped at 5; an answer
+  without one is not asked again; a pair counts only when both ratings parse;
+- Rationality, Effectiveness and their mean (``overall``) are plain means over the rated pairs,
+  overall and per dataset, with ``n``.
+
+A pair the judge could not rate (unparsable answer, failed request, endpoint down) is counted under
+``unrated``, never turned into a score. Requests go through :class:`eval.chat_client.ChatClient`
+(a total deadline per request, ``--judge-timeout``; retries for transient failures only; 401/403/404
+stop the run with the status).
 
 Back ends (registry :data:`JUDGE_BACKENDS`): ``http``, an OpenAI-compatible chat-completions endpoint
 (``base_url``, ``model``, the API key read from the environment variable named by ``key_env``,
-never logged), and ``local``, a transformers causal LM from a folder (greedy decoding).
+never logged), and ``local``, a transformers causal LM from a folder (greedy decoding). Answers are
+cached on disk (sqlite) under a key of back end, model and prompt, so a re-evaluation sends no
+request. As a content scorer (``--content judge``), a pair's score is ``(Rationality - 1) / 4``
+(at least 0); an unrated pair raises :class:`rewards.content.Unscorable`.
 
-Answers are cached on disk (sqlite) under a key of back end, model, prompt and try number, so a
-re-evaluation sends no request: a try that once gave a bad answer replays that same answer.
-
-As a content scorer (``--content judge``), a pair's score is ``(Rationality - 1) / 4``;
-an unparsable pair raises :class:`rewards.content.Unscorable`.
-
-    python -m eval.score --protocol egoserve --gt holoassist_service_annotations.json --pred preds.json \\
-        --content judge --judge-url http://127.0.0.1:8000/v1 --judge-model my-judge
+    python -m eval.score --protocol egoserve --gt holoassist_service_annotations.json --pred preds/ \\
+        --content judge --judge-url http://127.0.0.1:8000/v1 --judge-model my-judge --judge-timeout 30
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import sqlite3
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from eval.chat_client import ChatClient, ChatError, ChatFatal
 from rewards.content import TargetLike, Unscorable, register_content
 
-RATIONALITY_PROMPT = """You are grading a proactive assistant that watches a first-person video and offers help.
-Compare the assistant's message with the reference message written by an annotator for the same moment.
+_HEADER = """You rate a proactive assistant that watches a first-person video and offers help without being asked.
+An annotator wrote the reference service for the same moment.
 
 Reference service type: {gt_type}
 Reference message: {gt_text}
+
 Assistant service type: {pred_type}
 Assistant message: {pred_text}
+"""
 
-Rate Rationality from 1 to 5: does the assistant's message agree in meaning with the reference message
-and offer the same type of service?
-5 = same intent, same key facts, same service type; 4 = same intent, minor omissions;
-3 = partly overlapping intent or a related service type; 2 = mostly different; 1 = unrelated or contradictory.
+RATIONALITY_PROMPT = (
+    _HEADER
+    + """
+Rate RATIONALITY from 1 to 5: how close in meaning the assistant's service is to the reference.
+Consider: do both answer the same situation and need; is the content consistent with the reference;
+does the service type agree with the reference type; are the key pieces of information kept?
+1 = unrelated to the reference or contradicting it
+2 = a large mismatch in meaning; it serves a different need
+3 = partly the same; some aspects right but key points missing
+4 = mostly the same; small differences in meaning
+5 = the same meaning as the reference
 
-Answer with exactly one line and nothing else:
-Rationality: <n>"""
+Reply in exactly two lines and nothing else:
+Rationality: <1-5>
+Justification: <one to three sentences>"""
+)
 
-EFFECTIVENESS_PROMPT = """You are grading a proactive assistant that watches a first-person video and offers help.
+EFFECTIVENESS_PROMPT = (
+    _HEADER
+    + """
+Rate EFFECTIVENESS from 1 to 5: does the assistant's message, on its own, help the user in a logical way?
+Consider: does it address the user's situation; is the advice or information actionable and useful;
+is the reasoning behind it sound; does it help proactively in a meaningful way; are its tone and
+framing right for an assistant that speaks up unasked?
+1 = illogical or unhelpful; no real help
+2 = poorly reasoned; the help is confusing or misguided
+3 = somewhat helpful but its logic or actionability is unclear
+4 = sound and helpful, with small issues
+5 = excellent: clearly reasoned, actionable and truly helpful
 
-Situation (reference service type and message): {gt_type}: {gt_text}
-Assistant message: {pred_text}
+Reply in exactly two lines and nothing else:
+Effectiveness: <1-5>
+Justification: <one to three sentences>"""
+)
 
-Rate Effectiveness from 1 to 5: is the assistant's message logical, actionable, helpful to the user at
-this moment, and well framed (clear, concise, polite)?
-5 = all four fully; 4 = one minor weakness; 3 = useful but vague or awkward;
-2 = hardly actionable or poorly framed; 1 = illogical, unhelpful or harmful.
-
-Answer with exactly one line and nothing else:
-Effectiveness: <n>"""
+#: How a dataset is named in the judge's per-dataset means (the official spellings).
+DATASET_NAMES = {"egolife": "EgoLife", "holoassist": "HoloAssist", "captaincook4d": "CaptionCook4D"}
 
 
-def parse_rating(answer: str, field: str) -> int | None:
-    """The rating in the answer's one ``<field>: <n>`` line (n in 1..5), or None.
+def parse_rating(answer: str | None, field: str) -> int | None:
+    """The first ``<field>: <integer>`` in the answer (case-insensitive), capped at 5; None if none.
 
-    >>> parse_rating("Rationality: 4", "Rationality"), parse_rating("I think 4", "Rationality")
+    >>> parse_rating("Rationality: 4\\nJustification: close.", "Rationality"), parse_rating("I think 4", "Rationality")
     (4, None)
-    >>> parse_rating("Rationality: 4\\nRationality: 2", "Rationality") is None
-    True
+    >>> parse_rating("rationality: 7", "Rationality"), parse_rating("**Rationality:** 4", "Rationality")
+    (5, None)
     """
-    pattern = re.compile(rf"^{field}:\s*([1-5])$")
-    values = {m.group(1) for line in answer.splitlines() if (m := pattern.match(line.strip()))}
-    return int(values.pop()) if len(values) == 1 else None
+    m = re.search(rf"{field}:\s*(\d+)", answer or "", re.IGNORECASE)
+    return min(int(m.group(1)), 5) if m else None
 
 
 class JudgeCache:
-    """sqlite store of raw judge answers, keyed by a hash of (back end, model, prompt, try)."""
+    """sqlite store of raw judge answers, keyed by a hash of (back end, model, prompt)."""
 
     def __init__(self, path: str | Path | None) -> None:
         self.path = Path(path) if path else None
@@ -88,8 +115,8 @@ class JudgeCache:
         self.db.execute("CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, answer TEXT NOT NULL)")
 
     @staticmethod
-    def key(backend: str, model: str, prompt: str, attempt: int) -> str:
-        return hashlib.sha256(json.dumps([backend, model, prompt, attempt]).encode()).hexdigest()
+    def key(backend: str, model: str, prompt: str) -> str:
+        return hashlib.sha256(json.dumps([backend, model, prompt]).encode()).hexdigest()
 
     def get(self, key: str) -> str | None:
         row = self.db.execute("SELECT answer FROM answers WHERE key = ?", (key,)).fetchone()
@@ -100,43 +127,10 @@ class JudgeCache:
         self.db.commit()
 
 
-class HttpBackend:
-    """An OpenAI-compatible ``POST {base_url}/chat/completions`` endpoint (stdlib HTTP)."""
+class HttpBackend(ChatClient):
+    """An OpenAI-compatible ``POST {base_url}/chat/completions`` endpoint (:class:`ChatClient`)."""
 
     name = "http"
-
-    def __init__(
-        self,
-        base_url: str,
-        model: str,
-        key_env: str = "JUDGE_API_KEY",
-        timeout_s: float = 60.0,
-        max_tokens: int = 16,
-    ) -> None:
-        if not base_url or not model:
-            raise ValueError("the http judge needs base_url and model")
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        self.model, self.key_env, self.timeout_s, self.max_tokens = model, key_env, timeout_s, max_tokens
-        self.requests_sent = 0
-
-    def complete(self, prompt: str) -> str:
-        body = {
-            "model": self.model,
-            "messages": [{"role": "user", "content": prompt}],
-            "temperature": 0,
-            "max_tokens": self.max_tokens,
-        }
-        headers = {"Content-Type": "application/json"}
-        key = os.environ.get(self.key_env)
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        request = urllib.request.Request(
-            self.url, data=json.dumps(body).encode(), headers=headers, method="POST"
-        )
-        self.requests_sent += 1
-        with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-            data = json.loads(response.read().decode("utf-8"))
-        return str(data["choices"][0]["message"]["content"])
 
 
 class LocalBackend:
@@ -152,6 +146,7 @@ class LocalBackend:
         self.lm = AutoModelForCausalLM.from_pretrained(model).to(device).eval()
         self.device, self.max_tokens = device, max_tokens
         self.requests_sent = 0
+        self.down = None
 
     def complete(self, prompt: str) -> str:
         import torch
@@ -173,20 +168,15 @@ JUDGE_BACKENDS: dict[str, Callable[..., Any]] = {"http": HttpBackend, "local": L
 
 
 class Judge:
-    """Rates pairs with the two rubrics; counts requests, cache hits and unparsable answers."""
+    """Rates pairs with the two rubrics; counts requests, cache hits, failures and unparsable answers."""
 
     def __init__(
-        self,
-        backend: str = "http",
-        cache_path: str | Path | None = None,
-        tries: int = 3,
-        **backend_config: Any,
+        self, backend: str = "http", cache_path: str | Path | None = None, **backend_config: Any
     ) -> None:
         if backend not in JUDGE_BACKENDS:
             raise KeyError(f"unknown judge back end {backend!r} (known: {sorted(JUDGE_BACKENDS)})")
         self.backend = JUDGE_BACKENDS[backend](**backend_config)
         self.cache = JudgeCache(cache_path)
-        self.tries = tries
         self.unparsable = 0
         self.cache_hits = 0
         self.errors = 0
@@ -196,77 +186,94 @@ class Judge:
         return self.backend.requests_sent
 
     def rate(self, prompt: str, field: str) -> int | None:
-        """Ask up to ``tries`` times; the parsed rating or None (then counted as unparsable)."""
-        for attempt in range(self.tries):
-            key = JudgeCache.key(self.backend.name, self.backend.model, prompt, attempt)
-            answer = self.cache.get(key)
-            if answer is None:
-                try:
-                    answer = self.backend.complete(prompt)
-                except (urllib.error.URLError, OSError, KeyError, IndexError, ValueError):
-                    self.errors += 1  # a failed request is a used try; nothing is cached
-                    continue
-                self.cache.put(key, answer)
-            else:
-                self.cache_hits += 1
-            rating = parse_rating(answer, field)
-            if rating is not None:
-                return rating
-        self.unparsable += 1
-        return None
+        """The rating of one prompt, or None (a failed request or an unparsable answer, counted).
+        :class:`eval.chat_client.ChatFatal` (401/403/404) propagates."""
+        key = JudgeCache.key(self.backend.name, self.backend.model, prompt)
+        answer = self.cache.get(key)
+        if answer is None:
+            try:
+                answer = self.backend.complete(prompt)
+            except ChatFatal:
+                raise
+            except ChatError:
+                self.errors += 1
+                return None
+            self.cache.put(key, answer)
+        else:
+            self.cache_hits += 1
+        rating = parse_rating(answer, field)
+        if rating is None:
+            self.unparsable += 1
+        return rating
 
-    def rationality(self, gt_text: str, gt_type: str, pred_text: str, pred_type: str) -> int | None:
-        return self.rate(
-            RATIONALITY_PROMPT.format(
-                gt_text=gt_text, gt_type=gt_type, pred_text=pred_text, pred_type=pred_type
-            ),
-            "Rationality",
+    def ratings(
+        self, gt_text: str, gt_type: str, pred_text: str, pred_type: str
+    ) -> tuple[int | None, int | None]:
+        """(Rationality, Effectiveness) of one pair, Rationality asked first."""
+        values = dict(gt_text=gt_text, gt_type=gt_type, pred_text=pred_text, pred_type=pred_type)
+        return (
+            self.rate(RATIONALITY_PROMPT.format(**values), "Rationality"),
+            self.rate(EFFECTIVENESS_PROMPT.format(**values), "Effectiveness"),
         )
 
-    def effectiveness(self, gt_text: str, gt_type: str, pred_text: str) -> int | None:
-        return self.rate(
-            EFFECTIVENESS_PROMPT.format(gt_text=gt_text, gt_type=gt_type, pred_text=pred_text),
-            "Effectiveness",
-        )
-
-    def rate_pairs(self, pairs: Iterable[tuple[Any, Any]]) -> dict:
-        """Mean Rationality, Effectiveness and their mean over pairs where both parse, plus counts.
-        Each pair is (gt, prediction) with ``subtype`` and ``text`` attributes."""
-        rs, es, bad = [], [], 0
-        for gt, pred in pairs:
-            r = self.rationality(gt.text, gt.subtype, pred.text, pred.subtype)
-            e = self.effectiveness(gt.text, gt.subtype, pred.text)
-            if r is None or e is None:
-                bad += 1
+    def rate_pairs(self, pairs: Iterable[tuple[str, Any, Any]]) -> dict:
+        """Means over ``(dataset, gt, prediction)`` pairs (events with ``text``, ``subtype`` and
+        ``main_type``), overall and per dataset, and the counts (module docstring)."""
+        rated: dict[str, list[tuple[int, int]]] = {}
+        total = skipped = unrated = 0
+        for dataset, gt, pred in pairs:
+            total += 1
+            gt_text, pred_text = (gt.text or "").strip(), (pred.text or "").strip()
+            if not gt_text or not pred_text:
+                skipped += 1
                 continue
-            rs.append(r)
-            es.append(e)
-        mean_r = sum(rs) / len(rs) if rs else None
-        mean_e = sum(es) / len(es) if es else None
+            r, e = self.ratings(gt_text, _type(gt), pred_text, _type(pred))
+            if r is None or e is None:
+                unrated += 1
+                continue
+            rated.setdefault(DATASET_NAMES.get(dataset, dataset), []).append((r, e))
+        every = [x for v in rated.values() for x in v]
         return {
-            "rationality": mean_r,
-            "effectiveness": mean_e,
-            "mean": None if mean_r is None else (mean_r + mean_e) / 2,
-            "pairs_rated": len(rs),
-            "pairs_unparsable": bad,
+            **_means(every),
+            "per_dataset": {ds: _means(v) for ds, v in rated.items()},
+            "pairs": total,
+            "skipped_empty_message": skipped,
+            "unrated": unrated,
+            "unparsable": self.unparsable,
+            "request_errors": self.errors,
+            "endpoint_down": getattr(self.backend, "down", None),
             "requests": self.requests_sent,
             "cache_hits": self.cache_hits,
-            "request_errors": self.errors,
         }
 
 
+def _type(event: Any) -> str:
+    return f"{event.main_type or ''} / {event.subtype}"
+
+
+def _means(rated: list[tuple[int, int]]) -> dict:
+    if not rated:
+        return {"rationality": None, "effectiveness": None, "overall": None, "n": 0}
+    r = sum(x for x, _ in rated) / len(rated)
+    e = sum(y for _, y in rated) / len(rated)
+    return {"rationality": r, "effectiveness": e, "overall": (r + e) / 2, "n": len(rated)}
+
+
 class JudgeScorer:
-    """Content scorer ``(Rationality - 1) / 4``; unparsable pairs raise :class:`Unscorable`."""
+    """Content scorer ``max(0, (Rationality - 1) / 4)``; an unrated pair raises :class:`Unscorable`."""
 
     def __init__(self, judge: Judge) -> None:
         self.judge = judge
 
     def __call__(self, reply: str, target: TargetLike) -> float:
         kind = target.category or "proactive reply"
-        r = self.judge.rationality(target.content, kind, reply, kind)
+        prompt = RATIONALITY_PROMPT.format(
+            gt_text=target.content, gt_type=kind, pred_text=reply, pred_type=kind
+        )
+        r = self.judge.rate(prompt, "Rationality")
         if r is None:
-            raise Unscorable("the judge's answer could not be parsed")
-        return (r - 1) / 4
+            raise Unscorable("the judge could not rate this pair")
+        return max(0.0, (r - 1) / 4)
 
 
 @register_content("judge")
@@ -274,24 +281,47 @@ def make_judge(**config: Any) -> JudgeScorer:
     return JudgeScorer(Judge(**config))
 
 
-def config_from_args(args: Any) -> dict[str, Any]:
-    """Judge config from ``eval.score``'s options (the key itself stays in the environment)."""
+#: The judge settings and how each command names them (``eval.score`` options, ``eval.run`` keys).
+SETTING_NAMES = {
+    "eval.score": {"url": "--judge-url", "model": "--judge-model", "timeout": "--judge-timeout"},
+    "eval.run": {
+        "url": "benchmark.judge_url",
+        "model": "benchmark.judge_model",
+        "timeout": "benchmark.judge_timeout",
+    },
+}
+
+
+def config_from_args(args: Any, command: str = "eval.score") -> dict[str, Any]:
+    """Judge config from ``eval.score``'s options or :class:`eval.scoring.ScoreSettings` (the key
+    itself stays in the environment); a missing URL or model, or a bad timeout, raises
+    :class:`ValueError` naming the option of ``command``."""
+    names = SETTING_NAMES[command]
     backend = getattr(args, "judge_backend", "http")
+    model = getattr(args, "judge_model", None)
+    if backend not in JUDGE_BACKENDS:
+        raise ValueError(f"unknown judge back end {backend!r} (known: {', '.join(sorted(JUDGE_BACKENDS))})")
+    if not model:
+        raise ValueError(f"the judge needs a model: set {names['model']}")
     cache = getattr(args, "judge_cache", None) or str(
         Path.home() / ".cache" / "proactive_vlm" / "judge.sqlite"
     )
-    config: dict[str, Any] = {
-        "backend": backend,
-        "cache_path": cache,
-        "model": getattr(args, "judge_model", None),
-    }
+    config: dict[str, Any] = {"backend": backend, "cache_path": cache, "model": model}
     if backend == "http":
+        url = getattr(args, "judge_url", None)
+        timeout = getattr(args, "judge_timeout", 60.0)
+        if not url:
+            raise ValueError(
+                f"the http judge needs the endpoint: set {names['url']} (e.g. http://127.0.0.1:8000/v1)"
+            )
+        if not (isinstance(timeout, (int, float)) and timeout > 0 and timeout != float("inf")):
+            raise ValueError(f"{names['timeout']} must be a positive number of seconds, got {timeout!r}")
         config.update(
-            base_url=getattr(args, "judge_url", None), key_env=getattr(args, "judge_key_env", "JUDGE_API_KEY")
+            base_url=url, key_env=getattr(args, "judge_key_env", "JUDGE_API_KEY"), timeout_s=float(timeout)
         )
     return config
 
 
 def judge_matched_pairs(pairs: list, args: Any) -> dict:
-    """Rate EgoServe's matched (gt, prediction) pairs with the judge configured on the command line."""
+    """Rate EgoServe's matched ``(dataset, gt, prediction)`` pairs with the configured judge."""
     return Judge(**config_from_args(args)).rate_pairs(pairs)

@@ -35,7 +35,7 @@ from data_builders.config import RenderConfig
 from data_builders.files import OutputLock, OutputLocked, write_text_atomic
 from data_builders.progress import Progress, console
 from data_builders.records import RecordError, Stream, load_streams, write_jsonl
-from data_builders.schema import ConfigValueError, validate
+from data_builders.schema import validate
 from data_builders.video import FrameCache
 from eval.checkpoints import check_render, checkpoint_step, model_dir, render_overrides, run_dir_of
 from eval.config import EvalConfig, quiet_libraries
@@ -143,6 +143,7 @@ def evaluate(cfg: DictConfig, sweep: bool = False, echo: bool = True) -> dict:
     stops at once, naming the holder, instead of duplicating its predictions."""
     quiet_libraries()
     bench = cfg.benchmark
+    get_runner(bench.protocol).check(bench)  # e.g. a judge without its URL fails here, not after streaming
     check_render(cfg.checkpoint, cfg.render)
     path = records_path(cfg)
     streams = load_streams(path)[: cfg.limit]
@@ -215,7 +216,7 @@ def _main(cfg: DictConfig) -> None:
     try:
         cfg = validate(cfg, EvalConfig)
         metrics = evaluate(cfg, sweep=HydraConfig.get().mode == RunMode.MULTIRUN)
-    except (RecordError, OutputLocked, ConfigValueError, FileNotFoundError) as exc:
+    except (ValueError, OutputLocked, FileNotFoundError) as exc:  # RecordError, ConfigValueError too
         print(f"eval.run: {exc}", file=sys.stderr)
         sys.exit(2)
     print(json.dumps(metrics))

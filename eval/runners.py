@@ -37,7 +37,7 @@ from data_builders.records import Reply, Stream
 from data_builders.video import FrameCache
 from eval.config import BenchmarkConfig
 from eval.render import TurnRenderer
-from eval.scoring import ScoreSettings, ground_truth, pair, score
+from eval.scoring import ScoreSettings, ground_truth, pair, score, uses_judge
 from eval.streaming import EngineConfig, StreamResult, stream_batches
 from rewards.turns import parse_turn
 
@@ -98,7 +98,25 @@ class ProtocolRunner:
             tolerance=bench.tolerance,
             dataset=bench.dataset,
             embedding_model=bench.embedding_model,
+            judge_backend=bench.judge_backend,
+            judge_url=bench.judge_url,
+            judge_model=bench.judge_model,
+            judge_key_env=bench.judge_key_env,
+            judge_cache=bench.judge_cache,
+            judge_timeout=bench.judge_timeout,
         )
+
+    def check(self, bench: BenchmarkConfig) -> None:
+        """Fail at once, before any streaming, on settings that scoring would reject at the end:
+        the judge's URL, model and timeout when ``content`` or ``open_content`` is ``judge``."""
+        settings = self.settings(bench)
+        if uses_judge(bench.protocol, settings):
+            from eval.judge import config_from_args
+
+            try:
+                config_from_args(settings, command="eval.run")
+            except ValueError as exc:
+                raise ValueError(f"benchmark {bench.name} scores with the LLM judge: {exc}") from None
 
     def score(
         self, streams: list[Stream], rows: Iterable[dict[str, Any]], bench: BenchmarkConfig
@@ -213,6 +231,7 @@ def evaluate_model(
     """The metrics of a model in memory on ``streams`` (default: the P3I benchmark), streamed and
     scored exactly as :func:`evaluate` does, with no files written."""
     bench = bench or BenchmarkConfig()
+    get_runner(bench.protocol).check(bench)
     renderer = TurnRenderer(processor, render, bench.steps_per_second)
     batches = stream_batches(
         model.eval(),

@@ -2,7 +2,8 @@
 
     python -m eval.score --protocol p3i --gt gt.jsonl --pred pred.jsonl --content label
     python -m eval.score --protocol egoserve --gt EgoServe_release/HoloAssist/holoassist_service_annotations.json \\
-        --pred holoassist_predictions.json --dataset holoassist
+        --pred predictions/holoassist_rebuttal
+    python -m eval.score --protocol egoserve --gt EgoServe_release --pred predictions   (all three datasets)
     python -m eval.score --protocol propermem --gt gt.jsonl --pred pred.jsonl --per-sample out.jsonl
 
 Prints one JSON object of aggregate metrics (0-100) as the last line of stdout. Bad input (missing
@@ -15,7 +16,15 @@ Content scoring (``--content``, default ``label``; ``--label-fallback`` scores t
 label, default ``exact``) goes through the scorer registry of :mod:`rewards.content`; a pair the
 scorer cannot score (an unparsable judge answer) leaves its sample out, and the count is reported
 under ``unscorable``. P3I samples without targets are reported under ``negatives`` (share silent),
-not in the task scores. EgoServe with ``--content judge`` rates every matched pair.
+not in the task scores.
+
+EgoServe (docs/egoserve.md): the numbers are the official evaluator's, on the release files and
+EgoMemo's prediction folders as they are (``eval.egoserve_files``, ``eval.egoserve_preds``); what
+its rules drop is counted under ``dropped`` (and named on stderr), input on which the official code
+would stop under ``official_would_fail``, and the ``strict`` view (every ground-truth event counts)
+comes with its ``errors``. ``--content judge`` rates the matched pairs as the official judge does;
+``--judge-timeout`` bounds each request, and pairs the judge could not rate are counted under
+``unrated``. A 401/403/404 from the judge exits 2 with the status.
 
 This module only reads files and options: the scoring itself is :func:`eval.scoring.score`, the
 same call ``eval.run``, ``eval.watch`` and GRPO's held-out evaluation make in memory.
@@ -38,23 +47,20 @@ from data_builders.records import (
     load_streams,
     write_jsonl,
 )
-from eval.egoserve_files import (
-    detect_release,
-    events_from_replies,
-    is_official_prediction_file,
-    load_official_predictions,
-    load_release_gt,
-)
+from eval.chat_client import ChatFatal
+from eval.egoserve_files import EventGroup, detect_release, read_release, release_pairs
+from eval.egoserve_preds import RESPONSE_NAME
+from eval.judge import config_from_args
 from eval.scoring import (
     CONTENT_SCORERS,
     PROTOCOLS,
-    EventGroup,
     GroundTruth,
     ScoreSettings,
     egoserve_groups,
     pair,
     score,
     score_egoserve_events,
+    uses_judge,
 )
 from rewards.egoserve import TOLERANCE_S
 from rewards.prs import DEFAULT_ALPHA
@@ -111,42 +117,59 @@ def load_paired(gt_path: str | Path, pred_path: str | Path, allow_missing: bool 
     )
 
 
-def _egoserve_release(gt_path: Path, pred_path: Path, dataset: str) -> EventGroup:
-    """One dataset's group from the official release ground truth and a prediction file."""
-    gt_events = load_release_gt(gt_path, dataset)
-    units = {e.unit for e in gt_events}
-    if is_official_prediction_file(pred_path):
-        pred_events = load_official_predictions(pred_path, dataset)
-    else:
-        pred_events = [
-            e for p in load_predictions(pred_path) for e in events_from_replies(p.id, p.replies, pred_path)
-        ]
-    for e in pred_events:
-        if e.unit not in units:
-            raise RecordError(
-                f"prediction unit is not in the ground truth ({gt_path})", file=pred_path, record=e.unit
-            )
-    return dataset, gt_events, pred_events
-
-
-def run(args: argparse.Namespace) -> tuple[dict, list[dict]]:
-    """Score the files of parsed options; returns (metrics, per-sample rows)."""
-    settings = settings_from_args(args)
-    if args.protocol != "egoserve":
-        return score(args.protocol, load_paired(args.gt, args.pred, args.allow_missing), settings)
+def egoserve_groups_from_files(args: argparse.Namespace, settings: ScoreSettings) -> list[EventGroup]:
+    """The event groups of every ``--gt``/``--pred`` pair: release files (a release root expands to
+    its three datasets) or stream records."""
     if len(args.gt_list) != len(args.pred_list):
         raise RecordError(
             f"{len(args.gt_list)} --gt paths but {len(args.pred_list)} --pred paths (give them in pairs)"
         )
     groups: list[EventGroup] = []
     for gt, pred in zip(args.gt_list, args.pred_list, strict=True):
+        if not Path(gt).exists():
+            raise RecordError("ground-truth file does not exist", file=gt)
         release = detect_release(Path(gt))
-        if release is not None:
-            groups.append(_egoserve_release(Path(gt), Path(pred), args.dataset or release))
+        options = {"model_suffix": args.model_suffix, "response_name": args.response_name}
+        if release == "release":
+            for ds, gt_path, pred_path in release_pairs(Path(gt), Path(pred)):
+                groups.append(read_release(gt_path, pred_path, ds, missing_ok=True, **options))
+        elif release is not None:
+            groups.append(read_release(gt, pred, args.dataset or release, **options))
         else:
             groups += egoserve_groups(load_paired(gt, pred, args.allow_missing), settings, gt_file=gt)
-    result, rows = score_egoserve_events(groups, settings)
+    return groups
+
+
+def run(args: argparse.Namespace) -> tuple[dict, list[dict]]:
+    """Score the files of parsed options; returns (metrics, per-sample rows)."""
+    settings = settings_from_args(args)
+    if uses_judge(args.protocol, settings):
+        try:
+            config_from_args(settings)  # a missing URL or model fails before any reading
+        except ValueError as exc:
+            raise RecordError(str(exc)) from None
+    if args.protocol != "egoserve":
+        return score(args.protocol, load_paired(args.gt, args.pred, args.allow_missing), settings)
+    result, rows = score_egoserve_events(egoserve_groups_from_files(args, settings), settings)
     return {"protocol": args.protocol, "content": settings.content, **result}, rows
+
+
+def report_dropped(result: dict) -> list[str]:
+    """stderr lines naming what the official EgoServe rules dropped, where the official code would
+    stop, and what the strict view could not read (counts and up to three examples each)."""
+    lines = []
+    for title, key in (
+        ("dropped by the official rules", "dropped"),
+        ("the official evaluator would stop on", "official_would_fail"),
+    ):
+        for reason, n in result.get(key, {}).items():
+            lines.append(f"{title}: {reason} = {n} (e.g. {'; '.join(result[key + '_examples'][reason])})")
+    strict = result.get("strict", {})
+    for reason, n in strict.get("errors", {}).items():
+        lines.append(
+            f"strict view cannot read: {reason} = {n} (e.g. {'; '.join(strict['error_examples'][reason])})"
+        )
+    return lines
 
 
 def settings_from_args(args: argparse.Namespace) -> ScoreSettings:
@@ -178,6 +201,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--judge-model", default=None, help="judge model name (http) or folder (local)")
     parser.add_argument("--judge-key-env", default="JUDGE_API_KEY", help="env var holding the API key")
     parser.add_argument("--judge-cache", default=None, help="sqlite cache file of judge answers")
+    parser.add_argument(
+        "--judge-timeout", type=float, default=60.0, help="seconds: total deadline of one judge request"
+    )
+    parser.add_argument(
+        "--model-suffix",
+        default=None,
+        help="EgoServe: suffix of EgoMemo's unit folders (default: EgoMemo's, e.g. -qwenvl_3_8b_instruct)",
+    )
+    parser.add_argument(
+        "--response-name", default=RESPONSE_NAME, help="EgoServe: response file name in each unit folder"
+    )
     args = parser.parse_args(argv)
     args.gt_list, args.pred_list = args.gt, args.pred
     if args.protocol != "egoserve" and (len(args.gt) > 1 or len(args.pred) > 1):
@@ -202,9 +236,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _check_outputs(args)
         result, per_sample = run(args)
-    except RecordError as err:
+    except (RecordError, ChatFatal) as err:
         print(f"eval.score: {err}", file=sys.stderr)
         return 2
+    for line in report_dropped(result):
+        print(f"eval.score: {line}", file=sys.stderr)
     if args.per_sample:
         try:
             write_jsonl(args.per_sample, per_sample)

@@ -15,11 +15,13 @@ content scorer and aggregates.
   task (1 when silent, else 0), which is how the toy experiments judge learning. ``redundant_replies``
   is :func:`rewards.prs.redundant_replies`, the count the GRPO redundancy penalty uses.
 - ``propermem``: Perfect, hit, early, late, over-trigger, false-fire rates and mean fires.
-- ``egoserve``: per-subtype detection F1 with the per-dataset tolerances (``rewards.egoserve``); with
-  ``content=judge`` the matched pairs are rated.
+- ``egoserve``: per-subtype detection F1 with the per-dataset tolerances, as the official evaluator
+  computes it (``rewards.egoserve``, docs/egoserve.md), with what its rules dropped and the
+  ``strict`` view; with the judge (``content`` or ``label_fallback`` ``judge``) the matched pairs
+  are rated.
 
-A pair the content scorer cannot score (an unparsable judge answer) leaves its sample out; the count
-is reported under ``unscorable``.
+A pair the content scorer cannot score (a judge that could not rate it) leaves its sample out; the
+count is reported under ``unscorable`` and, with the judge, ``unrated``.
 """
 
 from __future__ import annotations
@@ -30,9 +32,21 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from data_builders.records import RecordError, Reply, Stream, Target
-from eval.egoserve_files import events_from_replies, service_subtype
+from eval.egoserve_files import EventGroup
+from eval.egoserve_preds import Tally, events_from_replies
 from rewards.content import ContentScorer, Unscorable, get_content_scorer
-from rewards.egoserve import TOLERANCE_S, ServiceEvent, combine_counts, egoserve_metrics, match_services
+from rewards.egoserve import (
+    DATASET_SUBTYPES,
+    MAIN_TYPE,
+    MAIN_TYPE_CHECKED,
+    SUBTYPES,
+    TOLERANCE_S,
+    DatasetScore,
+    ServiceEvent,
+    egoserve_report,
+    score_dataset,
+)
+from rewards.egoserve_rules import strict_subtype
 from rewards.propermem import DEFAULT_TOLERANCE_S, clip_outcome, propermem_metrics
 from rewards.prs import DEFAULT_ALPHA, PRSScores, aggregate_prs, prs_scores, redundant_replies
 from rewards.turns import split_category
@@ -62,6 +76,8 @@ class ScoreSettings:
     judge_model: str | None = None
     judge_key_env: str = "JUDGE_API_KEY"
     judge_cache: str | None = None
+    judge_timeout: float = 60.0
+    """Seconds: the total deadline of one judge request (connect, send and the whole reply)."""
 
     def __post_init__(self) -> None:
         if self.content not in CONTENT_SCORERS:
@@ -236,6 +252,8 @@ def score_p3i(paired: Paired, settings: ScoreSettings) -> tuple[dict, list[dict]
     }
     if unscorable.pairs:
         result["unscorable"] = unscorable.report()
+    if uses_judge("p3i", settings):
+        result["unrated"] = unscorable.pairs
     return result, per_sample
 
 
@@ -283,30 +301,31 @@ def score_propermem(paired: Paired, settings: ScoreSettings) -> tuple[dict, list
     result = propermem_metrics(outcomes)
     if unscorable.pairs:
         result["unscorable"] = unscorable.report()
+    if uses_judge("propermem", settings):
+        result["unrated"] = unscorable.pairs
     return result, per_sample
-
-
-#: One EgoServe dataset's events: (dataset, ground-truth events, predicted events).
-EventGroup = tuple[str, list[ServiceEvent], list[ServiceEvent]]
 
 
 def egoserve_groups(paired: Paired, settings: ScoreSettings, gt_file: str | None = None) -> list[EventGroup]:
     """Stream-record ground truth (unit = record id, subtype = target category) grouped by dataset."""
-    groups: dict[str, tuple[list, list]] = {}
+    groups: dict[str, EventGroup] = {}
     for gt, replies in paired:
         ds = settings.dataset or (gt.meta or {}).get("dataset") or gt.source
         if ds not in TOLERANCE_S and settings.tolerance is None:
             raise RecordError(
                 f"unknown dataset {ds!r}: pass --dataset or --tolerance", file=gt_file, record=gt.id
             )
-        g, p = groups.setdefault(ds, ([], []))
+        group = groups.setdefault(ds, EventGroup(ds, [], []))
         for i, t in enumerate(gt.targets):
             if t.category is None:
                 raise RecordError(f"targets[{i}] has no category (its subtype)", file=gt_file, record=gt.id)
+            subtype = strict_subtype(t.category)
+            if subtype is None:
+                raise RecordError(f"unknown service subtype {t.category!r}", file=gt_file, record=gt.id)
             lo, hi = t.window if t.window is not None else (t.time, t.time)
-            g.append(ServiceEvent(gt.id, service_subtype(t.category, gt_file, gt.id), lo, hi, t.content))
-        p.extend(events_from_replies(gt.id, replies, None))
-    return [(ds, g, p) for ds, (g, p) in groups.items()]
+            group.gt.append(ServiceEvent(gt.id, subtype, lo, hi, t.content))
+        group.pred.extend(events_from_replies(gt.id, replies, None))
+    return list(groups.values())
 
 
 @protocol("egoserve")
@@ -314,28 +333,76 @@ def score_egoserve(paired: Paired, settings: ScoreSettings) -> tuple[dict, list[
     return score_egoserve_events(egoserve_groups(paired, settings), settings)
 
 
-def score_egoserve_events(groups: Sequence[EventGroup], settings: ScoreSettings) -> tuple[dict, list[dict]]:
-    """EgoServe metrics of event groups (stream records or the official release files)."""
-    per_unit, pairs, datasets = {}, [], set()
-    for ds, g, p in groups:
-        tol = settings.tolerance if settings.tolerance is not None else TOLERANCE_S[ds]
-        by_unit: dict[str, tuple[list, list]] = {}
-        for k, events in enumerate((g, p)):
-            for e in events:
-                by_unit.setdefault(e.unit, ([], []))[k].append(e)
-        for unit, (unit_gt, unit_pred) in sorted(by_unit.items()):
-            counts, found = match_services(unit_gt, unit_pred, tol)
-            per_unit[(ds, unit)] = counts
-            pairs.extend(found)
-        datasets.add(str(ds))
-    result = egoserve_metrics(combine_counts(*per_unit.values()))
-    result["datasets"] = sorted(datasets)
-    if settings.content == "judge":
+def uses_judge(protocol_name: str, settings: ScoreSettings) -> bool:
+    """Whether scoring asks the LLM judge (EgoServe: ``content`` or ``label_fallback`` is judge)."""
+    if protocol_name == "egoserve":
+        return "judge" in (settings.content, settings.label_fallback)
+    return settings.content == "judge" or (settings.content == "label" and settings.label_fallback == "judge")
+
+
+def score_egoserve_events(
+    groups: Sequence[EventGroup | tuple[str, list[ServiceEvent], list[ServiceEvent]]], settings: ScoreSettings
+) -> tuple[dict, list[dict]]:
+    """EgoServe metrics (0-100) of event groups (stream records or the release files): the official
+    numbers, what their rules ``dropped`` (counts and examples), ``official_would_fail`` (input on
+    which the official code stops), the ``strict`` view with its ``errors``, and the judge's
+    ratings of the matched pairs when asked. A ``(dataset, gt, pred)`` tuple is a group whose
+    strict view is the same events."""
+    official: dict[str, DatasetScore] = {}
+    strict: dict[str, DatasetScore] = {}
+    dropped, errors, crashes = Tally(), Tally(), Tally()
+    pairs, per_sample = [], []
+    for group in groups:
+        g = group if isinstance(group, EventGroup) else EventGroup(*group)
+        tol = settings.tolerance if settings.tolerance is not None else TOLERANCE_S[g.dataset]
+        subtypes = DATASET_SUBTYPES.get(g.dataset, SUBTYPES)
+        check = g.dataset in MAIN_TYPE_CHECKED
+        _count_unscored(g, subtypes, check, dropped)
+        s = score_dataset(g.gt, g.pred, tol, subtypes, check)
+        st = score_dataset(
+            g.gt if g.strict_gt is None else g.strict_gt,
+            g.pred if g.strict_pred is None else g.strict_pred,
+            tol,
+        )
+        for views, score_ in ((official, s), (strict, st)):
+            if g.dataset in views:
+                views[g.dataset].merge(score_)
+            else:
+                views[g.dataset] = score_
+        for tally, part in ((dropped, g.dropped), (errors, g.errors), (crashes, g.crashes)):
+            tally.update(part)
+        pairs += [(g.dataset, a, b) for a, b in s.pairs]
+        per_sample += [
+            {"id": unit, "dataset": g.dataset, **{k: vars(c) for k, c in counts.items()}}
+            for unit, counts in s.per_unit.items()
+        ]
+    result = egoserve_report(official)
+    result["datasets"] = sorted(official)
+    result["rules"] = "official"
+    result["dropped"] = dropped.as_dict()
+    result["dropped_examples"] = dropped.examples
+    if crashes.counts:
+        result["official_would_fail"] = crashes.as_dict()
+        result["official_would_fail_examples"] = crashes.examples
+    result["strict"] = {
+        **egoserve_report(strict),
+        "errors": errors.as_dict(),
+        "error_examples": errors.examples,
+    }
+    if uses_judge("egoserve", settings):
         from eval.judge import judge_matched_pairs
 
         result["judge"] = judge_matched_pairs(pairs, settings)
-    per_sample = [
-        {"id": unit, "dataset": ds, **{k: vars(c) for k, c in counts.items()}}
-        for (ds, unit), counts in per_unit.items()
-    ]
+        result["unrated"] = result["judge"]["unrated"]
     return result, per_sample
+
+
+def _count_unscored(g: EventGroup, subtypes: Sequence[str], check_main: bool, dropped: Tally) -> None:
+    """Count events the official numbers hold only in the micro totals, and EgoLife predictions
+    whose main type disagrees with their subtype's (they can match no ground truth)."""
+    for side, events in (("gt", g.gt), ("pred", g.pred)):
+        for e in events:
+            if e.subtype not in subtypes:
+                dropped.add(f"{side}_subtype_micro_only", f"{g.dataset}/{e.unit}: {e.subtype!r}")
+            elif check_main and side == "pred" and e.main_type != MAIN_TYPE[e.subtype]:
+                dropped.add("pred_main_type_mismatch", f"{g.dataset}/{e.unit}: {e.main_type!r} / {e.subtype}")

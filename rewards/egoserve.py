@@ -1,120 +1,124 @@
 """EgoServe: per-subtype service detection with time tolerance, P/R/F1 and the macro Overall.
 
-Definitions (docs/protocols.md, implemented as written; times in seconds):
+The numbers are those of the benchmark's official evaluator (docs/egoserve.md lists every rule and
+where the project's reading differs); all times are seconds, all rates 0-1 here (callers print
+0-100):
 
-- tolerance delta: 60 s EgoLife, 10 s HoloAssist, 25 s CaptainCook4D (:data:`TOLERANCE_S`);
+- tolerance delta: 60 s EgoLife, 10 s HoloAssist, 25 s CaptainCook4D (:data:`TOLERANCE_S`), bounds
+  inclusive: a prediction centre ``c`` is a candidate of a ground truth ``[start, end]`` when
+  ``start - delta <= c <= end + delta``;
 - matching per unit (an EgoLife person, a HoloAssist video, a CaptainCook4D recording) and per
-  subtype; a prediction's time is the center of its trigger window (a point reply: its time);
-- ground truths are visited in order of their centers (equal centers: listed first); each takes,
-  among unmatched predictions with ``start - delta <= center <= end + delta``, the one at the
-  smallest distance (0 inside the window, else to the nearer edge; ties: listed first);
-- P = m / n_pred, R = m / n_gt, F1 = 2PR / (P + R), each 0 when undefined; Overall = 100 x mean F1
-  over active subtypes (n_gt > 0 or n_pred > 0); micro P/R/F1 over summed counts; across datasets
-  the counts are summed per subtype before the same macro mean.
+  subtype, greedy: ground truths in order of their centres, predictions in order of their centres
+  (both stable, so equal centres keep the reading order); each ground truth takes the candidate at
+  the smallest distance to its *window* (0 inside, else to the nearer edge), the earliest on ties;
+  on EgoLife the prediction's main type must also equal the ground truth's;
+- P = m / n_pred, R = m / n_gt, F1 = 2PR / (P + R), each 0 when undefined; a dataset counts only
+  its own subtypes (:data:`DATASET_SUBTYPES`; a HoloAssist "memory_recall" prediction enters no
+  subtype, only the dataset's micro count); across datasets the counts are summed per subtype; the
+  Overall is the mean F1 over active subtypes (n_gt > 0 or n_pred > 0) computed as numpy's
+  ``mean`` does (:func:`numpy_mean`), so it is bit-identical.
 
-Time-window strings: ``DAYd HH:MM:SS-HH:MM:SS`` (EgoLife, absolute ``day * 86400 + seconds``;
-elsewhere the day is a video-relative clock and dropped), ``19.5-21.4``, ``00:00:19.5-00:00:21.4``
-and ``01:24.1-01:24.7`` (MM:SS); ``-`` or ``–`` between the ends. A single clock value is a point
-window. Anything else raises :class:`ValueError`.
+Event centres are computed by the readers (EgoLife: ``day * 86400 + (start + end) / 2.0``, in that
+order) and carried on :class:`ServiceEvent`.
 
->>> parse_time_window("DAY1 11:09:42-11:10:00", absolute_days=True)
-(126582.0, 126600.0)
->>> match_events([(10.0, 20.0)], [31.0, 25.0], tolerance=10.0)
-[(0, 1)]
+>>> g = [ServiceEvent("v", "safety", 100.0, 120.0), ServiceEvent("v", "safety", 128.0, 130.0)]
+>>> p = [ServiceEvent("v", "safety", 118.0, 118.0), ServiceEvent("v", "safety", 101.0, 101.0)]
+>>> match_greedy(g, p, tolerance=10.0)   # the earlier centre (101) goes to the first ground truth
+[(0, 1), (1, 0)]
 """
 
 from __future__ import annotations
 
-import re
+import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-
-from rewards.turns import EGOSERVE_SUBTYPES
+from dataclasses import dataclass, field
 
 #: Matching tolerance (seconds) per dataset.
 TOLERANCE_S: dict[str, float] = {"egolife": 60.0, "holoassist": 10.0, "captaincook4d": 25.0}
-#: Datasets whose clocks are absolute (day * 86400 + seconds of day).
-ABSOLUTE_DAY_DATASETS = frozenset({"egolife"})
-SECONDS_PER_DAY = 86400.0
+SECONDS_PER_DAY = 86400
 
-_CLOCK = r"\d+(?::\d+){0,2}(?:\.\d+)?"
-_DAY = r"(?:DAY\s*(\d+)\s*[-–\s]?\s*)?"
-_WINDOW = re.compile(rf"^\s*{_DAY}({_CLOCK})(?:\s*[-–]\s*{_DAY}({_CLOCK}))?\s*$", re.IGNORECASE)
-
-
-def parse_clock(text: str) -> float:
-    """Seconds of ``S``, ``MM:SS`` or ``HH:MM:SS`` (fractions allowed on the last field).
-
-    >>> parse_clock("01:24.1"), parse_clock("00:00:19.5"), parse_clock("19.5")
-    (84.1, 19.5, 19.5)
-    """
-    parts = text.strip().split(":")
-    if not 1 <= len(parts) <= 3 or not re.fullmatch(_CLOCK, text.strip()):
-        raise ValueError(f"unparsable clock value {text!r}")
-    seconds = float(parts[-1])
-    if len(parts) > 1 and seconds >= 60:
-        raise ValueError(f"seconds field out of range in {text!r}")
-    if len(parts) == 3 and int(parts[1]) >= 60:
-        raise ValueError(f"minutes field out of range in {text!r}")
-    total = 0.0
-    for field in parts[:-1]:
-        total = total * 60 + int(field)
-    return total * 60 + seconds if len(parts) > 1 else seconds
-
-
-def parse_time_window(text: str, absolute_days: bool = False) -> tuple[float, float]:
-    """(start, end) seconds of a time-window string (forms in the module docstring).
-
-    ``absolute_days`` adds ``day * 86400`` (EgoLife); a window that needs it and has no ``DAYd``
-    raises. Both ``-`` and ``–`` separate the ends.
-
-    >>> parse_time_window("01:24.1–01:24.7")
-    (84.1, 84.7)
-    >>> parse_time_window("DAY2 10:00:00-10:00:05")
-    (36000.0, 36005.0)
-    """
-    if not isinstance(text, str):
-        raise ValueError(f"expected a time-window string, got {text!r}")
-    m = _WINDOW.match(text)
-    if m is None:
-        raise ValueError(f"unparsable time window {text!r}")
-    day0, start_s, day1, end_s = m.groups()
-    start = parse_clock(start_s)
-    end = parse_clock(end_s) if end_s is not None else start
-    if absolute_days:
-        if day0 is None:
-            raise ValueError(f"time window {text!r} has no DAYd prefix (needed for absolute time)")
-        start += int(day0) * SECONDS_PER_DAY
-        end += int(day1 if day1 is not None else day0) * SECONDS_PER_DAY
-    if end < start:
-        raise ValueError(f"time window {text!r} ends before it starts")
-    return start, end
+#: The ten subtypes in the order the official evaluator averages them.
+SUBTYPES: tuple[str, ...] = (
+    "safety",
+    "tool_use",
+    "next_step_guidance",
+    "error_recovery",
+    "resource_reminder",
+    "habit_coaching",
+    "memory_link_contextual",
+    "routine_optimization",
+    "memory_recall",
+    "task_reminder",
+)
+#: Main type of each subtype (EgoLife matches on it too).
+MAIN_TYPE: dict[str, str] = {
+    **dict.fromkeys(SUBTYPES[:2], "Instant"),
+    **dict.fromkeys(SUBTYPES[2:5], "Short-Term"),
+    **dict.fromkeys(SUBTYPES[5:8], "Long-Term"),
+    **dict.fromkeys(SUBTYPES[8:], "Episodic"),
+}
+#: The subtypes each dataset is scored on; another dataset name is scored on all ten.
+DATASET_SUBTYPES: dict[str, tuple[str, ...]] = {
+    "egolife": SUBTYPES,
+    "holoassist": SUBTYPES[:5],
+    "captaincook4d": SUBTYPES[:5],
+}
+#: Datasets whose matching also requires equal main types.
+MAIN_TYPE_CHECKED = frozenset({"egolife"})
 
 
-def match_events(
-    gt_windows: Sequence[tuple[float, float]], pred_centers: Sequence[float], tolerance: float
+@dataclass(frozen=True)
+class ServiceEvent:
+    """One ground-truth or predicted service of a unit: subtype, window and centre (s), message.
+
+    ``center`` defaults to ``(start + end) / 2.0`` and ``main_type`` to the subtype's; ``subtype``
+    may be a name outside :data:`SUBTYPES` (kept raw, counted in the micro numbers only)."""
+
+    unit: str
+    subtype: str
+    start: float
+    end: float
+    text: str = ""
+    center: float = field(default=None)  # type: ignore[assignment]
+    main_type: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.center is None:
+            object.__setattr__(self, "center", (self.start + self.end) / 2.0)
+        if self.main_type is None:
+            object.__setattr__(self, "main_type", MAIN_TYPE.get(self.subtype))
+
+
+def match_greedy(
+    gt: Sequence[ServiceEvent], pred: Sequence[ServiceEvent], tolerance: float, check_main: bool = False
 ) -> list[tuple[int, int]]:
-    """Greedy one-to-one matching of one unit's one subtype: (gt index, prediction index) pairs.
+    """Greedy one-to-one matching of one unit's one subtype: (gt index, prediction index) pairs in
+    the order the ground truths were visited (rules in the module docstring).
 
-    Tolerance edges are inclusive.
-
-    >>> match_events([(10.0, 20.0), (12.0, 12.0)], [12.0], tolerance=0.0)
-    [(1, 0)]
+    >>> match_greedy([ServiceEvent("v", "safety", 10.0, 20.0)], [ServiceEvent("v", "safety", 30.0, 30.0)], 10.0)
+    [(0, 0)]
     """
-    order = sorted(range(len(gt_windows)), key=lambda i: (gt_windows[i][0] + gt_windows[i][1]) / 2)
-    used = [False] * len(pred_centers)
+    gt_order = sorted(range(len(gt)), key=lambda i: gt[i].center)
+    pred_order = sorted(range(len(pred)), key=lambda j: pred[j].center)
+    used: set[int] = set()
     pairs = []
-    for i in order:
-        start, end = gt_windows[i]
-        best, best_d = -1, 0.0
-        for j, c in enumerate(pred_centers):
-            if used[j] or c < start - tolerance or c > end + tolerance:
+    for i in gt_order:
+        g = gt[i]
+        best, best_d = None, math.inf
+        for j in pred_order:
+            if j in used:
                 continue
-            d = start - c if c < start else (c - end if c > end else 0.0)
-            if best < 0 or d < best_d:
+            p = pred[j]
+            if check_main and p.main_type != g.main_type:
+                continue
+            c = p.center
+            if c < g.start - tolerance or c > g.end + tolerance:
+                continue
+            d = g.start - c if c < g.start else (c - g.end if c > g.end else 0.0)
+            if d < best_d:
                 best, best_d = j, d
-        if best >= 0:
-            used[best] = True
+        if best is not None:
+            used.add(best)
             pairs.append((i, best))
     return pairs
 
@@ -137,116 +141,161 @@ class SubtypeCounts:
         return self.n_gt > 0 or self.n_pred > 0
 
 
-@dataclass(frozen=True)
-class ServiceEvent:
-    """One ground-truth or predicted service of a unit: subtype, window (s) and message."""
-
-    unit: str
-    subtype: str
-    start: float
-    end: float
-    text: str = ""
-
-    @property
-    def center(self) -> float:
-        return (self.start + self.end) / 2
-
-
 def prf(counts: SubtypeCounts) -> tuple[float, float, float]:
     """Precision, recall and F1 in [0, 1] (each 0 when its denominator is 0).
 
     >>> prf(SubtypeCounts(matched=1, n_pred=2, n_gt=1))
     (0.5, 1.0, 0.6666666666666666)
     """
-    p = counts.matched / counts.n_pred if counts.n_pred else 0.0
-    r = counts.matched / counts.n_gt if counts.n_gt else 0.0
-    return p, r, (2 * p * r / (p + r) if p + r > 0 else 0.0)
+    p = counts.matched / counts.n_pred if counts.n_pred > 0 else 0.0
+    r = counts.matched / counts.n_gt if counts.n_gt > 0 else 0.0
+    return p, r, (2 * p * r / (p + r) if (p + r) > 0 else 0.0)
 
 
-def match_services(
-    gt: Iterable[ServiceEvent], pred: Iterable[ServiceEvent], tolerance: float
-) -> tuple[dict[str, SubtypeCounts], list[tuple[ServiceEvent, ServiceEvent]]]:
-    """Match per (unit, subtype): counts per subtype and the matched (gt, prediction) pairs.
+def _pairwise_sum(xs: Sequence[float]) -> float:
+    n = len(xs)
+    if n < 8:
+        total = -0.0
+        for x in xs:
+            total += x
+        return total
+    if n <= 128:
+        r = list(xs[:8])
+        i = 8
+        while i < n - n % 8:
+            for k in range(8):
+                r[k] += xs[i + k]
+            i += 8
+        total = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+        for x in xs[i:]:
+            total += x
+        return total
+    half = n // 2
+    half -= half % 8
+    return _pairwise_sum(xs[:half]) + _pairwise_sum(xs[half:])
 
-    A prediction of another subtype, or of another unit, never matches.
 
-    >>> g = [ServiceEvent("v", "safety", 10.0, 12.0)]
-    >>> p = [ServiceEvent("v", "tool_use", 11.0, 11.0), ServiceEvent("v", "safety", 20.0, 20.0)]
-    >>> counts, pairs = match_services(g, p, tolerance=10.0)
-    >>> counts["safety"], counts["tool_use"]
-    (SubtypeCounts(matched=1, n_pred=1, n_gt=1), SubtypeCounts(matched=0, n_pred=1, n_gt=0))
+def numpy_mean(xs: Sequence[float]) -> float:
+    """The mean exactly as ``numpy.mean`` computes it on float64 (pairwise summation), NaN when empty.
+
+    >>> numpy_mean([0.1] * 10) == 0.1, sum([0.1] * 10) / 10 == 0.1
+    (True, False)
     """
+    return _pairwise_sum(list(xs)) / len(xs) if xs else math.nan
+
+
+@dataclass
+class DatasetScore:
+    """Counts of one dataset: per scored subtype (all present), micro totals, per unit, matched pairs.
+    The micro totals also count events whose subtype is not one of ``subtypes``."""
+
+    subtypes: tuple[str, ...]
+    counts: dict[str, SubtypeCounts]
+    micro: SubtypeCounts
+    per_unit: dict[str, dict[str, SubtypeCounts]]
+    pairs: list[tuple[ServiceEvent, ServiceEvent]]
+
+    def merge(self, other: DatasetScore) -> None:
+        """Add another score of the same dataset (another file of it)."""
+        for sub, c in other.counts.items():
+            self.counts.setdefault(sub, SubtypeCounts()).add(c)
+        self.micro.add(other.micro)
+        for unit, counts in other.per_unit.items():
+            for sub, c in counts.items():
+                self.per_unit.setdefault(unit, {}).setdefault(sub, SubtypeCounts()).add(c)
+        self.pairs.extend(other.pairs)
+
+
+def score_dataset(
+    gt: Iterable[ServiceEvent],
+    pred: Iterable[ServiceEvent],
+    tolerance: float,
+    subtypes: Sequence[str] = SUBTYPES,
+    check_main: bool = False,
+) -> DatasetScore:
+    """Match every unit's every subtype of ``subtypes`` (events in reading order) and count.
+
+    >>> s = score_dataset([ServiceEvent("v", "safety", 10.0, 12.0)],
+    ...                   [ServiceEvent("v", "safety", 11.0, 11.0), ServiceEvent("v", "memory_recall", 11.0, 11.0)],
+    ...                   10.0, subtypes=DATASET_SUBTYPES["holoassist"])
+    >>> s.counts["safety"], s.micro
+    (SubtypeCounts(matched=1, n_pred=1, n_gt=1), SubtypeCounts(matched=1, n_pred=2, n_gt=1))
+    """
+    gt, pred = list(gt), list(pred)
     groups: dict[tuple[str, str], tuple[list[ServiceEvent], list[ServiceEvent]]] = {}
-    for e in gt:
-        groups.setdefault((e.unit, e.subtype), ([], []))[0].append(e)
-    for e in pred:
-        groups.setdefault((e.unit, e.subtype), ([], []))[1].append(e)
-    counts: dict[str, SubtypeCounts] = {}
-    pairs: list[tuple[ServiceEvent, ServiceEvent]] = []
-    for (_, subtype), (g, p) in groups.items():
-        found = match_events([(e.start, e.end) for e in g], [e.center for e in p], tolerance)
-        c = counts.setdefault(subtype, SubtypeCounts())
-        c.add(SubtypeCounts(len(found), len(p), len(g)))
-        pairs.extend((g[i], p[j]) for i, j in found)
-    return dict(sorted(counts.items())), pairs
-
-
-def combine_counts(*parts: Mapping[str, SubtypeCounts]) -> dict[str, SubtypeCounts]:
-    """Sum subtype counts across units or datasets (the cross-dataset rule).
-
-    >>> combine_counts({"safety": SubtypeCounts(1, 1, 2)}, {"safety": SubtypeCounts(0, 3, 1)})
-    {'safety': SubtypeCounts(matched=1, n_pred=4, n_gt=3)}
-    """
-    out: dict[str, SubtypeCounts] = {}
-    for part in parts:
-        for subtype, c in part.items():
-            out.setdefault(subtype, SubtypeCounts()).add(c)
-    return dict(sorted(out.items()))
-
-
-def egoserve_metrics(counts: Mapping[str, SubtypeCounts]) -> dict:
-    """``overall_f1`` (macro over active subtypes, 0-100), ``per_subtype`` and ``micro`` (0-100).
-
-    >>> m = egoserve_metrics({"safety": SubtypeCounts(1, 1, 1), "tool_use": SubtypeCounts(0, 1, 0),
-    ...                       "memory_recall": SubtypeCounts()})
-    >>> m["overall_f1"], sorted(m["per_subtype"]), m["micro"]["f1"]
-    (50.0, ['safety', 'tool_use'], 66.66666666666666)
-    """
-    per_subtype = {}
-    total = SubtypeCounts()
-    for subtype, c in sorted(counts.items()):
-        if not c.active:
+    for k, events in enumerate((gt, pred)):
+        for e in events:
+            groups.setdefault((e.unit, e.subtype), ([], []))[k].append(e)
+    counts = {s: SubtypeCounts() for s in subtypes}
+    per_unit: dict[str, dict[str, SubtypeCounts]] = {}
+    pairs = []
+    for (unit, subtype), (g, p) in sorted(groups.items()):
+        if subtype not in counts:
             continue
-        p, r, f1 = prf(c)
-        per_subtype[subtype] = {
-            "p": 100 * p,
-            "r": 100 * r,
-            "f1": 100 * f1,
-            "matched": c.matched,
-            "n_pred": c.n_pred,
-            "n_gt": c.n_gt,
-        }
-        total.add(c)
-    f1s = [v["f1"] for v in per_subtype.values()]
-    p, r, f1 = prf(total)
+        found = match_greedy(g, p, tolerance, check_main)
+        c = SubtypeCounts(len(found), len(p), len(g))
+        counts[subtype].add(c)
+        per_unit.setdefault(unit, {})[subtype] = c
+        pairs.extend((g[i], p[j]) for i, j in found)
+    micro = SubtypeCounts(sum(c.matched for c in counts.values()), len(pred), len(gt))
+    return DatasetScore(tuple(subtypes), counts, micro, per_unit, pairs)
+
+
+def _rates(c: SubtypeCounts) -> dict:
+    p, r, f1 = prf(c)
     return {
-        "overall_f1": sum(f1s) / len(f1s) if f1s else 0.0,
-        "per_subtype": per_subtype,
-        "micro": {
-            "p": 100 * p,
-            "r": 100 * r,
-            "f1": 100 * f1,
-            "matched": total.matched,
-            "n_pred": total.n_pred,
-            "n_gt": total.n_gt,
-        },
+        "p": 100 * p,
+        "r": 100 * r,
+        "f1": 100 * f1,
+        "matched": c.matched,
+        "n_pred": c.n_pred,
+        "n_gt": c.n_gt,
     }
 
 
-def known_subtype(name: str) -> bool:
-    """Whether a (normalized) name is one of the 10 EgoServe subtypes.
+def _macro(counts: Mapping[str, SubtypeCounts]) -> dict:
+    """Mean P, R, F1 (0-100) over the active subtypes, in :data:`SUBTYPES` order."""
+    active = [counts[s] for s in SUBTYPES if s in counts and counts[s].active]
+    rates = [prf(c) for c in active]
+    means = [numpy_mean([x[k] for x in rates]) for k in range(3)]
+    out = {k: (None if math.isnan(v) else 100 * v) for k, v in zip(("p", "r", "f1"), means, strict=True)}
+    return {**out, "num_active": len(active)}
 
-    >>> known_subtype("safety"), known_subtype("weather")
-    (True, False)
+
+def _view(counts: Mapping[str, SubtypeCounts], micro: SubtypeCounts, empty: bool) -> dict:
+    if empty:  # the official evaluator reports an empty dataset as all zeros
+        macro = {"p": 0.0, "r": 0.0, "f1": 0.0, "num_active": 0}
+    else:
+        macro = _macro(counts)
+    return {
+        "overall_f1": macro["f1"],
+        "macro": macro,
+        "per_subtype": {s: _rates(counts[s]) for s in SUBTYPES if s in counts and counts[s].active},
+        "micro": _rates(micro),
+    }
+
+
+def egoserve_report(scores: Mapping[str, DatasetScore]) -> dict:
+    """The metrics (0-100) of per-dataset scores: combined ``overall_f1`` (macro F1 over active
+    subtypes after summing each subtype across datasets; 0 when none is active), ``macro``,
+    ``per_subtype`` (active only), ``micro`` (summed dataset totals) and ``per_dataset``.
+
+    >>> s = score_dataset([ServiceEvent("v", "safety", 10.0, 12.0)], [ServiceEvent("v", "safety", 11.0, 11.0)], 10.0,
+    ...                   DATASET_SUBTYPES["holoassist"])
+    >>> r = egoserve_report({"holoassist": s})
+    >>> r["overall_f1"], list(r["per_subtype"]), r["per_dataset"]["holoassist"]["micro"]["f1"]
+    (100.0, ['safety'], 100.0)
     """
-    return name in EGOSERVE_SUBTYPES
+    combined: dict[str, SubtypeCounts] = {}
+    micro = SubtypeCounts()
+    per_dataset = {}
+    for ds, s in scores.items():
+        for sub, c in s.counts.items():
+            combined.setdefault(sub, SubtypeCounts()).add(c)
+        micro.add(s.micro)
+        per_dataset[ds] = _view(s.counts, s.micro, empty=s.micro.n_pred == 0 and s.micro.n_gt == 0)
+    out = _view(combined, micro, empty=False)
+    if out["overall_f1"] is None:
+        out["overall_f1"] = 0.0
+        out["macro"].update(p=0.0, r=0.0, f1=0.0)
+    return {**out, "per_dataset": per_dataset}

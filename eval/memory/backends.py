@@ -191,7 +191,11 @@ class ModelBackend(TextBackend):
 
 
 class HttpTextBackend(TextBackend):
-    """The judge's OpenAI-compatible chat-completions endpoint (``base_url``, ``model``, ``key_env``)."""
+    """The judge's OpenAI-compatible chat-completions endpoint (``base_url``, ``model``, ``key_env``,
+    ``timeout_s``: the total deadline of one request, 60 s as ``--judge-timeout``). A request that
+    gets no usable answer (after the client's retries, or at once when the endpoint is down) is
+    counted in ``request_errors`` and the rule back end answers instead (counted in ``fallbacks``);
+    401/403/404 stop the run with the status (:class:`eval.chat_client.ChatFatal`)."""
 
     name = "http"
 
@@ -200,9 +204,18 @@ class HttpTextBackend(TextBackend):
 
         super().__init__()
         self.client = HttpBackend(base_url=base_url, model=model, max_tokens=max_tokens, **kwargs)
+        self.request_errors = 0
 
     def complete(self, prompt: str) -> str:
-        return self.client.complete(prompt)
+        from eval.chat_client import ChatError, ChatFatal
+
+        try:
+            return self.client.complete(prompt)
+        except ChatFatal:
+            raise
+        except ChatError:
+            self.request_errors += 1
+            return ""  # an empty answer falls back to the rule back end
 
 
 BACKENDS: dict[str, Callable[..., RuleBackend]] = {
@@ -214,7 +227,8 @@ BACKENDS: dict[str, Callable[..., RuleBackend]] = {
 
 def get_backend(name: str, vlm=None, processor=None, **options: Any) -> RuleBackend:
     """The back end ``name``; ``vlm``/``processor``: the evaluated model (for ``model``); ``options``:
-    its keywords (``http``: ``base_url``, ``model`` = the endpoint's model name, ``key_env``)."""
+    its keywords (``http``: ``base_url``, ``model`` = the endpoint's model name, ``key_env``,
+    ``timeout_s``)."""
     if name not in BACKENDS:
         raise KeyError(f"unknown memory back end {name!r} (known: {', '.join(sorted(BACKENDS))})")
     return BACKENDS[name](vlm=vlm, processor=processor, **options)

@@ -144,7 +144,7 @@ def test_real_evaluations_of_two_tiny_checkpoints(tiny_checkpoint, toy_dir, tmp_
     logged: list[tuple[str, str, int, str]] = []
 
     class Captured(tracking.EvalLogger):
-        def __init__(self, cfg, run_name, config=None, group=None):
+        def __init__(self, cfg, run_name, config=None, group=None, run_dir=None, job_type="eval"):
             self.project, self.run_name = cfg.project, run_name
 
         def log_metrics(self, metrics, step, prefix):

@@ -11,6 +11,7 @@ MODULES = [
     "rewards.turns",
     "rewards.prs",
     "rewards.egoserve",
+    "rewards.egoserve_rules",
     "rewards.propermem",
     "rewards.content",
     "rewards.grpo",
