@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from data_builders.outputs import FAILED_DIR, BuildFailed, commit, staging_dir, write_files, write_outputs
+from data_builders.progress import Progress
 from data_builders.records import TIME_EPS, RecordError, Stream, Target
 from data_builders.registry import (
     RECORD_EXCEPTIONS,
@@ -104,7 +105,7 @@ class BuildReport:
 def _probe_all(
     paths: list[Path], check_end: bool, workers: int, probe: Callable[..., VideoInfo]
 ) -> dict[Path, VideoInfo | VideoError]:
-    """Probe each path once (threads); a VideoError is kept as the path's result."""
+    """Probe each path once (threads, with a progress line); a VideoError is kept as the path's result."""
 
     def one(path: Path) -> VideoInfo | VideoError:
         try:
@@ -114,8 +115,14 @@ def _probe_all(
 
     if not paths:
         return {}
+    bar = Progress(len(paths), "probe", unit="video")
+    out = {}
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        return dict(zip(paths, pool.map(one, paths), strict=True))
+        for path, info in zip(paths, pool.map(one, paths), strict=True):
+            out[path] = info
+            bar.update(1)
+    bar.close()
+    return out
 
 
 class _Rebase:

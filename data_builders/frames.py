@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from data_builders.config import RenderConfig
+from data_builders.progress import Progress
 from data_builders.records import Stream, load_streams, resolve_video, step_times
 from data_builders.video import FrameCache, VideoError, load_frames
 
@@ -102,13 +103,11 @@ def cache_frames(
     """Fill the frame cache ``cache`` (``paths.frame_cache_dir``) for ``data`` (a build dir or a
     records file); returns a summary. Raises ``RuntimeError`` listing the videos that could not be
     decoded, after caching all the others."""
-    from tqdm import tqdm
-
     render = render or RenderConfig()
     jobs = clip_jobs(data)
     failed: list[tuple[str, str]] = []
     n_frames = 0
-    bar = tqdm(total=len(jobs), desc="frames", unit="clip", disable=not progress)
+    bar = Progress(len(jobs), "frames", unit="clip") if progress else None
     with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
         futures = [
             pool.submit(_cache_one, str(cache), path, stream, render, steps_per_second)
@@ -119,8 +118,10 @@ def cache_frames(
             n_frames += n
             if err:
                 failed.append((path, err))
-            bar.update(1)
-    bar.close()
+            if bar is not None:
+                bar.update(1)
+    if bar is not None:
+        bar.close()
     summary = {"clips": len(jobs), "frames": n_frames, "failed": len(failed), "cache": str(cache)}
     if failed:
         for path, err in sorted(failed):
