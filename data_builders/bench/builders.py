@@ -9,6 +9,8 @@ Prints one JSON object on its last line:
   with video existence and probing stubbed out (a fixed 40 s, 30 fps clip), so no file is decoded.
 - ``frame_cache_speedup``: time to decode 32 toy clips at 1 fps into an empty
   :class:`~data_builders.video.FrameCache`, divided by the time to read them again from it.
+- ``peak_mb_10min_720p``: peak memory (MB) of a fresh process building the frame cache of a
+  synthetic 10-minute 720p file at 1 step/s, 448 x 448 frames (``data_builders.bench.video``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from data_builders.bench.video import peak_mb_10min_720p
 from data_builders.build import build_source
 from data_builders.records import step_times
 from data_builders.synthetic.toy import generate_toy
@@ -106,7 +109,8 @@ def frame_cache_speedup(n: int = 32) -> dict[str, float]:
 def main() -> None:
     rps = records_per_second()
     cache = frame_cache_speedup()
-    print(json.dumps({"records_per_s": round(rps, 1)} | {k: round(v, 4) for k, v in cache.items()}))
+    video = peak_mb_10min_720p()
+    print(json.dumps({"records_per_s": round(rps, 1)} | {k: round(v, 4) for k, v in cache.items()} | video))
 
 
 if __name__ == "__main__":
