@@ -1,6 +1,6 @@
 """Streaming engine benchmark on the tiny model and toy streams (CPU), one run, ratios within it.
 
-    python -m eval.bench                       # ~5-6 min on 2 cores
+    python -m eval.bench                       # ~2-6 min on 2 cores, by load (the long stream is half)
     python -m eval.bench --steps 10,20 --window-at 20,60 --repeats 1 --long-steps none   (a quick check)
     python -m eval.bench memory                (the long-horizon memory benchmark, eval/bench/memory.py)
     python -m eval.bench gpu --model conf/model/qwen3_vl_4b.yaml   (the accelerator benchmark, eval/bench/gpu.py)
@@ -19,7 +19,7 @@ Prints one JSON object on its last line:
   streams run one after another.
 - ``long_stream_peak_ratio_2h_vs_10min``: peak memory of a fresh process streaming a 7,200-step
   (2-hour) synthetic stream with ``--window`` over that of a 600-step one, frames memory-mapped as
-  frame-cache hits arrive (``eval/bench/long_stream.py``; ~4 of this command's minutes;
+  frame-cache hits arrive (``eval/bench/long_stream.py``; 1-4 minutes of this command;
   ``--long-steps none`` skips it).
 
 Run times are this process's CPU seconds (``time.process_time``), medians over ``--repeats``

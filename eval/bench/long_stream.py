@@ -1,6 +1,6 @@
 """Host memory of the streaming engine on a long stream: a 2-hour video against a 10-minute one.
 
-    python -m eval.bench.long_stream                  # ~3-4 min on 2 cores; JSON on the last line
+    python -m eval.bench.long_stream                  # 1-4 min on 2 cores, by load; JSON on the last line
 
 ``long_stream_peak_ratio_2h_vs_10min`` (also in ``python -m eval.bench``): the peak resident set of
 a fresh process streaming a synthetic 1 step/s video of 7,200 steps (2 hours) through the tiny
