@@ -11,7 +11,7 @@ import sys
 USAGE = """usage: python -m data_builders COMMAND [key=value ...]
   build   source=NAME annotations=PATH videos=DIR out=DIR [source keys]   one source -> stream records
   mix     data=mix_p3i data.root=DIR data.dir=DIR                          sample + split a mixture
-  frames  records=DIR fps=1 | data=mix_p3i data.dir=DIR fps=1               fill the frame cache
+  frames  records=DIR [steps_per_second=1] | data=mix_p3i data.dir=DIR      fill the frame cache
 """
 
 

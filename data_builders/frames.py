@@ -21,6 +21,7 @@ listed (file and reason) and make the stage fail after every other clip is cache
 from __future__ import annotations
 
 import logging
+import math
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,15 @@ def _cache_one(
     return str(path), int(frames.shape[0]), None
 
 
+def check_frames_options(steps_per_second: float, workers: int) -> None:
+    """Refuse options the frames stage cannot run with, naming the option: ``steps_per_second``
+    must be a finite number above 0 and ``workers`` at least 1."""
+    if not (math.isfinite(steps_per_second) and steps_per_second > 0):
+        raise ValueError(f"steps_per_second={steps_per_second}: must be a finite number more than 0")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers={workers}: must be a whole number, at least 1")
+
+
 def cache_frames(
     data: str | Path,
     cache: str | Path,
@@ -102,13 +112,14 @@ def cache_frames(
 ) -> dict[str, Any]:
     """Fill the frame cache ``cache`` (``paths.frame_cache_dir``) for ``data`` (a build dir or a
     records file); returns a summary. Raises ``RuntimeError`` listing the videos that could not be
-    decoded, after caching all the others."""
+    decoded, after caching all the others; ``ValueError`` for bad options, before any work."""
+    check_frames_options(steps_per_second, workers)
     render = render or RenderConfig()
     jobs = clip_jobs(data)
     failed: list[tuple[str, str]] = []
     n_frames = 0
     bar = Progress(len(jobs), "frames", unit="clip") if progress else None
-    with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
+    with ProcessPoolExecutor(max_workers=workers) as pool:
         futures = [
             pool.submit(_cache_one, str(cache), path, stream, render, steps_per_second)
             for _, path, stream in jobs

@@ -1,12 +1,29 @@
 """Video reading: RGB frames of a clip at given times, with an optional on-disk frame cache.
 
 One function, :func:`read_frames`, serves the renderer, the streaming engine, the builders and the
-frame-cache stage. The frame returned for a time ``t`` (seconds, file timeline) is the one on
-screen at ``t``: the last decoded frame whose presentation time is ``<= t`` (the first frame for
-times before it). Frames are resized (aspect kept) so that ``height * width <= max_pixels``.
+frame-cache stage (through :class:`FrameCache`).
 
-Back ends: ``decord`` (fast random access) first, ``pyav`` as the fallback, selectable in config.
-Missing, zero-length and truncated files raise :class:`VideoError` naming the file and the reason.
+- **Time axis.** A time ``t`` (seconds) counts from the video stream's first presentation time
+  (``VideoInfo.start_time``), as players show it: ``t = 0`` is the first frame, also in an MPEG-TS
+  file whose timestamps start at 1.48 s.
+- **Frame rule.** The frame returned for ``t`` is the one on screen at ``t``: the last frame whose
+  presentation time (from the start) is ``<= t`` (the first frame for times before it).
+- **Orientation.** A display matrix (phones store portrait video sideways with a 90-degree
+  rotation) is applied: frames come out upright, as players show them, and ``VideoInfo.width`` /
+  ``height`` are the displayed size.
+- **Size.** Frames are resized (aspect kept, PIL bilinear) so that ``height * width <= max_pixels``,
+  each as it is decoded: :func:`read_frames` holds its output and one source frame, and
+  :class:`FrameCache` writes each frame to disk as it comes, so peak memory does not grow with the
+  source's resolution times its duration.
+- **Back ends.** ``decord`` (fast random access) reads unrotated mp4/mov and mkv/webm files; every
+  other file is read with PyAV (``pyav``), which also serves when decord is missing or fails. decord
+  returns wrong frames, silently, from MPEG-TS/PS files (it seeks by a timestamp it got wrong: one
+  second off with B-frames) and rotates mp4 but not mkv, so both back ends return the same frames
+  only this way.
+- **Broken files** raise :class:`VideoError` naming the file and the reason: missing, empty, not a
+  video, undecodable, or ending more than :data:`END_SLACK_S` before the duration its header states
+  when later frames are asked (the message gives the last good frame's time). A failed read leaves
+  nothing in the frame cache.
 
 >>> import tempfile, pathlib
 >>> read_frames(pathlib.Path(tempfile.gettempdir()) / "no-such-video.mp4", [0.0])
@@ -21,7 +38,7 @@ import bisect
 import hashlib
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +47,12 @@ import numpy as np
 BACKENDS = ("decord", "pyav")
 #: Default frame pixel budget (448 x 448): a Qwen3-VL frame of ~196 visual tokens after merging.
 DEFAULT_MAX_PIXELS = 448 * 448
+#: A stream may end this many seconds before its stated duration (audio outlasting the video, a
+#: rounded header) before it counts as truncated.
+END_SLACK_S = 1.0
+#: Containers decord reads right (checked frame by frame against PyAV); others go to PyAV.
+DECORD_FORMATS = frozenset({"mov,mp4,m4a,3gp,3g2,mj2", "matroska,webm"})
+_EPS = 1e-6  # seconds: timestamps within this of a requested time count as at it
 
 
 class VideoError(RuntimeError):
@@ -43,13 +66,19 @@ class VideoError(RuntimeError):
 
 @dataclass(frozen=True)
 class VideoInfo:
-    """What :func:`probe_video` learns about a file: duration (s), average fps, frames, size (px)."""
+    """What :func:`probe_video` learns about a file: duration (s), average fps, frames, and the
+    displayed size (px, after the display rotation); ``rotation`` is the display matrix's
+    counter-clockwise angle (degrees) that frames are turned by, ``start_time`` the first
+    presentation time (s; the origin of frame times) and ``container`` the demuxer's name."""
 
     duration: float
     fps: float
     n_frames: int
     width: int
     height: int
+    rotation: int = 0
+    start_time: float = 0.0
+    container: str = ""
 
 
 def _check_file(path: Path) -> None:
@@ -74,42 +103,84 @@ def _open_pyav(path: Path):
     return container
 
 
+def _stated_duration(container, stream) -> float:
+    """The video stream's duration from the header: the stream's own, else its Matroska
+    ``DURATION`` tag, else the container's (which may include a longer audio track)."""
+    if stream.duration is not None and stream.time_base is not None:
+        return float(stream.duration * stream.time_base)
+    tag = stream.metadata.get("DURATION")
+    if tag:
+        h, m, s = tag.split(":")
+        return int(h) * 3600 + int(m) * 60 + float(s)
+    if container.duration is not None:
+        return container.duration / 1_000_000
+    return 0.0
+
+
 def probe_video(path: str | Path, check_end: bool = True) -> VideoInfo:
-    """Open a video and read its header; with ``check_end`` also decode its last frames, which
-    catches files cut short after a valid header. Raises :class:`VideoError`."""
+    """Open a video, read its header and decode its first frame (for the display rotation); with
+    ``check_end`` also decode its last seconds, which catches files cut short after a valid header.
+    Raises :class:`VideoError`."""
     path = Path(path)
     _check_file(path)
     container = _open_pyav(path)
     try:
         stream = container.streams.video[0]
+        tb = stream.time_base
         fps = float(stream.average_rate or stream.guessed_rate or 0.0)
-        if stream.duration is not None and stream.time_base is not None:
-            duration = float(stream.duration * stream.time_base)
-        elif container.duration is not None:
-            duration = container.duration / 1_000_000
+        if stream.start_time is not None and tb is not None:
+            start = float(stream.start_time * tb)
         else:
-            duration = 0.0
+            start = (container.start_time or 0) / 1_000_000
+        duration = _stated_duration(container, stream)
         n_frames = int(stream.frames or round(duration * fps))
         if n_frames <= 0 or duration <= 0 or fps <= 0:
             raise VideoError(path, f"zero-length video stream ({n_frames} frames, {duration:.3f} s)")
+        try:
+            first = next(iter(container.decode(stream)), None)
+        except Exception as exc:
+            raise VideoError(path, f"decoding the first frame failed (corrupt?): {exc}") from None
+        if first is None:
+            raise VideoError(path, "no frame could be decoded")
+        rotation = int(first.rotation)
+        if rotation % 90:
+            raise VideoError(path, f"display rotation of {rotation} degrees (only multiples of 90 are read)")
+        width, height = stream.width, stream.height
+        if rotation % 180:
+            width, height = height, width
+        info = VideoInfo(duration, fps, n_frames, width, height, rotation, start, container.format.name)
         if check_end:
-            last_time = None
+            last = None
             try:
-                container.seek(max(0, int((duration - 2.0) / stream.time_base)), stream=stream, backward=True)
+                container.seek(int((start + max(0.0, duration - 2.0)) / tb), stream=stream, backward=True)
                 for frame in container.decode(stream):
-                    last_time = frame.time
+                    last = frame.time - start if frame.time is not None else last
             except Exception as exc:
                 raise VideoError(path, f"decoding the end of the stream failed (truncated?): {exc}") from None
-            if last_time is None or last_time < duration - 2.0 - 1.0 / fps:
-                raise VideoError(
-                    path,
-                    f"stream ends at {last_time}s before its stated duration {duration:.3f}s (truncated?)",
-                )
-        return VideoInfo(
-            duration=duration, fps=fps, n_frames=n_frames, width=stream.width, height=stream.height
-        )
+            if last is None or last + 1.0 / fps < duration - END_SLACK_S:
+                raise VideoError(path, _ends_early(info, last))
+        return info
     finally:
         container.close()
+
+
+def _ends_early(info: VideoInfo, last: float | None, asked: float | None = None) -> str:
+    if last is None:
+        where = "no frame decodes in its last 2 s"
+    else:
+        where = f"it ends at {last + 1.0 / info.fps:.3f} s: last good frame at {last:.3f} s"
+    more = f", frames asked up to {asked:.3f} s" if asked is not None else ""
+    return (
+        f"the video stream ends before its stated duration {info.duration:.3f} s (truncated?): {where}{more}"
+    )
+
+
+def _check_end(path: Path, info: VideoInfo, last: float, asked: float) -> None:
+    """Raise when a frame is asked after the stream's end and the stream ends before its stated
+    duration: serving the last frame there would pass a truncated file off as a still scene."""
+    end = last + 1.0 / info.fps
+    if asked > end + END_SLACK_S and end < info.duration - END_SLACK_S:
+        raise VideoError(path, _ends_early(info, last, asked))
 
 
 def fit_pixels(height: int, width: int, max_pixels: int) -> tuple[int, int]:
@@ -125,75 +196,132 @@ def fit_pixels(height: int, width: int, max_pixels: int) -> tuple[int, int]:
     return h, w
 
 
-def _resize(frames: np.ndarray, max_pixels: int) -> np.ndarray:
-    h, w = fit_pixels(frames.shape[1], frames.shape[2], max_pixels)
-    if (h, w) == frames.shape[1:3]:
-        return frames
-    from PIL import Image
-
-    return np.stack([np.asarray(Image.fromarray(f).resize((w, h), Image.BILINEAR)) for f in frames])
-
-
 def _pick(frame_times: Sequence[float], times: Sequence[float]) -> list[int]:
     """Index of the frame on screen at each time (last with pts <= t, else the first)."""
-    eps = 1e-6
-    return [max(0, bisect.bisect_right(frame_times, t + eps) - 1) for t in times]
+    return [max(0, bisect.bisect_right(frame_times, t + _EPS) - 1) for t in times]
 
 
-def _read_decord(path: Path, times: Sequence[float]) -> np.ndarray:
-    import decord
+class _DecordFailed(Exception):
+    """decord is missing or could not read the file: PyAV reads it instead."""
 
+
+def _decord_groups(path: Path, info: VideoInfo, times: Sequence[float]) -> Iterator[tuple[list[int], object]]:
+    """(indices into ``times``, full-size RGB frame) per distinct frame, in file order."""
     try:
+        import decord
+
         reader = decord.VideoReader(str(path), ctx=decord.cpu(0), num_threads=1)
         n = len(reader)
         if n == 0:
-            raise VideoError(path, "zero-length video stream (0 frames)")
+            raise _DecordFailed("zero frames")
+        # decord's timestamps count from the stream's first presentation time, as ours do
         starts = reader.get_frame_timestamp(np.arange(n))[:, 0].tolist()
-        return reader.get_batch(_pick(starts, times)).asnumpy()
-    except VideoError:
-        raise
     except Exception as exc:  # decord raises its own error type for broken files
-        raise VideoError(path, f"decoding failed (truncated or corrupt?): {exc}") from None
+        raise _DecordFailed(str(exc)) from None
+    _check_end(path, info, starts[-1], max(times))
+    serves: dict[int, list[int]] = {}
+    for i, p in enumerate(_pick(starts, times)):
+        serves.setdefault(p, []).append(i)
+    # one frame per call: decord's batch buffers, freed between resizes, fragment the heap (8-frame
+    # batches peaked at 430 MB on a 10-minute 720p file, single frames at ~170 MB, and ran no faster)
+    for p in sorted(serves):
+        try:
+            frame = reader[p].asnumpy()
+        except Exception as exc:
+            raise _DecordFailed(str(exc)) from None
+        yield serves[p], frame
 
 
-def _read_pyav(path: Path, times: Sequence[float]) -> np.ndarray:
+def _pyav_groups(
+    path: Path, info: VideoInfo, times: Sequence[float], seek: bool = True
+) -> Iterator[tuple[list[int], object]]:
+    """(indices into ``times``, decoded ``av.VideoFrame``) per frame on screen, in file order:
+    decodes forward from a keyframe before the first time, keeping only the frame on screen."""
+    order = sorted(range(len(times)), key=times.__getitem__)
+    first = times[order[0]]
     container = _open_pyav(path)
     try:
         stream = container.streams.video[0]
-        order = sorted(range(len(times)), key=lambda i: times[i])
-        out: list[np.ndarray | None] = [None] * len(times)
-        start = times[order[0]]
-        if start > 1.0:
-            container.seek(int((start - 1.0) / stream.time_base), stream=stream, backward=True)
-        prev = None
-        k = 0
+        seek = seek and first > 1.0
+        if seek:
+            target = int((info.start_time + first - 1.0) / stream.time_base)
+            container.seek(target, stream=stream, backward=True)
+        prev, prev_t, k = None, None, 0
         try:
             for frame in container.decode(stream):
-                t = float(frame.time)
-                while k < len(order) and t > times[order[k]] + 1e-6:
-                    out[order[k]] = prev if prev is not None else frame.to_ndarray(format="rgb24")
-                    k += 1
-                if k == len(order):
+                if frame.time is None:
+                    raise VideoError(path, f"a frame without a presentation time after {prev_t} s")
+                t = float(frame.time) - info.start_time
+                if prev is None and seek and t > first + _EPS:  # the seek overshot: read from the start
                     break
-                prev = frame.to_ndarray(format="rgb24")
+                serve = []
+                while k < len(order) and t > times[order[k]] + _EPS:
+                    serve.append(order[k])
+                    k += 1
+                if serve:
+                    yield serve, prev if prev is not None else frame
+                if k == len(order):
+                    return
+                prev, prev_t = frame, t
+        except VideoError:
+            raise
         except Exception as exc:
-            raise VideoError(path, f"decoding failed (truncated or corrupt?): {exc}") from None
-        if prev is None and k < len(order):
-            raise VideoError(path, "no frame could be decoded")
-        for i in order[k:]:
-            out[i] = prev
-        return np.stack(out)
+            raise VideoError(
+                path, f"decoding failed after {prev_t} s (truncated or corrupt?): {exc}"
+            ) from None
     finally:
         container.close()
+    if prev is None and seek:
+        yield from _pyav_groups(path, info, times, seek=False)
+        return
+    if prev is None:
+        raise VideoError(path, "no frame could be decoded")
+    _check_end(path, info, prev_t, times[order[-1]])
+    yield order[k:], prev
 
 
-_READERS = {"decord": _read_decord, "pyav": _read_pyav}
+def _frames(
+    path: Path, times: Sequence[float], max_pixels: int, backend: str, info: VideoInfo
+) -> Iterator[tuple[list[int], np.ndarray]]:
+    """(indices into ``times``, upright resized frame) per distinct frame; every index comes once,
+    except after a decord failure, when PyAV serves every index again."""
+    disp_h, disp_w = fit_pixels(info.height, info.width, max_pixels)
+    turns = (info.rotation // 90) % 4
+    size = (disp_h, disp_w) if turns % 2 == 0 else (disp_w, disp_h)  # stored orientation (h, w)
+    groups = None
+    if backend == "decord" and info.rotation == 0 and info.container in DECORD_FORMATS:
+        groups = _decord_groups(path, info, times)
+    while True:
+        if groups is None:
+            groups = _pyav_groups(path, info, times)
+        try:
+            for idx, raw in groups:
+                frame = raw if isinstance(raw, np.ndarray) else raw.to_ndarray(format="rgb24")
+                yield idx, np.ascontiguousarray(np.rot90(_resize(frame, size), turns))
+            return
+        except _DecordFailed:
+            groups = None
+
+
+def _resize(frame: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    if frame.shape[:2] == size:
+        return frame
+    from PIL import Image
+
+    return np.asarray(Image.fromarray(frame).resize((size[1], size[0]), Image.BILINEAR))
 
 
 def clip_times(start: float, end: float, fps: float) -> list[float]:
     """Times ``start + k / fps`` for ``k = 0 .. n-1``, ``n = max(1, floor((end - start) * fps))``."""
     n = max(1, math.floor((end - start) * fps + 1e-6))
     return [start + k / fps for k in range(n)]
+
+
+def _prepare(path: str | Path, backend: str) -> tuple[Path, VideoInfo]:
+    path = Path(path)
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown video backend {backend!r}; choose one of {BACKENDS}")
+    return path, probe_video(path, check_end=False)
 
 
 def read_frames(
@@ -206,31 +334,44 @@ def read_frames(
     max_pixels: int = DEFAULT_MAX_PIXELS,
     backend: str = "decord",
 ) -> np.ndarray:
-    """RGB frames ``(N, H, W, 3) uint8`` of a video at ``times`` (seconds, file timeline), or at
-    ``fps`` between ``start`` and ``end`` (the end defaults to the file's duration).
+    """RGB frames ``(N, H, W, 3) uint8`` of a video at ``times`` (seconds from the first frame), or
+    at ``fps`` between ``start`` and ``end`` (the end defaults to the file's duration).
 
-    ``backend`` is ``"decord"`` or ``"pyav"``; when decord fails on a file that PyAV can read,
-    PyAV's frames are returned (decord is missing on some platforms and picky on some codecs).
+    ``backend`` is ``"decord"`` or ``"pyav"``; files decord does not read right, and files it fails
+    on, are read with PyAV (see the module docstring).
     """
-    path = Path(path)
-    if backend not in _READERS:
-        raise ValueError(f"unknown video backend {backend!r}; choose one of {BACKENDS}")
-    _check_file(path)
+    if times is None and fps is None:
+        raise ValueError("read_frames needs times or fps")
+    path, info = _prepare(path, backend)
     if times is None:
-        if fps is None:
-            raise ValueError("read_frames needs times or fps")
-        if end is None:
-            end = probe_video(path, check_end=False).duration
-        times = clip_times(start, end, fps)
-    if len(times) == 0:
+        times = clip_times(start, info.duration if end is None else end, fps)
+    times = [float(t) for t in times]
+    if not times:
         return np.zeros((0, 0, 0, 3), dtype=np.uint8)
-    try:
-        frames = _READERS[backend](path, list(times))
-    except VideoError:
-        if backend != "decord":
-            raise
-        frames = _read_pyav(path, list(times))
-    return _resize(frames, max_pixels)
+    out = None
+    for idx, frame in _frames(path, times, max_pixels, backend, info):
+        if out is None:
+            out = np.empty((len(times), *frame.shape), dtype=np.uint8)
+        out[idx] = frame
+    return out
+
+
+def _write_npy(tmp: Path, frames: Iterator[tuple[list[int], np.ndarray]], n: int) -> None:
+    """Write ``n`` frames to ``tmp`` as one ``.npy`` array, each frame as it comes."""
+    written: set[int] = set()
+    with tmp.open("wb") as fh:
+        data = None
+        for idx, frame in frames:
+            if data is None:
+                header = {"descr": "|u1", "fortran_order": False, "shape": (n, *frame.shape)}
+                np.lib.format.write_array_header_1_0(fh, header)
+                data = fh.tell()
+            for i in idx:
+                fh.seek(data + i * frame.nbytes)
+                fh.write(frame.data)  # C-contiguous: written without a copy
+                written.add(i)
+    if len(written) != n:  # every reader serves every time; a gap would be a bug, never a black frame
+        raise RuntimeError(f"{tmp}: {n - len(written)} of {n} frames were not written")
 
 
 class FrameCache:
@@ -238,7 +379,10 @@ class FrameCache:
 
     The key covers the file (absolute path, size, mtime), the sampled times (which encode fps and
     clip bounds) and the pixel budget, so a re-encoded file or another resolution misses the cache.
-    Writes are atomic (temp file + rename), so concurrent workers and crashed runs are safe.
+    Frames are returned memory-mapped (copy on write), on a miss too: a miss streams each frame to
+    a temp file as it is decoded and renames it into place once every frame is written, so peak
+    memory is one frame, concurrent workers and crashed runs are safe, and a failed read (a
+    :class:`VideoError`) leaves nothing behind.
     """
 
     def __init__(self, root: str | Path):
@@ -274,13 +418,22 @@ class FrameCache:
             # memory-mapped (copy on write): a caller slicing a window reads only those frames
             return np.load(target, allow_pickle=False, mmap_mode="c")
         self.misses += 1
-        frames = read_frames(path, times, max_pixels=max_pixels, backend=backend)
+        path, info = _prepare(path, backend)
+        times = [float(t) for t in times]
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_suffix(f".{os.getpid()}.tmp")
-        with tmp.open("wb") as fh:
-            np.save(fh, frames, allow_pickle=False)
-        os.replace(tmp, target)
-        return frames
+        try:
+            if times:
+                _write_npy(tmp, _frames(path, times, max_pixels, backend, info), len(times))
+            else:
+                with tmp.open("wb") as fh:
+                    np.save(fh, np.zeros((0, 0, 0, 3), dtype=np.uint8), allow_pickle=False)
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+        if not times:
+            return np.load(target, allow_pickle=False)
+        return np.load(target, allow_pickle=False, mmap_mode="c")
 
 
 def load_frames(

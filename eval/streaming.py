@@ -24,15 +24,20 @@ step (user turn and silent assistant turn) when it carried no instruction and no
 its timestamp and frame tokens. Evicted columns are masked per row and removed from the cache once
 dead in every row, so memory stays flat on long videos. Positions keep counting up.
 
-Frames are encoded ``frame_chunk`` steps ahead in one vision call (a live camera would use 1);
-frames shared by several rows (the same array object, as in a GRPO group) are encoded once and
-their features reused for every row. ``frames_encoded`` counts the frames the vision tower saw.
+Frames are prepared when a row reaches them: ``frame_chunk`` steps at a time, the processor
+(pixel values, grids) and the vision tower run on that chunk only (a live camera would use 1), so
+host memory holds one chunk of pixels and features, whatever the stream's length. Frames arrive
+as arrays, possibly memory-mapped (a ``FrameCache`` hit): the engine reads each chunk once, then
+hands its pages back to the OS (``data_builders.frame_pages.release_frames``), so a long stream's
+frames do not pile up in the process either. Frames shared by several rows (the same array
+object, as in a GRPO group) are prepared once and their features reused for every row.
+``frames_encoded`` counts the frames the vision tower saw.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,6 +46,7 @@ import torch
 from transformers import DynamicCache
 from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
 
+from data_builders.frame_pages import release_frames
 from data_builders.frames import stream_frames
 from data_builders.records import Reply, Stream, resolve_video, step_times
 from data_builders.video import FrameCache
@@ -111,12 +117,20 @@ def decision_probability(logits: torch.Tensor, silence_id: int, response_id: int
 
 
 @dataclass
+class _Chunk:
+    """Steps ``[start, end)`` of one frame array, prepared: grids and vision-tower features."""
+
+    start: int
+    end: int
+    grid: torch.Tensor  # (frames, 3)
+    pooled: Sequence[torch.Tensor]  # one per frame
+    deepstack: list[Sequence[torch.Tensor]]  # per deepstack layer, one per frame
+
+
+@dataclass
 class _Row:
     stream: Stream
     frames: np.ndarray
-    pixel_values: torch.Tensor
-    grid: torch.Tensor
-    patch_start: list[int]
     result: StreamResult
     pending: list[int] = field(default_factory=list)  # closing tokens of the last assistant turn
     pending_flags: list[bool] = field(default_factory=list)  # which of them the model generated
@@ -143,40 +157,60 @@ class StreamingEngine:
 
     # -- vision -------------------------------------------------------------------------------
 
-    def _encode(self, rows: list[_Row], k: int, active: list[int]) -> BaseModelOutputWithDeepstackFeatures:
-        """Image features of step k for the active rows. Frames are encoded ``frame_chunk`` steps at
-        a time in one vision call (amortizing its fixed cost), and frames shared between rows once."""
-        need: dict[int, int] = {}
+    def _prepare(self, k: int, active: list[int]) -> None:
+        """Make step k's frame ready for the active rows. A row past its frame array's prepared
+        chunk gets the next ``frame_chunk`` frames through the processor and the vision tower, in
+        one call for all such arrays (amortizing its fixed cost); arrays shared by rows once. The
+        chunk it replaces is released (its pixels and features dropped, its mapped pages freed)."""
+        need: dict[int, np.ndarray] = {}
         for b in active:
-            held = self._feats.get(id(rows[b].frames))
-            if held is None or not held[0] <= k < held[1]:
-                need.setdefault(id(rows[b].frames), b)
-        if need:
-            spans, pvs, grids = [], [], []
-            for b in need.values():
-                row = rows[b]
-                end = min(k + self.cfg.frame_chunk, len(row.frames))
-                spans.append((id(row.frames), end))
-                pvs.append(row.pixel_values[row.patch_start[k] : row.patch_start[end]])
-                grids.append(row.grid[k:end])
-            grid = torch.cat(grids)
-            out = self.model.model.get_image_features(torch.cat(pvs).to(self.device), grid.to(self.device))
-            self.frames_encoded += int(grid.shape[0])
-            i = 0
-            for key, end in spans:
-                n = end - k
-                self._feats[key] = (
-                    k,
-                    end,
-                    out.pooler_output[i : i + n],
-                    [layer[i : i + n] for layer in out.deepstack_features],
-                )
-                i += n
-        picks = [self._feats[id(rows[b].frames)] for b in active]
+            frames = self.rows[b].frames
+            held = self._chunks.get(id(frames))
+            if held is None or not held.start <= k < held.end:
+                need.setdefault(id(frames), frames)
+        if not need:
+            return
+        spans, pvs, grids = [], [], []
+        for key, frames in need.items():
+            end = min(k + self.cfg.frame_chunk, len(frames))
+            pv, grid = self.renderer.encode_frames(frames[k:end])
+            spans.append((key, frames, end))
+            pvs.append(pv)
+            grids.append(grid)
+        grid = torch.cat(grids)
+        out = self.model.model.get_image_features(torch.cat(pvs).to(self.device), grid.to(self.device))
+        self.frames_encoded += int(grid.shape[0])
+        i = 0
+        for key, frames, end in spans:
+            n = end - k
+            self._release(key, frames)
+            self._chunks[key] = _Chunk(
+                k,
+                end,
+                grid[i : i + n],
+                out.pooler_output[i : i + n],
+                [layer[i : i + n] for layer in out.deepstack_features],
+            )
+            i += n
+
+    def _release(self, key: int, frames: np.ndarray) -> None:
+        held = self._chunks.pop(key, None)
+        if held is not None:
+            release_frames(frames, held.start, held.end)
+
+    def _image_features(self, k: int, active: list[int]) -> BaseModelOutputWithDeepstackFeatures:
+        """Step k's image features of the active rows (prepared by :meth:`_prepare`)."""
+        picks = [self._chunks[id(self.rows[b].frames)] for b in active]
         return BaseModelOutputWithDeepstackFeatures(
-            pooler_output=tuple(f[2][k - f[0]] for f in picks),
-            deepstack_features=[tuple(f[3][j][k - f[0]] for f in picks) for j in range(len(picks[0][3]))],
+            pooler_output=tuple(c.pooled[k - c.start] for c in picks),
+            deepstack_features=[
+                tuple(c.deepstack[j][k - c.start] for c in picks) for j in range(len(picks[0].deepstack))
+            ],
         )
+
+    def _grid(self, b: int, k: int) -> torch.Tensor:
+        chunk = self._chunks[id(self.rows[b].frames)]
+        return chunk.grid[k - chunk.start]
 
     # -- one batched forward ------------------------------------------------------------------
 
@@ -287,15 +321,8 @@ class StreamingEngine:
         renders it for SFT."""
         r = self.renderer
         first_steps = list(first_steps) if first_steps is not None else [0] * len(streams)
-        encoded: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        self.rows = []
-        for stream, fr in zip(streams, frames, strict=True):
-            if id(fr) not in encoded:
-                encoded[id(fr)] = r.encode_frames(fr)
-            pv, grid = encoded[id(fr)]
-            starts = [0] + grid.prod(-1).cumsum(0).tolist()
-            self.rows.append(_Row(stream, fr, pv, grid, starts, StreamResult(stream.id)))
-        self._feats: dict[int, tuple] = {}
+        self.rows = [_Row(s, fr, StreamResult(s.id)) for s, fr in zip(streams, frames, strict=True)]
+        self._chunks: dict[int, _Chunk] = {}  # id(frame array) -> its prepared chunk
         self.cache = DynamicCache(config=self.model.config)
         self.mask = torch.zeros((len(streams), 0), dtype=torch.long)
         sps = r.steps_per_second
@@ -308,16 +335,17 @@ class StreamingEngine:
             active = [b for b in range(len(self.rows)) if k < len(times[b])]
             chunks: list[list[int]] = [[] for _ in self.rows]
             grids: list[torch.Tensor | None] = [None] * len(self.rows)
+            self._prepare(k, active)
             for b in active:
                 row = self.rows[b]
                 context = r.context_for_step(row.stream, first_steps[b] + k, first_steps[b])
-                user = r.user_turn(times[b][k] - row.stream.clip_start, r.image_tokens(row.grid[k]), context)
+                grids[b] = self._grid(b, k)
+                user = r.user_turn(times[b][k] - row.stream.clip_start, r.image_tokens(grids[b]), context)
                 block = None
                 if self.memory is not None:  # a new evidence block becomes its own user turn
                     block = self.memory.evidence(row.stream, times[b][k], frame=row.frames[k])
                 mem = evidence_turn(r, block) if block else []  # never evicted: outside whole/frame_span
                 chunks[b] = row.pending + mem + user + r.assistant_open
-                grids[b] = row.grid[k]
                 start = self.mask.shape[1]
                 if row.pending:  # closing tokens of step k-1's assistant turn
                     row.whole.setdefault(k - 1, []).append((start, start + len(row.pending)))
@@ -330,7 +358,7 @@ class StreamingEngine:
                 rest = [False] * (len(chunks[b]) - len(row.pending))
                 self._feed(b, chunks[b], row.pending_flags + rest, row.pending_logprobs)
                 row.pending, row.pending_flags, row.pending_logprobs = [], [], []
-            logits = self._forward(chunks, grids, self._encode(self.rows, k, active))
+            logits = self._forward(chunks, grids, self._image_features(k, active))
             fired, p, logp_dec = self._choose(logits)
             firing = [b for b in active if bool(fired[b])]
             texts: dict[int, list[int]] = {b: [] for b in firing}
@@ -386,6 +414,7 @@ class StreamingEngine:
                 self._evict(k - self.cfg.frame_window)
         for b, row in enumerate(self.rows):  # the last turn's closing tokens (never fed to the cache)
             self._feed(b, row.pending, row.pending_flags, row.pending_logprobs)
+            self._release(id(row.frames), row.frames)
         return [row.result for row in self.rows]
 
     def cache_length(self) -> int:

@@ -12,6 +12,8 @@ Prints one JSON object on its last line:
 - ``index_files_per_s``: files per second walked by the video index of a build
   (:class:`~data_builders.video_index.VideoIndex`) over a synthetic tree of 100,000 empty files
   (250 folders x 4 subfolders x 100 files, 9 in 10 of them videos), best of 3 runs.
+- ``peak_mb_10min_720p``: peak memory (MB) of a fresh process building the frame cache of a
+  synthetic 10-minute 720p file at 1 step/s, 448 x 448 frames (``data_builders.bench.video``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from data_builders.bench.video import peak_mb_10min_720p
 from data_builders.build import build_source
 from data_builders.records import step_times
 from data_builders.synthetic.toy import generate_toy
@@ -130,11 +133,13 @@ def main() -> None:
     rps = records_per_second()
     cache = frame_cache_speedup()
     index = index_files_per_second()
+    video = peak_mb_10min_720p()
     print(
         json.dumps(
             {"records_per_s": round(rps, 1)}
             | {k: round(v, 4) for k, v in cache.items()}
             | {"index_files_per_s": round(index)}
+            | video
         )
     )
 

@@ -1,7 +1,7 @@
 """Streaming engine benchmark on the tiny model and toy streams (CPU), one run, ratios within it.
 
-    python -m eval.bench                       # ~1-2 min on 2 cores
-    python -m eval.bench --steps 10,20 --window-at 20,60 --repeats 1     (a quick check)
+    python -m eval.bench                       # ~2-6 min on 2 cores, by load (the long stream is half)
+    python -m eval.bench --steps 10,20 --window-at 20,60 --repeats 1 --long-steps none   (a quick check)
     python -m eval.bench memory                (the long-horizon memory benchmark, eval/bench/memory.py)
     python -m eval.bench gpu --model conf/model/qwen3_vl_4b.yaml   (the accelerator benchmark, eval/bench/gpu.py)
 
@@ -17,6 +17,10 @@ Prints one JSON object on its last line:
   so it shows growth, not the cache alone); ``peak_rss_mb`` is the process peak (``ru_maxrss``).
 - ``batched_vs_sequential``: throughput of ``--batch`` streams run in lock step over the same
   streams run one after another.
+- ``long_stream_peak_ratio_2h_vs_10min``: peak memory of a fresh process streaming a 7,200-step
+  (2-hour) synthetic stream with ``--window`` over that of a 600-step one, frames memory-mapped as
+  frame-cache hits arrive (``eval/bench/long_stream.py``; 1-4 minutes of this command;
+  ``--long-steps none`` skips it).
 
 Run times are this process's CPU seconds (``time.process_time``), medians over ``--repeats``
 interleaved repetitions after a warm-up: on a shared machine other processes stretch wall time
@@ -49,6 +53,7 @@ from data_builders.config import RenderConfig
 from data_builders.frames import stream_frames
 from data_builders.records import Stream
 from data_builders.synthetic.toy import generate_toy
+from eval.bench.long_stream import long_stream_peaks
 from eval.config import quiet_libraries
 from eval.model import build_tiny_checkpoint, load_model_and_processor
 from eval.naive import NaiveStreamer
@@ -83,7 +88,14 @@ def kv_bytes(engine: StreamingEngine) -> int:
     )
 
 
-def run_bench(steps: list[int], window_at: tuple[int, int], window: int, batch: int, repeats: int) -> dict:
+def run_bench(
+    steps: list[int],
+    window_at: tuple[int, int],
+    window: int,
+    batch: int,
+    repeats: int,
+    long_steps: tuple[int, int] | None = (600, 7200),
+) -> dict:
     quiet_libraries()
     tmp = Path(tempfile.mkdtemp(prefix="eval-bench-"))
     cfg = yaml.safe_load(TINY.read_text())
@@ -128,6 +140,7 @@ def run_bench(steps: list[int], window_at: tuple[int, int], window: int, batch: 
     for _ in range(repeats):
         batched_t.append(timed(lambda: engine(streams, frames)))
         seq_t.append(timed(lambda: [engine([s], [f]) for s, f in zip(streams, frames, strict=True)]))
+    long = long_stream_peaks(*long_steps, window=window, checkpoint=ckpt) if long_steps else {}
     return {
         "engine_vs_naive": {k: round(v, 2) for k, v in speedup.items()},
         f"window_step{b}_vs_step{a}": round(per_step[b] / per_step[a], 3),
@@ -140,7 +153,7 @@ def run_bench(steps: list[int], window_at: tuple[int, int], window: int, batch: 
         "repeats": repeats,
         "torch_threads": torch.get_num_threads(),
         "clock": "process CPU time (ratios); wall-clock latency_s (per-step)",
-    }
+    } | long
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -152,13 +165,19 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--batch", type=int, default=8, help="streams batched vs run in sequence")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (both sides alike)")
+    parser.add_argument(
+        "--long-steps",
+        default="600,7200",
+        help="short,long stream steps of the peak-memory ratio ('none': skip)",
+    )
     args = parser.parse_args(argv)
+    long_steps = None if args.long_steps == "none" else tuple(int(x) for x in args.long_steps.split(","))
     a, b = (int(x) for x in args.window_at.split(","))
     previous = torch.get_num_threads()
     torch.set_num_threads(args.threads)
     try:
         result = run_bench(
-            [int(x) for x in args.steps.split(",")], (a, b), args.window, args.batch, args.repeats
+            [int(x) for x in args.steps.split(",")], (a, b), args.window, args.batch, args.repeats, long_steps
         )
     finally:
         torch.set_num_threads(previous)

@@ -10,6 +10,7 @@ from eval.bench import engine as bench
 def test_bench_prints_one_json_object_with_every_figure(capsys):
     result = bench.main(
         ["--steps", "8,24", "--window-at", "12,30", "--window", "6", "--batch", "3", "--repeats", "1"]
+        + ["--long-steps", "none"]  # the long-stream figure: tests/eval/test_long_stream.py
     )
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == result
     assert set(result["engine_vs_naive"]) == {"8", "24"} and result["engine_vs_naive"]["24"] > 1.0

@@ -111,3 +111,52 @@ def test_sampling_is_seeded(setup):
     assert any(s.fired for r in runs[0] for s in r.steps) and not all(
         s.fired for r in runs[0] for s in r.steps
     )
+
+
+def test_frames_are_prepared_a_chunk_at_a_time(setup, monkeypatch):
+    """The processor and the vision tower see ``frame_chunk`` frames at a time, when the stream
+    reaches them, never the whole stream up front; any chunk size gives the same decisions."""
+    model, renderer, streams, frames = setup
+    reference = StreamingEngine(model, renderer, EngineConfig(threshold=0.47, max_new_tokens=4)).run(
+        streams[:2], frames[:2]
+    )
+    sizes = []
+    encode = renderer.encode_frames
+    monkeypatch.setattr(renderer, "encode_frames", lambda f: sizes.append(len(f)) or encode(f))
+    engine = StreamingEngine(model, renderer, EngineConfig(threshold=0.47, max_new_tokens=4, frame_chunk=6))
+    chunked = engine.run(streams[:2], frames[:2])
+    assert sizes == [6] * 6 * 2 + [4] * 2  # 40 steps = 6 chunks of 6 + one of 4, per stream
+    assert engine.frames_encoded == 80
+    for a, b in zip(reference, chunked):
+        assert [s.text for s in a.steps] == [s.text for s in b.steps]
+        assert _max_logit_diff(a, b) < 1e-4
+
+
+def test_memory_mapped_frames_stream_the_same_and_are_released(setup, tmp_path):
+    """Frames as a FrameCache hit arrives (memory-mapped, copy on write): the same decisions as
+    in-memory frames, and once streamed their pages are no longer resident in the process."""
+    model, renderer, streams, frames = setup
+    long = Stream(**{**streams[0].__dict__, "clip_end": 120.0, "targets": []})
+    in_memory = np.concatenate([frames[0]] * 3)
+    np.save(tmp_path / "frames.npy", in_memory)
+    mapped = np.load(tmp_path / "frames.npy", mmap_mode="c")
+    cfg = EngineConfig(threshold=0.5, frame_window=8)
+    [a] = StreamingEngine(model, renderer, cfg).run([long], [in_memory])
+    [b] = StreamingEngine(model, renderer, cfg).run([long], [mapped])
+    assert [s.text for s in a.steps] == [s.text for s in b.steps] and len(b.steps) == 120
+    assert _max_logit_diff(a, b) < 1e-6
+    assert _resident_pages(mapped) <= 2  # at most the partial pages at the array's two ends
+    assert np.array_equal(mapped, in_memory)  # released pages read back from the file
+
+
+def _resident_pages(array: np.ndarray) -> int:
+    """Pages of ``array`` resident in this process (``/proc/self/pagemap`` bit 63)."""
+    import mmap
+
+    page = mmap.PAGESIZE
+    start = array.__array_interface__["data"][0] // page
+    n = -(-(array.__array_interface__["data"][0] + array.nbytes) // page) - start
+    with open("/proc/self/pagemap", "rb") as fh:
+        fh.seek(start * 8)
+        entries = np.frombuffer(fh.read(n * 8), dtype="<u8")
+    return int(((entries >> np.uint64(63)) & np.uint64(1)).sum())
