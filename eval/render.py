@@ -37,6 +37,8 @@ from data_builders.records import Stream, Target, step_times, target_step
 from rewards.turns import RESPONSE, SILENCE
 
 SILENCE_CLASS, RESPONSE_CLASS = 0, 1
+#: Texts whose token ids ``TurnRenderer.encode`` keeps (timestamps, instructions, turn markers).
+ENCODE_CACHE_SIZE = 65536
 
 
 @dataclass
@@ -66,6 +68,15 @@ class Rendered:
         }
 
 
+def timestamp_text(elapsed: float) -> str:
+    """The timestamp of a user turn: seconds since the clip start, one decimal.
+
+    >>> timestamp_text(12.0)
+    '<12.0 seconds>'
+    """
+    return f"<{elapsed:.1f} seconds>"
+
+
 class TurnRenderer:
     """Builds token ids for turns; shared by the training collator and the streaming engine."""
 
@@ -73,6 +84,7 @@ class TurnRenderer:
         self.processor = processor
         self.tokenizer = processor.tokenizer
         self.cfg = cfg or RenderConfig()
+        self._encoded: dict[str, list[int]] = {}
         #: Decision steps per second of video: the data's in training, the benchmark's in evaluation.
         self.steps_per_second = float(steps_per_second)
         if not self.steps_per_second > 0:
@@ -111,8 +123,26 @@ class TurnRenderer:
         logits[..., self.banned_text_ids] = float("-inf")
         return logits
 
+    def warm(self, texts: list[str]) -> None:
+        """Encode the texts not memoized yet in one batched tokenizer call (the streaming engine warms
+        a stream's timestamps before its first step, so no step waits on the tokenizer)."""
+        missing = list(dict.fromkeys(t for t in texts if t not in self._encoded))
+        if not missing:
+            return
+        if len(self._encoded) + len(missing) > ENCODE_CACHE_SIZE:
+            self._encoded.clear()
+        batch = self.tokenizer(missing, add_special_tokens=False)["input_ids"]
+        self._encoded.update(zip(missing, batch, strict=True))
+
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        """Token ids of ``text`` (no special tokens added), memoized: the streaming engine encodes the
+        same timestamps and instructions at every step of every stream."""
+        ids = self._encoded.get(text)
+        if ids is None:
+            if len(self._encoded) >= ENCODE_CACHE_SIZE:
+                self._encoded.clear()
+            ids = self._encoded[text] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return list(ids)
 
     # -- pieces -------------------------------------------------------------------------------
 
@@ -125,7 +155,7 @@ class TurnRenderer:
         ids = list(self._user_open)
         if context:
             ids += self.encode(context + "\n")
-        ids += self.encode(f"<{elapsed:.1f} seconds>") + self._vision_open
+        ids += self.encode(timestamp_text(elapsed)) + self._vision_open
         ids += [self.image_pad_id] * n_image_tokens + self._vision_close_turn_end
         return ids
 

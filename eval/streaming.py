@@ -22,7 +22,13 @@ keeps every query row with at least one visible key, which left padding at step 
 Bounded frame window (``frame_window=N``): once a step is N steps old it is evicted: the whole
 step (user turn and silent assistant turn) when it carried no instruction and no reply, else only
 its timestamp and frame tokens. Evicted columns are masked per row and removed from the cache once
-dead in every row, so memory stays flat on long videos. Positions keep counting up.
+dead in every row (in batches, every ``frame_window / 2`` evictions: a masked column changes
+nothing), so memory stays flat on long videos. Positions keep counting up.
+
+Host work per step is kept small and flat in the stream's length: the token ids of timestamps and
+instructions are memoized by the renderer, a chunk's M-RoPE positions are computed once per chunk
+shape and shifted, and the attention mask grows in a doubling buffer. ``step_timings`` records each
+step's wall time, language-model time and vision time (``python -m eval.bench``: host_ms_per_step).
 
 Frames are prepared when a row reaches them: ``frame_chunk`` steps at a time, the processor
 (pixel values, grids) and the vision tower run on that chunk only (a live camera would use 1), so
@@ -36,6 +42,7 @@ object, as in a GRPO group) are prepared once and their features reused for ever
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -44,13 +51,12 @@ from pathlib import Path
 import numpy as np
 import torch
 from transformers import DynamicCache
-from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
 
 from data_builders.frame_pages import release_frames
 from data_builders.frames import stream_frames
 from data_builders.records import Reply, Stream, resolve_video, step_times
 from data_builders.video import FrameCache
-from eval.render import TurnRenderer
+from eval.render import TurnRenderer, timestamp_text
 from rewards.turns import parse_turn
 
 BLANK_GREY = 128  # the value of every pixel of a blank-video control frame
@@ -123,8 +129,18 @@ class _Chunk:
     start: int
     end: int
     grid: torch.Tensor  # (frames, 3)
+    tokens: list[int]  # image placeholder tokens of each frame
     pooled: Sequence[torch.Tensor]  # one per frame
     deepstack: list[Sequence[torch.Tensor]]  # per deepstack layer, one per frame
+
+
+@dataclass
+class _Features:
+    """A step's image features as the model reads them (``mm_encoder_outputs["image"]``): one
+    pooled tensor per row's frame, and per deepstack layer one tensor per row."""
+
+    pooler_output: tuple[torch.Tensor, ...]
+    deepstack_features: list[tuple[torch.Tensor, ...]]
 
 
 @dataclass
@@ -152,8 +168,16 @@ class StreamingEngine:
         if self.cfg.frame_window is not None and self.cfg.frame_window < 1:
             raise ValueError(f"frame_window must be at least 1 step, got {self.cfg.frame_window}")
         self.device = next(model.parameters()).device
+        self._pad_id = renderer.tokenizer.pad_token_id
+        self._decision_ids = torch.tensor([renderer.silence_id, renderer.response_id])
         self.frames_encoded = 0
         self.generator = torch.Generator().manual_seed(self.cfg.seed)
+        #: Relative M-RoPE positions of a chunk, by its shape (length, image span, grid): the
+        #: positions of a step's chunk follow one pattern, computed once and shifted by the offset.
+        self._rope: dict[tuple, torch.Tensor] = {}
+        #: Per step: (wall s, language-model forward s, vision s: processor + vision tower); what is
+        #: left is the engine's own host work (``python -m eval.bench``'s ``host_ms_per_step``).
+        self.step_timings: list[tuple[float, float, float]] = []
 
     # -- vision -------------------------------------------------------------------------------
 
@@ -170,6 +194,7 @@ class StreamingEngine:
                 need.setdefault(id(frames), frames)
         if not need:
             return
+        t0 = time.perf_counter()
         spans, pvs, grids = [], [], []
         for key, frames in need.items():
             end = min(k + self.cfg.frame_chunk, len(frames))
@@ -188,60 +213,103 @@ class StreamingEngine:
                 k,
                 end,
                 grid[i : i + n],
+                [self.renderer.image_tokens(g) for g in grid[i : i + n]],
                 out.pooler_output[i : i + n],
                 [layer[i : i + n] for layer in out.deepstack_features],
             )
             i += n
+        self._vision_s += time.perf_counter() - t0
 
     def _release(self, key: int, frames: np.ndarray) -> None:
         held = self._chunks.pop(key, None)
         if held is not None:
             release_frames(frames, held.start, held.end)
 
-    def _image_features(self, k: int, active: list[int]) -> BaseModelOutputWithDeepstackFeatures:
+    def _image_features(self, k: int, active: list[int]) -> _Features:
         """Step k's image features of the active rows (prepared by :meth:`_prepare`)."""
         picks = [self._chunks[id(self.rows[b].frames)] for b in active]
-        return BaseModelOutputWithDeepstackFeatures(
+        return _Features(
             pooler_output=tuple(c.pooled[k - c.start] for c in picks),
             deepstack_features=[
                 tuple(c.deepstack[j][k - c.start] for c in picks) for j in range(len(picks[0].deepstack))
             ],
         )
 
-    def _grid(self, b: int, k: int) -> torch.Tensor:
+    def _grid(self, b: int, k: int) -> tuple[torch.Tensor, int]:
+        """Step k's image grid in row b and its number of placeholder tokens."""
         chunk = self._chunks[id(self.rows[b].frames)]
-        return chunk.grid[k - chunk.start]
+        return chunk.grid[k - chunk.start], chunk.tokens[k - chunk.start]
 
     # -- one batched forward ------------------------------------------------------------------
+
+    def _positions(self, chunk: list[int], grid: torch.Tensor | None) -> tuple[torch.Tensor, int]:
+        """The chunk's 3-row M-RoPE positions from 0 (``get_rope_index`` on the chunk) and their
+        maximum, cached by the chunk's shape: its length, where its image placeholders run, and the
+        image grid."""
+        pad = self.renderer.image_pad_id
+        if grid is None or pad not in chunk:
+            key: tuple = (len(chunk),)
+        else:
+            first, n = chunk.index(pad), chunk.count(pad)
+            key = (len(chunk), first, n, *grid.tolist())
+            if chunk[first + n - 1] != pad:  # not one contiguous run: no shortcut
+                key = (tuple(chunk), *grid.tolist())
+        found = self._rope.get(key)
+        if found is None:
+            t = torch.tensor(chunk)
+            if grid is not None and len(key) > 1:
+                mm = (t == pad).int()[None]
+                rel, _ = self.model.model.get_rope_index(t[None], mm, image_grid_thw=grid[None])
+                rel = rel[:, 0].cpu()
+            else:
+                rel = torch.arange(len(chunk)).view(1, -1).expand(3, -1)
+            found = self._rope[key] = (rel, int(rel.max()))
+        return found
+
+    def _append_mask(self, new: torch.Tensor) -> None:
+        """Append columns to the attention mask, in a buffer that doubles (no copy of the whole mask
+        at every step)."""
+        n, width = self._mask_len, new.shape[1]
+        if n + width > self._mask_buf.shape[1]:
+            grown = torch.zeros((self._mask_buf.shape[0], max(2 * (n + width), 64)), dtype=torch.long)
+            grown[:, :n] = self._mask_buf[:, :n]
+            self._mask_buf = grown
+        self._mask_buf[:, n : n + width] = new
+        self._mask_len = n + width
+
+    @property
+    def mask(self) -> torch.Tensor:
+        """The attention mask over the cache (rows x cached columns; a view of the buffer)."""
+        return self._mask_buf[:, : self._mask_len]
 
     def _forward(self, chunks: list[list[int]], grids: list[torch.Tensor | None], image=None) -> torch.Tensor:
         """Append right-padded chunks (one per row; empty = pad only) to the cache; returns the
         logits at each row's last real token (rows with no tokens: zeros)."""
-        r = self.renderer
         lengths = [len(c) for c in chunks]
         width = max(lengths)
-        ids = torch.full((len(chunks), width), r.tokenizer.pad_token_id, dtype=torch.long)
-        new_mask = torch.zeros((len(chunks), width), dtype=torch.long)
-        pos = torch.zeros((3, len(chunks), width), dtype=torch.long)
+        pad = self._pad_id
+        if len(chunks) == 1:
+            ids = torch.tensor(chunks, dtype=torch.long)
+            new_mask = torch.ones((1, width), dtype=torch.long)
+        else:
+            ids = torch.tensor([c + [pad] * (width - len(c)) for c in chunks], dtype=torch.long)
+            new_mask = torch.tensor([[1] * n + [0] * (width - n) for n in lengths], dtype=torch.long)
+        rows_pos = []
         for b, chunk in enumerate(chunks):
             row = self.rows[b]
             if not chunk:
-                pos[:, b] = row.offset
+                rows_pos.append(torch.full((3, width), row.offset, dtype=torch.long))
                 continue
-            t = torch.tensor(chunk)
-            ids[b, : len(chunk)] = t
-            new_mask[b, : len(chunk)] = 1
-            mm = (t == r.image_pad_id).int()[None]
-            if grids[b] is not None:
-                p, _ = self.model.model.get_rope_index(t[None], mm, image_grid_thw=grids[b][None])
-            else:
-                p = torch.arange(len(chunk)).view(1, 1, -1).expand(3, 1, -1)
-            p = p[:, 0] + row.offset
-            pos[:, b, : len(chunk)] = p
-            pos[:, b, len(chunk) :] = p[:, -1:]
-            row.offset = int(p.max()) + 1
-        self.mask = torch.cat([self.mask, new_mask], dim=1)
+            rel, top = self._positions(chunk, grids[b])
+            p = rel + row.offset
+            if len(chunk) < width:
+                p = torch.cat([p, p[:, -1:].expand(3, width - len(chunk))], dim=1)
+            rows_pos.append(p)
+            row.offset += top + 1
+        pos = rows_pos[0][:, None] if len(rows_pos) == 1 else torch.stack(rows_pos, dim=1)
+        self._append_mask(new_mask)
         kwargs = {"mm_encoder_outputs": {"image": image}} if image is not None else {}
+        t0 = time.perf_counter()
         out = self.model.model(
             input_ids=ids.to(self.device),
             attention_mask=self.mask.to(self.device),
@@ -250,21 +318,33 @@ class StreamingEngine:
             use_cache=True,
             **kwargs,
         )
-        last = torch.tensor([max(n - 1, 0) for n in lengths], device=self.device)
-        hidden = out.last_hidden_state[torch.arange(len(chunks), device=self.device), last]
+        if len(chunks) == 1:
+            hidden = out.last_hidden_state[:, lengths[0] - 1]
+        else:
+            last = torch.tensor([max(n - 1, 0) for n in lengths], device=self.device)
+            hidden = out.last_hidden_state[torch.arange(len(chunks), device=self.device), last]
         logits = self.model.lm_head(hidden).float().cpu()
-        logits[torch.tensor(lengths) == 0] = 0.0
+        self._model_s += time.perf_counter() - t0
+        if 0 in lengths:
+            logits[[b for b, n in enumerate(lengths) if n == 0]] = 0.0
         return logits
 
     # -- eviction -----------------------------------------------------------------------------
 
     def _evict(self, k: int) -> None:
+        """Mask step k's columns in every row; drop the columns dead in every row from the cache every
+        ``frame_window / 2`` evictions (a masked column changes nothing, so compaction can wait: the
+        cache holds at most one and a half windows)."""
         for b, row in enumerate(self.rows):
             ranges = [row.frame_span[k]] if k in row.keep else row.whole.get(k, [])
             for a, z in ranges:
-                self.mask[b, a:z] = 0
+                self._mask_buf[b, a:z] = 0
             row.whole.pop(k, None)
             row.frame_span.pop(k, None)
+        self._dead += 1
+        if self._dead * 2 < self.cfg.frame_window:  # compact every frame_window / 2 evictions
+            return
+        self._dead = 0
         keep = self.mask.any(0)
         if bool(keep.all()):
             return
@@ -273,7 +353,9 @@ class StreamingEngine:
             layer.keys = layer.keys.index_select(-2, index.to(layer.keys.device))
             layer.values = layer.values.index_select(-2, index.to(layer.values.device))
         new_col = (keep.cumsum(0) - 1).tolist()
-        self.mask = self.mask[:, index]
+        kept = self.mask[:, index].clone()
+        self._mask_buf[:, : kept.shape[1]] = kept
+        self._mask_len = kept.shape[1]
         for row in self.rows:
             row.whole = {
                 s: [(new_col[a], new_col[z - 1] + 1) for a, z in spans] for s, spans in row.whole.items()
@@ -282,18 +364,30 @@ class StreamingEngine:
 
     # -- decisions ----------------------------------------------------------------------------
 
-    def _choose(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(fired, p_response, log-prob of the chosen decision) per row."""
-        r = self.renderer
-        pair = torch.stack([logits[:, r.silence_id], logits[:, r.response_id]], dim=-1)
+    def _choose(
+        self, logits: torch.Tensor
+    ) -> tuple[list[bool], list[float], list[float], list[tuple[float, float]]]:
+        """Per row: fired, P(response), the log-prob of the chosen decision, and the two decision
+        logits (silence, response)."""
+        pair = logits.index_select(1, self._decision_ids)
+        logits_pair = [tuple(x) for x in pair.tolist()]
         if self.cfg.sample:
             logp = torch.log_softmax(pair / self.cfg.temperature, dim=-1)
-            fired = torch.multinomial(logp.exp(), 1, generator=self.generator)[:, 0].bool()
-        else:
-            logp = torch.log_softmax(pair, dim=-1)
-            fired = logp[:, 1].exp() >= self.cfg.threshold
-        p = torch.softmax(pair, dim=-1)[:, 1]
-        return fired, p, logp.gather(1, fired.long()[:, None])[:, 0]
+            fired_t = torch.multinomial(logp.exp(), 1, generator=self.generator)[:, 0].bool()
+            chosen = logp.gather(1, fired_t.long()[:, None])[:, 0].tolist()
+            p = torch.softmax(pair, dim=-1)[:, 1].tolist()
+            return fired_t.tolist(), p, chosen, logits_pair
+        fired, p, chosen = [], [], []
+        for silence, response in logits_pair:  # a two-way softmax in plain floats
+            d = silence - response
+            p_resp = 1.0 / (1.0 + math.exp(d)) if d < 700 else 0.0
+            fire = p_resp >= self.cfg.threshold
+            top = max(silence, response)
+            lse = top + math.log(math.exp(silence - top) + math.exp(response - top))
+            fired.append(fire)
+            p.append(p_resp)
+            chosen.append((response if fire else silence) - lse)
+        return fired, p, chosen, logits_pair
 
     def _next_token(self, logits: torch.Tensor) -> tuple[int, float]:
         logits = self.renderer.mask_text_logits(logits)
@@ -324,14 +418,19 @@ class StreamingEngine:
         self.rows = [_Row(s, fr, StreamResult(s.id)) for s, fr in zip(streams, frames, strict=True)]
         self._chunks: dict[int, _Chunk] = {}  # id(frame array) -> its prepared chunk
         self.cache = DynamicCache(config=self.model.config)
-        self.mask = torch.zeros((len(streams), 0), dtype=torch.long)
+        self._mask_buf = torch.zeros((len(streams), 256), dtype=torch.long)
+        self._mask_len = 0
+        self._dead = 0
+        silence_text = r.tokenizer.decode([r.silence_id], skip_special_tokens=False)
         sps = r.steps_per_second
         times = [
             step_times(row.stream, sps)[a : a + len(row.frames)]
             for row, a in zip(self.rows, first_steps, strict=True)
         ]
+        r.warm([timestamp_text(t - row.stream.clip_start) for row, ts in zip(self.rows, times) for t in ts])
         for k in range(max(len(t) for t in times)):
             t0 = time.perf_counter()
+            self._model_s = self._vision_s = 0.0
             active = [b for b in range(len(self.rows)) if k < len(times[b])]
             chunks: list[list[int]] = [[] for _ in self.rows]
             grids: list[torch.Tensor | None] = [None] * len(self.rows)
@@ -339,8 +438,8 @@ class StreamingEngine:
             for b in active:
                 row = self.rows[b]
                 context = r.context_for_step(row.stream, first_steps[b] + k, first_steps[b])
-                grids[b] = self._grid(b, k)
-                user = r.user_turn(times[b][k] - row.stream.clip_start, r.image_tokens(grids[b]), context)
+                grids[b], n_image = self._grid(b, k)
+                user = r.user_turn(times[b][k] - row.stream.clip_start, n_image, context)
                 block = None
                 if self.memory is not None:  # a new evidence block becomes its own user turn
                     block = self.memory.evidence(row.stream, times[b][k], frame=row.frames[k])
@@ -359,14 +458,14 @@ class StreamingEngine:
                 self._feed(b, chunks[b], row.pending_flags + rest, row.pending_logprobs)
                 row.pending, row.pending_flags, row.pending_logprobs = [], [], []
             logits = self._forward(chunks, grids, self._image_features(k, active))
-            fired, p, logp_dec = self._choose(logits)
-            firing = [b for b in active if bool(fired[b])]
+            fired, p, logp_dec, decision_logits = self._choose(logits)
+            firing = [b for b in active if fired[b]]
             texts: dict[int, list[int]] = {b: [] for b in firing}
             im_end_logprob: dict[int, float] = {}
             if firing:
                 step_tokens = {b: [r.response_id] for b in firing}
                 for b in firing:
-                    self._feed(b, [r.response_id], [True], [float(logp_dec[b])])
+                    self._feed(b, [r.response_id], [True], [logp_dec[b]])
                     self.rows[b].keep.add(k)
                 live = set(firing)
                 for _ in range(self.cfg.max_new_tokens + 1):
@@ -395,23 +494,24 @@ class StreamingEngine:
                     row.pending_flags = [ended] + [False] * (len(r.turn_end) - 1)
                     row.pending_logprobs = [im_end_logprob[b]] if ended else []
                 else:
-                    text = r.tokenizer.decode([r.silence_id], skip_special_tokens=False)
+                    text = silence_text
                     row.pending = [r.silence_id] + r.turn_end
                     row.pending_flags = [True] + [False] * len(r.turn_end)
-                    row.pending_logprobs = [float(logp_dec[b])]
+                    row.pending_logprobs = [logp_dec[b]]
                 row.result.steps.append(
                     StepDecision(
                         first_steps[b] + k,
                         times[b][k],
-                        float(p[b]),
+                        p[b],
                         b in texts,
                         text,
-                        (float(logits[b, r.silence_id]), float(logits[b, r.response_id])),
+                        decision_logits[b],
                         time.perf_counter() - t0,
                     )
                 )
             if self.cfg.frame_window is not None and k - self.cfg.frame_window >= 0:
                 self._evict(k - self.cfg.frame_window)
+            self.step_timings.append((time.perf_counter() - t0, self._model_s, self._vision_s))
         for b, row in enumerate(self.rows):  # the last turn's closing tokens (never fed to the cache)
             self._feed(b, row.pending, row.pending_flags, row.pending_logprobs)
             self._release(id(row.frames), row.frames)

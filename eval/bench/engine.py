@@ -17,6 +17,10 @@ Prints one JSON object on its last line:
   so it shows growth, not the cache alone); ``peak_rss_mb`` is the process peak (``ru_maxrss``).
 - ``batched_vs_sequential``: throughput of ``--batch`` streams run in lock step over the same
   streams run one after another.
+- ``host_ms_per_step``: the engine's own host work per step in milliseconds (a step's wall time less
+  its language-model forward and its vision call, ``StreamingEngine.step_timings``), median over the
+  21 steps centred on each ``--window-at`` point, with the ``--window``-frame window, for one stream
+  (``batch1``) and for ``--batch`` streams in lock step (per step of the whole batch).
 - ``long_stream_peak_ratio_2h_vs_10min``: peak memory of a fresh process streaming a 7,200-step
   (2-hour) synthetic stream with ``--window`` over that of a 600-step one, frames memory-mapped as
   frame-cache hits arrive (``eval/bench/long_stream.py``; 1-4 minutes of this command;
@@ -136,6 +140,13 @@ def run_bench(
     lat = [d.latency_s for d in engine([s], [f], window).last[0].steps]
     per_step = {p: statistics.median(lat[p - 10 : p + 11]) for p in (a, b)}
 
+    host = {}
+    for label, rows in (("batch1", 1), (f"batch{batch}", batch)):
+        tiles = [tiled(st, fr, b + 11) for st, fr in zip(streams[:rows], frames[:rows], strict=True)]
+        e = engine([t[0] for t in tiles], [t[1] for t in tiles], window)
+        own = [1e3 * (wall - lm - vision) for wall, lm, vision in e.step_timings]
+        host[label] = {str(p): round(statistics.median(own[p - 10 : p + 11]), 3) for p in (a, b)}
+
     batched_t, seq_t = [], []
     for _ in range(repeats):
         batched_t.append(timed(lambda: engine(streams, frames)))
@@ -145,6 +156,7 @@ def run_bench(
         "engine_vs_naive": {k: round(v, 2) for k, v in speedup.items()},
         f"window_step{b}_vs_step{a}": round(per_step[b] / per_step[a], 3),
         "per_step_ms": {f"step{p}": round(1e3 * v, 3) for p, v in per_step.items()},
+        "host_ms_per_step": host,
         "frame_window": window,
         "memory": memory,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),

@@ -20,3 +20,7 @@ def test_bench_prints_one_json_object_with_every_figure(capsys):
     assert mem["window_step30"]["cache_tokens"] <= 1.1 * mem["window_step12"]["cache_tokens"]
     assert mem["no_window_step30"]["cache_tokens"] > 2 * mem["no_window_step12"]["cache_tokens"]
     assert mem["no_window_step30"]["kv_cache_bytes"] > mem["window_step30"]["kv_cache_bytes"]
+    # the engine's own host work per step (the figure is the bench command's to report, not a limit here)
+    host = result["host_ms_per_step"]
+    assert set(host) == {"batch1", "batch3"} and all(set(v) == {"12", "30"} for v in host.values())
+    assert all(0 < ms < 1000 for v in host.values() for ms in v.values())

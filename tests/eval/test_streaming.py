@@ -160,3 +160,23 @@ def _resident_pages(array: np.ndarray) -> int:
         fh.seek(start * 8)
         entries = np.frombuffer(fh.read(n * 8), dtype="<u8")
     return int(((entries >> np.uint64(63)) & np.uint64(1)).sum())
+
+
+def test_step_timings_split_each_step(tiny_model_and_processor, toy_dir):
+    """Every step records its wall time and, inside it, the language model's and the vision call's:
+    what the bench reports as the engine's own host work is the rest."""
+    from data_builders.config import RenderConfig
+    from data_builders.frames import stream_frames
+    from data_builders.records import load_streams
+    from eval.render import TurnRenderer
+    from eval.streaming import EngineConfig, StreamingEngine
+
+    model, processor = tiny_model_and_processor
+    renderer = TurnRenderer(processor, RenderConfig(max_pixels=64 * 64))
+    stream = load_streams(toy_dir / "records.jsonl")[0]
+    frames = stream_frames(stream, toy_dir / stream.video, renderer.cfg)
+    engine = StreamingEngine(model, renderer, EngineConfig(threshold=2.0, frame_chunk=5))
+    engine.run([stream], [frames])
+    assert len(engine.step_timings) == len(frames) == 20
+    assert all(wall >= lm + vision and lm > 0 for wall, lm, vision in engine.step_timings)
+    assert [vision > 0 for _, _, vision in engine.step_timings] == [k % 5 == 0 for k in range(20)]
