@@ -60,7 +60,8 @@ def test_checkpoint_evaluations_draw_curves_beside_the_training_run(
         "p3i/checkpoint-200",
     ]
     # a later eval.run of one of its checkpoints lands in the same paired run
-    cfg = eval_config([f"checkpoint={run / 'checkpoint-200'}", "logger=wandb", "threshold=0.4", *common])
+    out = f"out_dir={tmp_path / 'eval200'}"
+    cfg = eval_config([f"checkpoint={run / 'checkpoint-200'}", "logger=wandb", "threshold=0.4", out, *common])
     assert cfg.render.max_pixels == 4096  # read back from the checkpoint
     evaluate(cfg, echo=False)
     runs = {}
