@@ -23,10 +23,14 @@ except SystemExit as exc:
 """
 
 
-def _grpo(*overrides: str) -> tuple[str, str, float]:
+def _grpo(tmp: Path, *overrides: str) -> tuple[str, str, float]:
     t0 = time.perf_counter()
     out = subprocess.run(
-        [sys.executable, "-c", PROBE, *overrides], cwd=ROOT, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", PROBE, f"paths.root_dir={tmp}", *overrides],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     return out.stdout.strip().splitlines()[-1], out.stderr, time.perf_counter() - t0
 
@@ -42,8 +46,8 @@ def _grpo(*overrides: str) -> tuple[str, str, float]:
     ],
     ids=["no-init", "weight-not-a-number", "misspelt-key", "misspelt-option", "group-of-one"],
 )
-def test_bad_grpo_configs_fail_before_the_model_loads(overrides, message):
-    last, err, seconds = _grpo(*overrides)
+def test_bad_grpo_configs_fail_before_the_model_loads(tmp_path, overrides, message):
+    last, err, seconds = _grpo(tmp_path, *overrides)
     assert last == "EXIT 2 False", (last, err[-2000:])  # exit 2, torch never imported
     assert message in err
     print(f"{overrides}: failed in {seconds:.1f} s")  # the figure the README quotes (machine-dependent)
