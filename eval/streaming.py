@@ -22,13 +22,13 @@ keeps every query row with at least one visible key, which left padding at step 
 Bounded frame window (``frame_window=N``): once a step is N steps old it is evicted: the whole
 step (user turn and silent assistant turn) when it carried no instruction and no reply, else only
 its timestamp and frame tokens. Evicted columns are masked per row and removed from the cache once
-dead in every row (in batches, every ``frame_window / 2`` evictions: a masked column changes
-nothing), so memory stays flat on long videos. Positions keep counting up.
+dead in every row (in batches, every ``frame_window`` evictions: a masked column changes nothing),
+so memory stays flat on long videos. Positions keep counting up.
 
 Host work per step is kept small and flat in the stream's length: the token ids of timestamps and
 instructions are memoized by the renderer, a chunk's M-RoPE positions are computed once per chunk
 shape and shifted, and the attention mask grows in a doubling buffer. ``step_timings`` records each
-step's wall time, language-model time and vision time (``python -m eval.bench``: host_ms_per_step).
+step's CPU time, language-model time and vision time (``python -m eval.bench``: host_ms_per_step).
 
 Frames are prepared when a row reaches them: ``frame_chunk`` steps at a time, the processor
 (pixel values, grids) and the vision tower run on that chunk only (a live camera would use 1), so
@@ -175,8 +175,10 @@ class StreamingEngine:
         #: Relative M-RoPE positions of a chunk, by its shape (length, image span, grid): the
         #: positions of a step's chunk follow one pattern, computed once and shifted by the offset.
         self._rope: dict[tuple, torch.Tensor] = {}
-        #: Per step: (wall s, language-model forward s, vision s: processor + vision tower); what is
-        #: left is the engine's own host work (``python -m eval.bench``'s ``host_ms_per_step``).
+        #: Per step, in CPU seconds of the engine's thread (``time.thread_time``: what a busy machine
+        #: does to the wall clock does not count): the whole step, the language model's forward, the
+        #: vision call (processor + vision tower); the rest is the engine's own host work
+        #: (``python -m eval.bench``'s ``host_ms_per_step``). Wall time per step: ``StepDecision.latency_s``.
         self.step_timings: list[tuple[float, float, float]] = []
 
     # -- vision -------------------------------------------------------------------------------
@@ -194,7 +196,7 @@ class StreamingEngine:
                 need.setdefault(id(frames), frames)
         if not need:
             return
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         spans, pvs, grids = [], [], []
         for key, frames in need.items():
             end = min(k + self.cfg.frame_chunk, len(frames))
@@ -218,7 +220,7 @@ class StreamingEngine:
                 [layer[i : i + n] for layer in out.deepstack_features],
             )
             i += n
-        self._vision_s += time.perf_counter() - t0
+        self._vision_s += time.thread_time() - t0
 
     def _release(self, key: int, frames: np.ndarray) -> None:
         held = self._chunks.pop(key, None)
@@ -309,7 +311,7 @@ class StreamingEngine:
         pos = rows_pos[0][:, None] if len(rows_pos) == 1 else torch.stack(rows_pos, dim=1)
         self._append_mask(new_mask)
         kwargs = {"mm_encoder_outputs": {"image": image}} if image is not None else {}
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         out = self.model.model(
             input_ids=ids.to(self.device),
             attention_mask=self.mask.to(self.device),
@@ -324,7 +326,7 @@ class StreamingEngine:
             last = torch.tensor([max(n - 1, 0) for n in lengths], device=self.device)
             hidden = out.last_hidden_state[torch.arange(len(chunks), device=self.device), last]
         logits = self.model.lm_head(hidden).float().cpu()
-        self._model_s += time.perf_counter() - t0
+        self._model_s += time.thread_time() - t0
         if 0 in lengths:
             logits[[b for b, n in enumerate(lengths) if n == 0]] = 0.0
         return logits
@@ -333,8 +335,8 @@ class StreamingEngine:
 
     def _evict(self, k: int) -> None:
         """Mask step k's columns in every row; drop the columns dead in every row from the cache every
-        ``frame_window / 2`` evictions (a masked column changes nothing, so compaction can wait: the
-        cache holds at most one and a half windows)."""
+        ``frame_window`` evictions (a masked column changes nothing, so compaction can wait: the cache
+        holds at most two windows)."""
         for b, row in enumerate(self.rows):
             ranges = [row.frame_span[k]] if k in row.keep else row.whole.get(k, [])
             for a, z in ranges:
@@ -342,7 +344,7 @@ class StreamingEngine:
             row.whole.pop(k, None)
             row.frame_span.pop(k, None)
         self._dead += 1
-        if self._dead * 2 < self.cfg.frame_window:  # compact every frame_window / 2 evictions
+        if self._dead < self.cfg.frame_window:  # compact once a window's worth of steps is dead
             return
         self._dead = 0
         keep = self.mask.any(0)
@@ -429,7 +431,7 @@ class StreamingEngine:
         ]
         r.warm([timestamp_text(t - row.stream.clip_start) for row, ts in zip(self.rows, times) for t in ts])
         for k in range(max(len(t) for t in times)):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             self._model_s = self._vision_s = 0.0
             active = [b for b in range(len(self.rows)) if k < len(times[b])]
             chunks: list[list[int]] = [[] for _ in self.rows]
@@ -511,7 +513,7 @@ class StreamingEngine:
                 )
             if self.cfg.frame_window is not None and k - self.cfg.frame_window >= 0:
                 self._evict(k - self.cfg.frame_window)
-            self.step_timings.append((time.perf_counter() - t0, self._model_s, self._vision_s))
+            self.step_timings.append((time.thread_time() - c0, self._model_s, self._vision_s))
         for b, row in enumerate(self.rows):  # the last turn's closing tokens (never fed to the cache)
             self._feed(b, row.pending, row.pending_flags, row.pending_logprobs)
             self._release(id(row.frames), row.frames)

@@ -17,7 +17,7 @@ Prints one JSON object on its last line:
   so it shows growth, not the cache alone); ``peak_rss_mb`` is the process peak (``ru_maxrss``).
 - ``batched_vs_sequential``: throughput of ``--batch`` streams run in lock step over the same
   streams run one after another.
-- ``host_ms_per_step``: the engine's own host work per step in milliseconds (a step's wall time less
+- ``host_ms_per_step``: the engine's own host work per step in milliseconds (a step's CPU time less
   its language-model forward and its vision call, ``StreamingEngine.step_timings``), median over the
   21 steps centred on each ``--window-at`` point, with the ``--window``-frame window, for one stream
   (``batch1``) and for ``--batch`` streams in lock step (per step of the whole batch).
@@ -144,7 +144,7 @@ def run_bench(
     for label, rows in (("batch1", 1), (f"batch{batch}", batch)):
         tiles = [tiled(st, fr, b + 11) for st, fr in zip(streams[:rows], frames[:rows], strict=True)]
         e = engine([t[0] for t in tiles], [t[1] for t in tiles], window)
-        own = [1e3 * (wall - lm - vision) for wall, lm, vision in e.step_timings]
+        own = [1e3 * (cpu - lm - vision) for cpu, lm, vision in e.step_timings]
         host[label] = {str(p): round(statistics.median(own[p - 10 : p + 11]), 3) for p in (a, b)}
 
     batched_t, seq_t = [], []
