@@ -344,8 +344,11 @@ class StreamingEngine:
             row.whole.pop(k, None)
             row.frame_span.pop(k, None)
         self._dead += 1
-        if self._dead < self.cfg.frame_window:  # compact once a window's worth of steps is dead
-            return
+        if self._dead >= self.cfg.frame_window:  # compact once a window's worth of steps is dead
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop the cache columns that no row attends to any more."""
         self._dead = 0
         keep = self.mask.any(0)
         if bool(keep.all()):
@@ -514,6 +517,8 @@ class StreamingEngine:
             if self.cfg.frame_window is not None and k - self.cfg.frame_window >= 0:
                 self._evict(k - self.cfg.frame_window)
             self.step_timings.append((time.thread_time() - c0, self._model_s, self._vision_s))
+        if self._dead:
+            self._compact()  # the cache a run leaves holds no dead column
         for b, row in enumerate(self.rows):  # the last turn's closing tokens (never fed to the cache)
             self._feed(b, row.pending, row.pending_flags, row.pending_logprobs)
             self._release(id(row.frames), row.frames)
