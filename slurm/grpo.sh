@@ -1,7 +1,7 @@
 #!/bin/bash
 # sbatch --gpus-per-node=1 --partition="$PARTITION" --account="$ACCOUNT" slurm/grpo.sh init=runs/sft_4b/final model=qwen3_vl_4b data=mix_p3i data.dir=/data/mix_p3i run_name=grpo_4b logger=wandb
-#   sbatch --time=02:00:00 slurm/grpo.sh init=runs/sft_4b/final reward.weights.prs=2 run_name=grpo_prs2
-#   python -m train.grpo -m hydra/launcher=slurm reward.weights.prs=1,2,4 init=...    (a sweep: one job per point)
+#   sbatch --time=02:00:00 slurm/grpo.sh init=runs/sft_4b/final reward.reward_weights.prs=2 run_name=grpo_prs2
+#   python -m train.grpo -m hydra/launcher=slurm reward.reward_weights.prs=1,2,4 init=...    (a sweep: one job per point)
 #
 # GRPO on Slurm, launched like slurm/sft.sh: one "accelerate launch" per node, one process per GPU,
 # Hydra overrides of conf/grpo.yaml passed through unchanged. The GRPO loop (train.grpo_trainer) is
