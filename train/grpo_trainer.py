@@ -1,7 +1,7 @@
 """The GRPO update loop over streaming rollouts (docs/grpo.md; ``train/grpo_loss.py`` for the loss).
 
-Each update: ``windows_per_step`` windows are drawn (seeded by the step, so a resumed run draws the
-same ones), each gets ``num_generations`` sampled streaming rollouts (each window with its own seed),
+Each update: the next ``windows_per_step`` windows of a seeded shuffle are drawn (one pass over the
+windows per epoch; a resumed run draws the same ones), each gets ``num_generations`` sampled streaming rollouts (each window with its own seed),
 the configured weighted reward (``rewards.grpo.build_reward``), advantages centred within the group
 (``scale_rewards``), and one loss forward with the window's frames; the update's loss weights each
 generated token by ``loss_type``, gradients are clipped, and the optimizer steps. A group whose
@@ -154,6 +154,7 @@ class GRPOLoop:
         best = self.best_dir / BEST_FILE
         self.best: dict | None = json.loads(best.read_text()) if cfg.keep_best and best.exists() else None
         self.step = 0
+        self._orders: dict[int, list[int]] = {}  # epoch -> window order (the current one only)
         self.history: list[dict] = []
         self.nonfinite = 0  # updates in a row with a non-finite loss
         self.stopped_by: str | None = None  # why the last train() ended: max_steps, time_budget, signal
@@ -201,8 +202,18 @@ class GRPOLoop:
     # -- one update ---------------------------------------------------------------------------
 
     def _windows_for(self, step: int) -> list[Window]:
-        rng = random.Random(self.cfg.seed * 1_000_003 + step)
-        return rng.sample(self.windows, min(self.cfg.windows_per_step, len(self.windows)))
+        """Update ``step``'s windows: the next ``windows_per_step`` of a seeded shuffle of all the
+        windows, epoch after epoch (a new shuffle each pass), so ``n / windows_per_step`` updates see
+        every window once (``train.recipe.grpo_updates``) and a resumed run draws the same ones."""
+        n = len(self.windows)
+        per = min(self.cfg.windows_per_step, n)
+        out = []
+        for pos in range(step * per, (step + 1) * per):
+            epoch, i = divmod(pos, n)
+            if epoch not in self._orders:
+                self._orders = {epoch: random.Random(self.cfg.seed * 1_000_003 + epoch).sample(range(n), n)}
+            out.append(self.windows[self._orders[epoch][i]])
+        return out
 
     def _seed(self, j: int) -> int:
         return (self.cfg.seed * 7919 + self.step) * 1009 + j

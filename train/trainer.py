@@ -38,6 +38,7 @@ from data_builders.progress import Progress
 from eval.checkpoints import COMPLETE_MARKER, write_render
 from eval.tracking import remember_run
 from train.losses import WEIGHT_MODES, decision_metrics, loss_at_labels, selected_logits
+from train.recipe import accumulation_steps
 from train.run_dir import NonFiniteLoss, SignalFlag, rotate_checkpoints
 
 log = logging.getLogger(__name__)
@@ -313,7 +314,13 @@ def training_arguments(cfg: DictConfig, report_to: list[str]) -> TrainingArgumen
         max_steps=t.max_steps,
         per_device_train_batch_size=t.per_device_batch_size,
         per_device_eval_batch_size=t.per_device_batch_size,
-        gradient_accumulation_steps=t.gradient_accumulation_steps,
+        gradient_accumulation_steps=(
+            accumulation_steps(
+                t.global_batch_size, t.per_device_batch_size, int(os.environ.get("WORLD_SIZE", "1"))
+            )
+            if t.global_batch_size
+            else t.gradient_accumulation_steps
+        ),
         learning_rate=t.learning_rate,
         weight_decay=t.weight_decay,
         lr_scheduler_type=t.lr_scheduler,

@@ -314,3 +314,20 @@ def test_scale_rewards_group_batch_none():
     batch = [group_advantages(r, std=std) for r in rewards]
     assert batch[1] == pytest.approx([1 / std, -1 / std, -1 / std, 1 / std], rel=1e-3)  # one spread for all
     assert group_advantages(rewards[1], std=1.0 - 1e-4) == pytest.approx([1.0, -1.0, -1.0, 1.0])  # none
+
+
+def test_updates_pass_over_every_window_once_per_epoch(setup, tmp_path):
+    """n // windows_per_step updates see distinct windows (one epoch); a new loop (a resumed run)
+    draws the same ones, and the next epoch is another order."""
+    from train.grpo_config import GRPOSettings
+    from train.grpo_trainer import GRPOLoop
+
+    model, renderer, windows = setup
+    loop = GRPOLoop(GRPOSettings(windows_per_step=3), model, None, renderer, None, windows, tmp_path)
+    n = len(windows)
+    epoch = [id(w) for step in range(n // 3) for w in loop._windows_for(step)]
+    assert len(set(epoch)) == len(epoch) == n // 3 * 3
+    again = GRPOLoop(GRPOSettings(windows_per_step=3), model, None, renderer, None, windows, tmp_path)
+    assert [id(w) for w in again._windows_for(1)] == epoch[3:6]
+    second = [id(w) for step in range(n, 2 * n) for w in loop._windows_for(step)]  # epochs 3..5
+    assert sorted(second[:n]) == sorted(id(w) for w in windows) and second[: len(epoch)] != epoch
