@@ -26,7 +26,7 @@ $(VENV)/.torch:
 
 $(STAMP): $(VENV)/.torch pyproject.toml
 	DS_BUILD_OPS=0 $(PY) -m pip install -q -e '.[dev]'
-	$(PY) -c "import torch, torchvision, transformers, trl, peft, accelerate, deepspeed, datasets, decord, av, hydra, wandb"
+	$(PY) -c "import torch, torchvision, transformers, peft, accelerate, deepspeed, datasets, decord, av, hydra, wandb"
 	touch $@
 
 test: setup

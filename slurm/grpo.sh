@@ -1,20 +1,22 @@
 #!/bin/bash
-# sbatch --gpus-per-node=1 --partition="$PARTITION" --account="$ACCOUNT" slurm/grpo.sh init=runs/sft_4b/final model=qwen3_vl_4b data=mix_p3i data.dir=/data/mix_p3i run_name=grpo_4b logger=wandb
-#   sbatch --time=02:00:00 slurm/grpo.sh init=runs/sft_4b/final reward.weights.prs=2 run_name=grpo_prs2
-#   python -m train.grpo -m hydra/launcher=slurm reward.weights.prs=1,2,4 init=...    (a sweep: one job per point)
+# sbatch --nodes=1 --gpus-per-node=8 --partition="$PARTITION" --account="$ACCOUNT" slurm/grpo.sh experiment=p3i_4b_grpo init=runs/p3i_4b_sft/final data.dir=/data/p3i_rl logger=wandb
+#   sbatch --nodes=2 slurm/grpo.sh experiment=p3i_4b_grpo init=runs/p3i_4b_sft/final data.dir=/data/p3i_rl    (2 x 8 GPUs)
+#   ACCELERATE_CONFIG=conf/accelerate/zero3.yaml sbatch slurm/grpo.sh model=qwen3_vl_8b init=...              (ZeRO-3)
+#   sbatch --time=02:00:00 slurm/grpo.sh init=runs/sft_4b/final reward.reward_weights.prs=2 run_name=grpo_prs2
+#   python -m train.grpo -m hydra/launcher=slurm reward.reward_weights.prs=1,2,4 init=...    (a sweep: one job per point)
 #
-# GRPO on Slurm, launched like slurm/sft.sh: one "accelerate launch" per node, one process per GPU,
-# Hydra overrides of conf/grpo.yaml passed through unchanged. The GRPO loop (train.grpo_trainer) is
-# single-process today, hence one GPU on one node in the header: asking for more GPUs starts that many
-# independent copies writing one run dir. Plain data parallel (conf/accelerate/ddp.yaml): the loop does
-# not use DeepSpeed. Time-limit warning -> checkpoint -> requeue -> grpo.resume=auto (slurm/launch.sh).
-# Partition, account and time come from your sbatch flags or SBATCH_* variables. Submit from the
-# repository root.
+# GRPO on Slurm, launched like slurm/sft.sh: one "accelerate launch" per node (DeepSpeed ZeRO-2 by
+# default, conf/accelerate/zero2.yaml), one process per GPU; each process rolls out its share of every
+# update's windows and the gradients are averaged over all of them (train.grpo_parallel, docs/grpo.md).
+# Arguments are Hydra overrides of conf/grpo.yaml, passed through unchanged. Time-limit warning ->
+# every rank saves its part of a checkpoint -> exit 75 -> requeue -> grpo.resume=auto (slurm/launch.sh);
+# resume with the same node and GPU count. Partition, account, node count and time come from your
+# sbatch flags or SBATCH_* variables. Submit from the repository root.
 #SBATCH --job-name=grpo
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=1
-#SBATCH --gpus-per-node=1
-#SBATCH --cpus-per-task=16
+#SBATCH --gpus-per-node=8
+#SBATCH --cpus-per-task=32
 #SBATCH --time=24:00:00
 #SBATCH --requeue
 #SBATCH --signal=B:USR1@120
@@ -27,4 +29,4 @@ pin_wandb_run
 
 # The single quotes are deliberate: each node expands its own $SLURM_NODEID inside the step.
 # shellcheck disable=SC2016
-run_step srun --ntasks-per-node=1 --kill-on-bad-exit=1 --label bash -c 'trap "" USR1; exec accelerate launch --config_file "${ACCELERATE_CONFIG:-conf/accelerate/ddp.yaml}" --num_machines "$NUM_MACHINES" --num_processes "$NUM_PROCESSES" --machine_rank "$SLURM_NODEID" --main_process_ip "$MAIN_ADDR" --main_process_port "$MAIN_PORT" -m train.grpo "$@"' node "$@"
+run_step srun --ntasks-per-node=1 --kill-on-bad-exit=1 --label bash -c 'trap "" USR1; exec accelerate launch --config_file "${ACCELERATE_CONFIG:-conf/accelerate/zero2.yaml}" --num_machines "$NUM_MACHINES" --num_processes "$NUM_PROCESSES" --machine_rank "$SLURM_NODEID" --main_process_ip "$MAIN_ADDR" --main_process_port "$MAIN_PORT" -m train.grpo "$@"' node "$@"

@@ -1,17 +1,19 @@
 """GRPO stage: streaming rollouts scored with the evaluator's own PRS, clipped-ratio updates.
 
     python -m train.grpo init=runs/sft/final data=toy
-    python -m train.grpo -m init=runs/sft/final reward.weights.prs=1,2 reward.redundancy.lambda=0.1,0.2   # 2x2
+    python -m train.grpo -m init=runs/sft/final reward.reward_weights.prs=1,2 reward.redundancy.lambda=0.1,0.2
     python -m train.grpo experiment=toy_overfire                                     # CPU learning check
+    accelerate launch --config_file conf/accelerate/zero2.yaml -m train.grpo experiment=p3i_4b_grpo init=...
 
 Config -> model (from the SFT checkpoint ``init``) -> rollout windows of the training split ->
 reward functions (``conf/reward/``) -> the update loop (``train.grpo_trainer``) -> final checkpoint.
 Held-out evaluations (``grpo.eval_every``, ``keep_best``) stream and score the evaluation split
 with ``eval.runners.evaluate_model``, the code behind ``eval.run``. A config with
 ``entry.target`` (an experiment, e.g. ``experiment=toy_overfire``) hands itself to that function
-instead.
-trl's ``GRPOTrainer`` is not used: its loss forward cannot see the frames of a streaming rollout
-(see ``train/grpo_loss.py``); the loop here is pinned to nothing but torch and transformers.
+instead. Under ``accelerate launch`` with a DeepSpeed config every process runs this with its
+share of each update's windows (``train.grpo_parallel``); rank 0 writes the run dir's files.
+trl's ``GRPOTrainer`` is not used (docs/grpo.md says what was tried): its loss forward cannot see
+the frames of a streaming rollout; the config keeps trl's names where they mean the same thing.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from data_builders.files import OutputLock
 from data_builders.progress import console
 from data_builders.schema import validate
 from rewards.grpo import build_reward
-from train.grpo_config import GRPOConfig
+from train.grpo_config import GRPOConfig, check_choices, reward_spec
 from train.run_dir import (
     NonFiniteLoss,
     Preempted,
@@ -60,11 +62,13 @@ def run(cfg: DictConfig, out: Path | None = None) -> Path:
     """Train from a validated config; returns the final checkpoint dir (model + processor), or with
     ``grpo.keep_best`` the best one on the held-out split."""
     signals = SignalFlag()  # first: a signal while the model loads is caught too
-    lock = OutputLock(out or cfg.grpo.output_dir, "train.grpo").acquire()  # one run per run dir
+    main = int(os.environ.get("RANK", "0")) == 0
+    lock = OutputLock(out or cfg.grpo.output_dir, "train.grpo").acquire() if main else None  # one run per dir
     try:
         return _run(cfg, out, signals)
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()
         signals.restore()
 
 
@@ -76,8 +80,9 @@ def check_config(cfg: DictConfig) -> object:
             "GRPO needs init=<SFT checkpoint dir> (the model it improves), or init=random to start from "
             "the model config as it is"
         )
+    check_choices(cfg.grpo)
     try:
-        return build_reward(OmegaConf.to_container(cfg.reward, resolve=True))
+        return build_reward(reward_spec(cfg.reward))
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"reward: {exc}") from None
 
@@ -92,33 +97,37 @@ def _run(cfg: DictConfig, out: Path | None, signals: SignalFlag) -> Path:
     from data_builders.records import load_streams, resolve_video
     from data_builders.video import FrameCache
     from eval.checkpoints import write_render
-    from eval.config import BenchmarkConfig, quiet_libraries
+    from eval.config import BenchmarkConfig, LoggerConfig, quiet_libraries
     from eval.model import load_model_and_processor
     from eval.render import TurnRenderer
     from eval.runners import evaluate_model
     from eval.tracking import make_logger
     from train.data import split_records
+    from train.grpo_parallel import bf16_enabled, from_environment
     from train.grpo_trainer import GRPOLoop
     from train.rollout import make_windows
 
     quiet_libraries()
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise RuntimeError(
-            "train.grpo runs as a single process (its rollout/update loop is not distributed yet); "
-            "launch it with one process per run (slurm/grpo.sh asks for one GPU)"
-        )
     g = cfg.grpo
     out = Path(out or g.output_dir)
     if g.num_threads:
         torch.set_num_threads(g.num_threads)
     torch.manual_seed(g.seed)
-    write_run_info(out, cfg)
+    parallel = from_environment(bf16_enabled(g.bf16), g.dist_timeout_s)
+    if parallel.is_main:
+        write_run_info(out, cfg)
     resume = resolve_resume(g.resume, out)
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
     start = resume or (cfg.init if cfg.init != "random" else None)
     if start:
         model_cfg |= {"kind": "pretrained", "path": str(start), "random_init": False}
+    if not parallel.is_main:  # rank 0 first: it may build the model's files (model=tiny) in the cache
+        parallel.barrier()
     model, processor = load_model_and_processor(model_cfg, cache_dir=cfg.paths.cache_dir)
+    if parallel.is_main:
+        parallel.barrier()
+    if g.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     render_cfg = RenderConfig(**OmegaConf.to_container(cfg.render, resolve=True))
     sps = cfg.data.steps_per_second
     renderer = TurnRenderer(processor, render_cfg, sps)
@@ -154,31 +163,34 @@ def _run(cfg: DictConfig, out: Path | None, signals: SignalFlag) -> Path:
     sweep = sweep_identity()
     plain = OmegaConf.to_container(cfg, resolve=True)
     logger = make_logger(
-        cfg.logger,
+        cfg.logger if parallel.is_main else LoggerConfig(),  # one W&B run: rank 0's
         run_name=sweep["name"] if sweep else cfg.run_name,
         config=plain | ({"sweep": sweep} if sweep else {}),
         group=sweep["sweep"] if sweep else cfg.run_name,
         run_dir=out,
         job_type="train",
     )
-    history = (out / "history.jsonl").open("a")
+    history = (out / "history.jsonl").open("a") if parallel.is_main else None
 
-    def on_log(row: dict, step: int) -> None:
+    def on_log(row: dict, step: int) -> None:  # rank 0 only
         history.write(json.dumps({"step": step, **row}) + "\n")
         history.flush()
         logger.log_metrics(row, step=step, prefix="grpo")
 
-    loop = GRPOLoop(g, model, processor, renderer, reward_fn, windows, out, ref_model, evaluate, on_log)
+    loop = GRPOLoop(
+        g, model, processor, renderer, reward_fn, windows, out, ref_model, evaluate, on_log, parallel
+    )
     if resume:
         loop.load_state(resume)
         log.info("resumed from %s at update %d", resume, loop.step)
     log.info(
-        "%d windows (%d with a target), %d updates of %d windows x %d rollouts",
+        "%d windows (%d with a target), %d updates of %d windows x %d rollouts, %d process(es)",
         len(windows),
         sum(bool(w.targets) for w in windows),
         g.max_steps,
         g.windows_per_step,
-        g.group_size,
+        g.num_generations,
+        parallel.world,
     )
     if signals.received is not None:  # during start-up: nothing trained, nothing to save
         raise Preempted(None, g.requeue_exit_code)
@@ -188,13 +200,16 @@ def _run(cfg: DictConfig, out: Path | None, signals: SignalFlag) -> Path:
         retire_nonfinite(out)
         raise
     finally:
-        history.close()
+        if history is not None:
+            history.close()
         logger.finish()
-    write_progress(out, loop.step, g.max_steps, loop.stopped_by)
     final = out / "final"
-    model.save_pretrained(final, safe_serialization=True)
-    processor.save_pretrained(final)
-    write_render(final, render_cfg)
+    parallel.save_weights(final)
+    if parallel.is_main:
+        write_progress(out, loop.step, g.max_steps, loop.stopped_by)
+        processor.save_pretrained(final)
+        write_render(final, render_cfg)
+    parallel.barrier()
     log.info("final checkpoint %s (last update checkpoint %s)", final, last)
     if g.keep_best:
         log.info(
@@ -216,7 +231,8 @@ def _main(cfg: DictConfig) -> None:
         print(f"train.grpo: {exc}", file=sys.stderr)
         sys.exit(2)
     out = _output_dir(cfg)
-    console(None if cfg.entry.target else str(out / "grpo.log"))
+    main = int(os.environ.get("RANK", "0")) == 0
+    console(None if cfg.entry.target or not main else str(out / "grpo.log"))
     try:
         if cfg.entry.target:
             print(json.dumps(get_method(cfg.entry.target)(cfg)))
@@ -226,7 +242,8 @@ def _main(cfg: DictConfig) -> None:
         log.warning("%s", exc)
         sys.exit(exc.exit_code)
     key = "best_checkpoint" if cfg.grpo.keep_best else "final_checkpoint"
-    print(json.dumps({key: str(selected)}))
+    if main:
+        print(json.dumps({key: str(selected)}))
 
 
 def main() -> None:

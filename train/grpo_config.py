@@ -11,6 +11,13 @@ from data_builders.schema import bounded
 from eval.config import LoggerConfig, ModelConfig
 from train.run_dir import REQUEUE_EXIT_CODE
 
+#: ``grpo.loss_type`` values (the per-token weights of each are ``train.grpo_loss.LOSS_WEIGHTS``).
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+#: ``grpo.scale_rewards`` values (``train.rollout.decision_advantages``).
+SCALE_REWARDS = ("group", "batch", "none")
+#: ``grpo.credit`` values (``train.grpo_trainer``).
+CREDITS = ("sequence", "decision")
+
 
 @dataclass
 class GRPOSettings:
@@ -27,10 +34,12 @@ class GRPOSettings:
     targets that land on their steps (``data_builders.records.step_windows``), as SFT's do."""
     negative_share: float = bounded(0.25, ge=0, le=1)
     """Share of windows without a target."""
-    group_size: int = bounded(4, ge=2)
-    """Rollouts per window (G); advantages are normalized within the group."""
+    num_generations: int = bounded(4, ge=2)
+    """Rollouts per window (G, trl's ``num_generations``); advantages are centred within the group."""
     windows_per_step: int = bounded(8, ge=1)
-    """Windows (groups) per update."""
+    """Windows (groups) per update, over all ranks: with N processes, rank r rolls out windows
+    ``r, r + N, ...`` of the update's draw (``train.grpo_parallel.rank_share``), so a run is the same
+    whatever the process count. G x ``windows_per_step`` rollouts per update."""
     credit: str = "sequence"
     """``sequence``: one advantage per rollout (GRPO as published); ``decision``: one per decision step,
     from per-step rewards that sum to the rollout's (``train.grpo_trainer``)."""
@@ -44,11 +53,28 @@ class GRPOSettings:
     max_new_tokens: int = bounded(16, ge=1)
     learning_rate: float = bounded(5e-7, ge=0)
     weight_decay: float = bounded(0.0, ge=0)
-    clip_eps: float = bounded(0.2, gt=0)
-    """Ratio clipping of the GRPO objective."""
+    epsilon: float = bounded(0.2, gt=0)
+    """Ratio clipping of the GRPO objective: ``clip(r, 1 - epsilon, 1 + epsilon_high)`` (trl's name)."""
+    epsilon_high: float | None = bounded(None, gt=0)
+    """Upper clipping bound (DAPO's clip-higher, e.g. 0.28); None: ``epsilon``."""
     beta: float = bounded(0.0, ge=0)
     """KL coefficient against the initial policy (0: no reference model)."""
+    loss_type: str = "grpo"
+    """How the per-token losses of an update are averaged (trl's ``loss_type``; ``train.grpo_loss``):
+    ``grpo`` each rollout's token mean, averaged over rollouts; ``bnpo`` each window group's token
+    mean, averaged over groups; ``dr_grpo`` the token sum over rollouts x the longest possible rollout
+    (``window_steps`` x (``max_new_tokens`` + 2) tokens), constant; ``dapo`` the token sum over every
+    generated token of the update, all ranks together."""
+    scale_rewards: str = "group"
+    """Divide centred rewards by their standard deviation within the ``group`` (GRPO), over the
+    whole update's ``batch`` (all ranks), or ``none`` (Dr. GRPO) (trl's ``scale_rewards``)."""
     max_grad_norm: float = bounded(1.0, gt=0)
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward of the loss forward (as ``train.gradient_checkpointing``)."""
+    bf16: str = "auto"
+    """``auto``: bf16 when a CUDA device is present; ``true`` / ``false`` force it. Under DeepSpeed it
+    fills the config's ``bf16.enabled`` (bf16 weights, fp32 master copy in the optimizer); without
+    it the weights stay fp32 and rollouts and loss forwards run under bf16 autocast."""
     max_steps: int = bounded(100, ge=0)
     """Updates."""
     time_budget_s: float | None = bounded(None, gt=0)
@@ -67,17 +93,21 @@ class GRPOSettings:
     max_nonfinite_steps: int = bounded(5, ge=1)
     requeue_exit_code: int = REQUEUE_EXIT_CODE
     num_threads: int | None = bounded(None, ge=1)
+    dist_timeout_s: float = bounded(7200.0, gt=0)
+    """How long a rank waits in a collective under DeepSpeed (seconds): the other ranks wait while
+    rank 0 evaluates the held-out split or writes a checkpoint."""
 
 
 @dataclass
 class RewardConfig:
     """The reward (``conf/reward/*.yaml``, built by ``rewards.grpo.build_reward``): the weight of each
-    registered reward and each one's options. Typed at the top, so ``reward.weights.prs=abc`` and a
+    registered reward and each one's options. Typed at the top, so ``reward.reward_weights.prs=abc`` and a
     misspelt ``+reward.weight.prs=2`` fail when the config is validated; each reward's factory checks
     its own options (``build_reward`` runs before the model loads)."""
 
-    weights: dict[str, float] = field(default_factory=lambda: {"prs": 1.0})
-    """Weight of each reward by name (``prs``, ``redundancy``, ``format``); zero weights are still logged."""
+    reward_weights: dict[str, float] = field(default_factory=lambda: {"prs": 1.0})
+    """Weight of each reward by name (``prs``, ``redundancy``, ``format``; trl's ``reward_weights``,
+    keyed by name); zero weights are still logged."""
     prs: dict[str, Any] = field(default_factory=dict)
     """``variant`` (u or b), ``alpha``, ``content``."""
     redundancy: dict[str, Any] = field(default_factory=dict)
@@ -110,3 +140,25 @@ class GRPOConfig:
     reward: RewardConfig = field(default_factory=RewardConfig)
     grpo: GRPOSettings = field(default_factory=GRPOSettings)
     entry: EntrySettings = field(default_factory=EntrySettings)
+
+
+def reward_spec(reward: Any) -> dict[str, Any]:
+    """The ``reward`` block as ``rewards.grpo.build_reward`` takes it: ``reward_weights`` under its
+    ``weights`` key, each reward's options under its name.
+
+    >>> reward_spec({"reward_weights": {"prs": 2.0}, "prs": {"variant": "u"}, "redundancy": {}, "format": {}})
+    {'weights': {'prs': 2.0}, 'prs': {'variant': 'u'}, 'redundancy': {}, 'format': {}}
+    """
+    from omegaconf import DictConfig, OmegaConf
+
+    plain = OmegaConf.to_container(reward, resolve=True) if isinstance(reward, DictConfig) else dict(reward)
+    weights = plain.pop("reward_weights")
+    return {"weights": weights, **plain}
+
+
+def check_choices(g: Any) -> None:
+    """The ``grpo`` block's named choices, checked before anything heavy loads."""
+    for key, allowed in (("loss_type", LOSS_TYPES), ("scale_rewards", SCALE_REWARDS), ("credit", CREDITS)):
+        value = getattr(g, key)
+        if value not in allowed:
+            raise ValueError(f"grpo.{key}={value!r}: choose one of {', '.join(allowed)}")

@@ -1,10 +1,16 @@
-"""The GRPO update loop over streaming rollouts (see ``train/grpo_loss.py`` for why it is not trl's).
+"""The GRPO update loop over streaming rollouts (docs/grpo.md; ``train/grpo_loss.py`` for the loss).
 
-Each update: ``windows_per_step`` windows are drawn (seeded by the step, so a resumed run draws the
-same ones), each gets ``group_size`` sampled streaming rollouts, the configured weighted reward
-(``rewards.grpo.build_reward``), group-normalized advantages, and one loss forward with the
-window's frames; gradients are averaged over the windows, clipped, and the optimizer steps. A group
-whose advantages are all zero gives no gradient and is counted (``zero_std_groups``).
+Each update: the next ``windows_per_step`` windows of a seeded shuffle are drawn (one pass over the
+windows per epoch; a resumed run draws the same ones), each gets ``num_generations`` sampled streaming rollouts (each window with its own seed),
+the configured weighted reward (``rewards.grpo.build_reward``), advantages centred within the group
+(``scale_rewards``), and one loss forward with the window's frames; the update's loss weights each
+generated token by ``loss_type``, gradients are clipped, and the optimizer steps. A group whose
+advantages are all zero gives no gradient and is counted (``zero_std_groups``).
+
+Processes (``train.grpo_parallel``): under ``accelerate launch`` with a DeepSpeed config each rank
+rolls out its share of the draw; rewards, advantages and the loss are computed per group on its
+rank, and the update equals the one-process update over the same windows (the figures in
+docs/grpo.md). Every logged row is the same on every rank; rank 0 writes it.
 
 Credit (``credit``): ``sequence`` gives every token of a rollout its rollout's advantage (GRPO as
 published); ``decision`` splits each rollout's reward into per-step rewards that sum to it
@@ -14,14 +20,16 @@ over-firing policy learns to fire less everywhere, its first, right reply includ
 to silence; decision credit charges each repeat at its own step and credits the first reply.
 
 Checkpoints are ordinary HF directories (``checkpoint-<step>``: model + processor, safetensors)
-plus ``grpo_state.pt`` (optimizer state and step, read back with ``torch.load(weights_only=True)``)
-and the ``COMPLETE`` marker; ``resume=auto`` restarts from the newest complete one. SIGUSR1 /
-SIGTERM save a checkpoint after the current update and stop with ``Preempted``; a non-finite loss
-skips the update, and ``max_nonfinite_steps`` of them in a row stop the run with a clear error.
+plus ``grpo_state.pt`` (the step and, for one process, the optimizer state, read back with
+``torch.load(weights_only=True)``; under DeepSpeed each rank's optimizer partition is in
+``deepspeed/``) and the ``COMPLETE`` marker, written once every rank has saved. ``resume=auto``
+restarts from the newest complete one. SIGUSR1 / SIGTERM to any rank: after the current update
+every rank saves its part and stops with ``Preempted``; a non-finite loss skips the update, and
+``max_nonfinite_steps`` of them in a row stop the run with a clear error.
 
 ``keep_best``: every held-out evaluation (before the first update, every ``eval_every``, after the
-last) that beats the best so far saves the weights to ``best/`` (model + processor, then
-``best.json`` with the update and its PRS-B); a resumed run reads ``best.json`` back.
+last; on rank 0) that beats the best so far saves the weights to ``best/`` (model + processor,
+then ``best.json`` with the update and its PRS-B); a resumed run reads ``best.json`` back.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import shutil
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -42,8 +51,27 @@ from eval.checkpoints import COMPLETE_MARKER, write_render
 from eval.render import TurnRenderer
 from eval.tracking import flatten
 from rewards.grpo import step_rewards
-from train.grpo_loss import grpo_loss, policy_batch, token_advantages, token_logprobs
-from train.rollout import Rollout, Window, decision_advantages, group_advantages, rollout_group
+from train.grpo_config import check_choices
+from train.grpo_loss import (
+    PolicyBatch,
+    UpdateCounts,
+    grpo_loss,
+    policy_batch,
+    token_advantages,
+    token_logprobs,
+    token_weights,
+)
+from train.grpo_parallel import Single, rank_share
+from train.rollout import (
+    Rollout,
+    Window,
+    batch_std,
+    decision_advantages,
+    group_advantages,
+    moments,
+    rollout_group,
+    step_returns,
+)
 from train.run_dir import (
     CheckpointWriteError,
     NonFiniteLoss,
@@ -56,11 +84,30 @@ from train.run_dir import (
 log = logging.getLogger(__name__)
 STATE_FILE = "grpo_state.pt"
 BEST_DIR, BEST_FILE = "best", "best.json"
-CREDITS = ("sequence", "decision")
+#: Per-window sums the update's logged row adds up over windows and ranks.
+SUMS = ("tokens", "clipped_sum", "ratio_sum", "kl_sum")
+
+
+@dataclass
+class Group:
+    """One window of the update on this rank: its rollouts, rewards and advantages."""
+
+    index: int  # position in the update's draw (its seed); -1 for a padding window
+    rollouts: list[Rollout]
+    rewards: list[float]
+    parts: list[dict]
+    advantages: list[list[float]]
+    batch: PolicyBatch | None = None
+    token_adv: torch.Tensor | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.token_adv is not None and bool(self.token_adv.abs().gt(0).any())
 
 
 class GRPOLoop:
-    """Rollouts, rewards and clipped-ratio updates; ``cfg`` is the ``grpo`` block of ``conf/grpo.yaml``."""
+    """Rollouts, rewards and clipped-ratio updates; ``cfg`` is the ``grpo`` block of ``conf/grpo.yaml``,
+    ``parallel`` a ``train.grpo_parallel`` runner (default: one process)."""
 
     def __init__(
         self,
@@ -74,9 +121,14 @@ class GRPOLoop:
         ref_model=None,
         evaluate: Callable[[object], dict] | None = None,
         on_log: Callable[[dict, int], None] | None = None,
+        parallel: Single | None = None,
     ):
+        check_choices(cfg)
+        if cfg.keep_best and not (evaluate and cfg.eval_every):
+            raise ValueError(
+                "grpo.keep_best needs held-out evaluations: set grpo.eval_every and grpo.eval_split"
+            )
         self.cfg = cfg
-        self.model = model
         self.processor = processor
         self.renderer = renderer
         self.reward_fn = reward_fn
@@ -85,39 +137,55 @@ class GRPOLoop:
         self.ref_model = ref_model
         self.evaluate = evaluate
         self.on_log = on_log or (lambda row, step: None)
-        if cfg.credit not in CREDITS:
-            raise ValueError(f"grpo.credit must be one of {CREDITS}, got {cfg.credit!r}")
-        if cfg.keep_best and not (evaluate and cfg.eval_every):
-            raise ValueError(
-                "grpo.keep_best needs held-out evaluations: set grpo.eval_every and grpo.eval_split"
-            )
+        self.parallel = parallel or Single()
+        self.parallel.setup(model, cfg.learning_rate, cfg.weight_decay, cfg.max_grad_norm)
+        self.model = self.parallel.module  # rollouts, evaluation, saving
+        self.forward_model = self.parallel.model  # the loss forward (DeepSpeed's engine under DeepSpeed)
         self.best_dir = self.run_dir / BEST_DIR
         tmp = self.best_dir.with_name(f"{BEST_DIR}.tmp")
-        if cfg.keep_best and not self.best_dir.exists() and (tmp / BEST_FILE).exists():  # crashed mid-swap
+        if (
+            self.parallel.is_main
+            and cfg.keep_best
+            and not self.best_dir.exists()
+            and (tmp / BEST_FILE).exists()
+        ):  # crashed mid-swap
             tmp.rename(self.best_dir)
+        self.parallel.barrier()
         best = self.best_dir / BEST_FILE
         self.best: dict | None = json.loads(best.read_text()) if cfg.keep_best and best.exists() else None
-        params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
         self.step = 0
+        self._orders: dict[int, list[int]] = {}  # epoch -> window order (the current one only)
         self.history: list[dict] = []
         self.nonfinite = 0  # updates in a row with a non-finite loss
         self.stopped_by: str | None = None  # why the last train() ended: max_steps, time_budget, signal
 
+    @property
+    def optimizer(self):
+        return self.parallel.optimizer
+
     # -- checkpoints --------------------------------------------------------------------------
 
     def save(self) -> Path:
+        """Every rank saves its part of ``checkpoint-<step>``; rank 0 marks it complete last."""
+        par = self.parallel
         path = self.run_dir / f"checkpoint-{self.step}"
         try:
-            path.mkdir(parents=True, exist_ok=True)
-            self.model.save_pretrained(path, safe_serialization=True)
-            self.processor.save_pretrained(path)
-            write_render(path, self.renderer.cfg)
-            torch.save({"optimizer": self.optimizer.state_dict(), "step": self.step}, path / STATE_FILE)
+            if par.is_main:
+                path.mkdir(parents=True, exist_ok=True)
+            par.barrier()
+            par.save_weights(path)
+            state = par.optimizer_state(path)
+            if par.is_main:
+                self.processor.save_pretrained(path)
+                write_render(path, self.renderer.cfg)
+                torch.save({"step": self.step, **state}, path / STATE_FILE)
         except (OSError, RuntimeError) as exc:
             if not is_write_failure(exc):
                 raise
             raise CheckpointWriteError(path, exc) from exc
+        par.barrier()
+        if not par.is_main:
+            return path
         if self.nonfinite:
             log.warning("%s saved during a run of non-finite losses: not marked complete", path)
             return path
@@ -128,125 +196,200 @@ class GRPOLoop:
     def load_state(self, checkpoint: str | Path) -> None:
         """Optimizer state and step of a checkpoint (the weights were loaded with the model)."""
         state = torch.load(Path(checkpoint) / STATE_FILE, weights_only=True)
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.parallel.load_optimizer(Path(checkpoint), state)
         self.step = int(state["step"])
 
     # -- one update ---------------------------------------------------------------------------
 
     def _windows_for(self, step: int) -> list[Window]:
-        rng = random.Random(self.cfg.seed * 1_000_003 + step)
-        return rng.sample(self.windows, min(self.cfg.windows_per_step, len(self.windows)))
+        """Update ``step``'s windows: the next ``windows_per_step`` of a seeded shuffle of all the
+        windows, epoch after epoch (a new shuffle each pass), so ``n / windows_per_step`` updates see
+        every window once (``train.recipe.grpo_updates``) and a resumed run draws the same ones."""
+        n = len(self.windows)
+        per = min(self.cfg.windows_per_step, n)
+        out = []
+        for pos in range(step * per, (step + 1) * per):
+            epoch, i = divmod(pos, n)
+            if epoch not in self._orders:
+                self._orders = {epoch: random.Random(self.cfg.seed * 1_000_003 + epoch).sample(range(n), n)}
+            out.append(self.windows[self._orders[epoch][i]])
+        return out
 
-    def _reward(self, rollouts: list[Rollout]) -> tuple[list[float], list[dict], list[list[float]]]:
-        """Rewards, their parts, and the advantages under the configured credit, per rollout and step."""
-        cols = {
-            "targets": [[t.to_dict() for t in r.window.targets] for r in rollouts],
-            "task": [r.window.stream.task for r in rollouts],
-        }
-        turns = [r.turns for r in rollouts]
-        rewards = [float(x) for x in self.reward_fn(turns, **cols)]
-        parts = list(self.reward_fn.last_parts)
-        if self.cfg.credit == "decision":
-            advantages = decision_advantages(step_rewards(self.reward_fn, turns, **cols), self.cfg.gamma)
-        else:
-            advantages = [[a] * len(t) for a, t in zip(group_advantages(rewards), turns, strict=True)]
-        return rewards, parts, advantages
+    def _seed(self, j: int) -> int:
+        return (self.cfg.seed * 7919 + self.step) * 1009 + j
 
-    def update(self) -> dict:
-        cfg = self.cfg
-        t0 = time.perf_counter()
-        groups = []
+    def _rollouts(self, draw: list[Window]) -> list[tuple[int, list[Rollout]]]:
+        """This rank's windows of the draw, rolled out; a rank without one rolls out a padding
+        window (index -1), so that it can take part in the update's collectives."""
+        cfg, par = self.cfg, self.parallel
+        mine = rank_share(len(draw), par.rank, par.world) or [-1]
+        out = []
         self.model.eval()
-        for j, window in enumerate(self._windows_for(self.step)):
-            seed = (cfg.seed * 7919 + self.step) * 1009 + j
-            with torch.no_grad():
+        with par.full_weights(), par.autocast(), torch.no_grad():
+            for j in mine:
+                window = draw[j if j >= 0 else par.rank % len(draw)]
+                seed = self._seed(j if j >= 0 else par.rank % len(draw))
                 rollouts, _ = rollout_group(
                     self.model,
                     self.renderer,
                     window,
-                    cfg.group_size,
+                    cfg.num_generations,
                     cfg.temperature,
                     cfg.max_new_tokens,
                     seed,
                 )
-            groups.append(rollouts)
-        t_rollout = time.perf_counter() - t0
-        rewards, parts, stds, advantages = [], [], [], []
-        for rollouts in groups:
-            r, p, a = self._reward(rollouts)
-            rewards.append(r)
-            parts += p
-            stds.append(statistics.pstdev(r))
-            advantages.append(a)
-        t_reward = time.perf_counter() - t0 - t_rollout
-        loss_parts = []
-        total = 0.0
-        live = []
-        for rollouts, adv in zip(groups, advantages, strict=True):
-            batch = policy_batch(rollouts, self.renderer)
-            token_adv = token_advantages(batch, adv)
-            if bool(token_adv.abs().gt(0).any()):
-                live.append((rollouts, batch, token_adv))
-        for rollouts, batch, adv in live:
-            new = token_logprobs(self.model, self.renderer, rollouts, batch, cfg.temperature)
-            ref = None
-            if cfg.beta > 0:
-                with torch.no_grad():
-                    ref = token_logprobs(self.ref_model, self.renderer, rollouts, batch, cfg.temperature)
-            loss, lp = grpo_loss(new, batch, adv, cfg.clip_eps, cfg.beta, ref)
-            loss_parts.append(lp)
-            total += float(loss.detach())
-            (loss / len(live)).backward()
-        row = self._row(rewards, parts, stds, loss_parts, len(groups) - len(live))
-        if live and not torch.isfinite(torch.tensor(total)):
-            self.optimizer.zero_grad(set_to_none=True)
-            row["nonfinite"] = 1
-        elif live:
-            row["grad_norm"] = float(
-                torch.nn.utils.clip_grad_norm_(
-                    [p for p in self.model.parameters() if p.requires_grad], cfg.max_grad_norm
-                )
+                out.append((j, rollouts))
+        return out
+
+    def _scored(self, rolled: list[tuple[int, list[Rollout]]]) -> list[Group]:
+        """Rewards, their parts, and the advantages under the configured credit and scale."""
+        cfg = self.cfg
+        groups, returns, per_steps = [], [], []
+        for j, rollouts in rolled:
+            cols = {
+                "targets": [[t.to_dict() for t in r.window.targets] for r in rollouts],
+                "task": [r.window.stream.task for r in rollouts],
+            }
+            turns = [r.turns for r in rollouts]
+            rewards = [float(x) for x in self.reward_fn(turns, **cols)]
+            parts = list(self.reward_fn.last_parts)
+            per_step = (
+                step_rewards(self.reward_fn, turns, **cols)
+                if cfg.credit == "decision"
+                else [[x] for x in rewards]
             )
-            self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
+            per_steps.append(per_step)
+            returns.append(step_returns(per_step, cfg.gamma))
+            groups.append(Group(j, rollouts, rewards, parts, []))
+        std = None
+        if cfg.scale_rewards == "batch":
+            values = [
+                x for g, ret in zip(groups, returns, strict=True) if g.index >= 0 for row in ret for x in row
+            ]
+            std = batch_std(*self.parallel.sum(list(moments(values))))
+        elif cfg.scale_rewards == "none":
+            std = 1.0 - 1e-4  # divided by std + eps: the centred values as they are
+        for g, per_step in zip(groups, per_steps, strict=True):
+            if cfg.credit == "decision":
+                g.advantages = decision_advantages(per_step, cfg.gamma, std=std)
+            else:
+                adv = group_advantages(g.rewards, std=std)
+                g.advantages = [[a] * len(r.turns) for a, r in zip(adv, g.rollouts, strict=True)]
+            g.batch = policy_batch(g.rollouts, self.renderer)
+            g.token_adv = token_advantages(g.batch, g.advantages)
+        return groups
+
+    def update(self) -> dict:
+        cfg, par = self.cfg, self.parallel
+        t0 = time.perf_counter()
+        rolled = self._rollouts(self._windows_for(self.step))
+        t_rollout = time.perf_counter() - t0
+        groups = self._scored(rolled)
+        t_reward = time.perf_counter() - t0 - t_rollout
+        live = [g for g in groups if g.index >= 0 and g.live]
+        max_tokens = cfg.window_steps * (cfg.max_new_tokens + 2)
+        n_rollouts, n_groups, n_tokens, n_max = (
+            *par.sum(
+                [
+                    sum(len(g.rollouts) for g in live),
+                    len(live),
+                    sum(int(g.batch.targets.numel()) for g in live),
+                ]
+            ),
+            par.max([len(live)])[0],
+        )
+        counts = UpdateCounts(int(n_rollouts), int(n_groups), int(n_tokens), max_tokens)
+        total, sums, window_loss = 0.0, dict.fromkeys(SUMS, 0.0), {}
+        self.model.train()
+        for k in range(int(n_max)):  # the same number of loss forwards on every rank
+            g = live[k] if k < len(live) else groups[0]  # padding: any group of this rank, weight 0
+            with par.autocast():
+                new = token_logprobs(self.forward_model, self.renderer, g.rollouts, g.batch, cfg.temperature)
+                ref = None
+                if cfg.beta > 0:
+                    with torch.no_grad():
+                        ref = token_logprobs(
+                            self.ref_model, self.renderer, g.rollouts, g.batch, cfg.temperature
+                        )
+            weights = token_weights(g.batch, cfg.loss_type, counts) * (k < len(live))
+            loss, lp = grpo_loss(
+                new,
+                g.batch,
+                g.token_adv,
+                cfg.epsilon,
+                cfg.beta,
+                ref,
+                epsilon_high=cfg.epsilon_high,
+                weights=weights,
+            )
+            if k < len(live):
+                total += float(loss.detach())
+                window_loss[g.index] = lp
+                for key in SUMS:
+                    sums[key] += lp[key]
+            par.backward(loss * par.world, last=k == n_max - 1)  # the ranks' gradients are averaged
+        self.model.eval()
+        total, nonfinite, *summed = par.sum(
+            [total, float(not torch.isfinite(torch.tensor(total))), *sums.values()]
+        )
+        records = [(g.index, g.rewards, g.parts, g.index in window_loss) for g in groups if g.index >= 0]
+        records = sorted(r for rank in par.gather(records) for r in rank)
+        row = self._row(records)
+        if n_max:
+            row.update(loss=total, **self._ratios(dict(zip(SUMS, summed, strict=True))))
+            if nonfinite:
+                par.discard()
+                row["nonfinite"] = 1
+            else:
+                row["grad_norm"] = par.step()
         row.update(
             rollout_s=t_rollout, reward_s=t_reward, update_s=time.perf_counter() - t0 - t_rollout - t_reward
         )
         return row
 
     @staticmethod
-    def _row(rewards, parts, stds, loss_parts, zero_std) -> dict:
-        flat = [x for r in rewards for x in r]
+    def _row(records: list[tuple]) -> dict:
+        """The logged row of an update from every window's (index, rewards, parts, had signal)."""
+        flat = [x for _, rewards, _, _ in records for x in rewards]
+        parts = [p for _, _, ps, _ in records for p in ps]
         row = {
             "reward/mean": sum(flat) / len(flat),
-            "reward/group_std": sum(stds) / len(stds),
-            "zero_std_groups": zero_std,
+            "reward/group_std": sum(statistics.pstdev(r) for _, r, _, _ in records) / len(records),
+            "zero_std_groups": sum(not live for *_, live in records),
         }
         for key in sorted({k for p in parts for k in p}):
             vals = [float(p[key]) for p in parts if key in p]
             row[f"reward/{key}"] = sum(vals) / len(vals)
-        for key in ("loss", "clip_fraction", "kl", "ratio_mean"):
-            if loss_parts:
-                row[key] = sum(lp[key] for lp in loss_parts) / len(loss_parts)
         return row
+
+    @staticmethod
+    def _ratios(sums: dict) -> dict:
+        n = max(sums["tokens"], 1.0)
+        return {
+            "clip_fraction": sums["clipped_sum"] / n,
+            "ratio_mean": sums["ratio_sum"] / n,
+            "kl": sums["kl_sum"] / n,
+            "generated_tokens": int(sums["tokens"]),
+        }
 
     # -- the loop -----------------------------------------------------------------------------
 
     def train(self, signals: SignalFlag | None = None) -> Path:
         """Updates from ``self.step`` to ``max_steps`` (or the time budget); returns the last
         checkpoint. ``signals`` is the stage's flag, installed before the model loaded (else one is
-        installed here); a signal saves a checkpoint after the current update and raises
-        :class:`Preempted`."""
-        cfg = self.cfg
+        installed here); a signal to any rank saves a checkpoint on every rank after the current
+        update and raises :class:`Preempted`."""
+        cfg, par = self.cfg, self.parallel
         flag = signals or SignalFlag()
         start = time.perf_counter()
-        bar = Progress(cfg.max_steps, "grpo", unit="update", initial=self.step)
+        bar = Progress(cfg.max_steps, "grpo", unit="update", initial=self.step) if par.is_main else None
         self.stopped_by = "max_steps"
         try:
             if self.evaluate and self.step == 0 and cfg.eval_every:
                 self._log_eval()
             while self.step < cfg.max_steps:
-                if cfg.time_budget_s and time.perf_counter() - start > cfg.time_budget_s:
+                over = bool(cfg.time_budget_s and time.perf_counter() - start > cfg.time_budget_s)
+                if par.max([float(over)])[0]:  # rank 0's clock is everyone's
                     log.warning(
                         "time budget of %ss reached: stopping at update %d of %d",
                         cfg.time_budget_s,
@@ -264,11 +407,13 @@ class GRPOLoop:
                     )
                 self.step += 1
                 self.history.append({"step": self.step, **row})
-                self.on_log(row, self.step)
+                if par.is_main:
+                    self.on_log(row, self.step)
                 if self.evaluate and cfg.eval_every and self.step % cfg.eval_every == 0:
                     self._log_eval()
-                bar.update(1, reward=row["reward/mean"], **self._last_eval())
-                if flag.received is not None:
+                if bar is not None:
+                    bar.update(1, reward=row["reward/mean"], **self._last_eval())
+                if par.max([float(flag.received is not None)])[0]:  # every rank stops at the same update
                     self.stopped_by = "signal"
                     raise Preempted(self.save(), cfg.requeue_exit_code)
                 if cfg.save_every and self.step % cfg.save_every == 0:
@@ -277,7 +422,8 @@ class GRPOLoop:
                 self._log_eval()  # the last update is a candidate too
             return self.save()
         finally:
-            bar.close()
+            if bar is not None:
+                bar.close()
             if signals is None:
                 flag.restore()
 
@@ -288,9 +434,15 @@ class GRPOLoop:
         return {}
 
     def _log_eval(self) -> None:
-        metrics = self.evaluate(self.model)
+        """Rank 0 evaluates (under ZeRO-3 with the weights gathered on every rank); all ranks get
+        the metrics and agree on the best."""
+        par = self.parallel
+        with par.full_weights(), par.autocast(), torch.no_grad():
+            metrics = self.evaluate(self.model) if par.is_main else None
+        metrics = par.broadcast(metrics)
         self.history.append({"step": self.step, "eval": metrics})
-        self.on_log(flatten(metrics, "eval"), self.step)
+        if par.is_main:
+            self.on_log(flatten(metrics, "eval"), self.step)
         if self.cfg.keep_best:
             score = float(metrics["with_negatives"]["prs_b"])
             if self.best is None or score > self.best["prs_b"]:
@@ -298,13 +450,18 @@ class GRPOLoop:
 
     def _save_best(self, best: dict) -> None:
         """Weights to ``best.tmp``, then swapped in for ``best`` (a crash leaves one whole copy)."""
+        par = self.parallel
         path, tmp = self.best_dir, self.best_dir.with_name(f"{BEST_DIR}.tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        self.model.save_pretrained(tmp, safe_serialization=True)
-        self.processor.save_pretrained(tmp)
-        write_render(tmp, self.renderer.cfg)
-        (tmp / BEST_FILE).write_text(json.dumps(best) + "\n")
-        shutil.rmtree(path, ignore_errors=True)
-        tmp.rename(path)
+        if par.is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        par.barrier()
+        par.save_weights(tmp)
+        if par.is_main:
+            self.processor.save_pretrained(tmp)
+            write_render(tmp, self.renderer.cfg)
+            (tmp / BEST_FILE).write_text(json.dumps(best) + "\n")
+            shutil.rmtree(path, ignore_errors=True)
+            tmp.rename(path)
+            log.info("best held-out PRS-B so far: %.2f at update %d", best["prs_b"], best["step"])
+        par.barrier()
         self.best = best
-        log.info("best held-out PRS-B so far: %.2f at update %d", best["prs_b"], best["step"])

@@ -18,6 +18,12 @@ where ``n_items`` is the number of labelled tokens (over the whole accumulated, 
 the trainer passes it), so with ``gamma = 0``, unit class weights and unit part weights the total is
 exactly the model's own token-mean cross-entropy.
 
+Only the labelled positions need logits (the assistant tokens, a few percent of a window's
+positions): the trainer asks the model for those alone (:func:`selected_logits`: the LM head runs on
+the selected hidden states, in the model's dtype) and the log-softmax runs in fp32 on them
+(:func:`loss_at_labels`), instead of B x T x V fp32 logits (~4 GB for a 30-frame window of the 4B
+model; ``python -m train.bench memory`` measures the difference).
+
 Class weights (:func:`class_weights`) are frequency-balanced, ``w_c = (N / (C * n_c)) ** power``,
 then normalized so that their count-weighted mean is 1 (the loss keeps the scale of plain
 cross-entropy). ``static`` takes the counts from the training set's ``stats.json``; ``dynamic``
@@ -101,6 +107,34 @@ def _require_static(static: torch.Tensor | None) -> torch.Tensor:
     return static
 
 
+def label_positions(labels: torch.Tensor, decision_mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) bool: the positions whose logits predict a labelled token (position t predicts token
+    t + 1). Passed to the model as ``logits_to_keep``, the LM head runs on these hidden states only."""
+    keep = torch.zeros_like(labels, dtype=torch.bool)
+    keep[:, :-1] = labels[:, 1:] != IGNORE_INDEX
+    if bool(((decision_mask[:, 1:] >= 0) & ~keep[:, :-1]).any()):
+        raise ValueError("a decision position has no label: decision_mask and labels disagree")
+    return keep
+
+
+def selected_logits(
+    model, inputs: dict, labels: torch.Tensor, decision_mask: torch.Tensor, select: bool = True
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(logits, targets, classes) at the labelled positions, row-major: logits (N, V) in the model's
+    dtype, the target token of each, and its decision class (-1 for a text token).
+
+    ``select=True`` computes the logits of those positions only (the model's ``logits_to_keep``
+    with a boolean mask: the LM head never sees the other hidden states); ``select=False`` computes
+    them at every position and picks afterwards (what the memory benchmark compares against)."""
+    keep = label_positions(labels, decision_mask)
+    logits = model(**inputs, logits_to_keep=keep if select else 0).logits
+    if not select:
+        logits = logits[keep]
+    shifted = torch.roll(labels, -1, dims=1)[keep]
+    classes = torch.roll(decision_mask, -1, dims=1)[keep]
+    return logits, shifted, classes
+
+
 def decision_loss(
     logits: torch.Tensor,
     labels: torch.Tensor,
@@ -113,42 +147,62 @@ def decision_loss(
     text_weight: float = 1.0,
     n_items: int | torch.Tensor | None = None,
 ) -> LossParts:
-    """The SFT loss of a batch.
+    """The SFT loss of a batch from logits at every position.
 
     ``logits`` (B, T, V); ``labels`` (B, T) with -100 on unlabelled tokens; ``decision_mask`` (B, T)
     with the class at each decision token and -1 elsewhere; ``decision_ids`` the token ids of
     (``</Silence>``, ``</Response>``); ``weights`` the two class weights (None: 1, 1); ``n_items``
-    the divisor (None: the batch's labelled tokens, after the shift).
+    the divisor (None: the batch's labelled tokens, after the shift). The same numbers as
+    :func:`loss_at_labels` on the labelled positions' logits (what the trainer computes).
     """
-    shift_logits = logits[:, :-1].float()
-    shift_labels = labels[:, 1:]
-    shift_dec = decision_mask[:, 1:]
-    labelled = shift_labels != IGNORE_INDEX
-    is_dec = shift_dec >= 0
-    if bool((is_dec & ~labelled).any()):
-        raise ValueError("a decision position has no label: decision_mask and labels disagree")
-    logp = torch.log_softmax(shift_logits[labelled], dim=-1)
-    target = shift_labels[labelled]
-    nll = -logp.gather(-1, target[:, None])[:, 0]
-    dec_sel = is_dec[labelled]
-    classes = shift_dec[labelled][dec_sel]
+    keep = label_positions(labels, decision_mask)
+    return loss_at_labels(
+        logits[keep],
+        torch.roll(labels, -1, dims=1)[keep],
+        torch.roll(decision_mask, -1, dims=1)[keep],
+        decision_ids=decision_ids,
+        gamma=gamma,
+        weights=weights,
+        decision_weight=decision_weight,
+        text_weight=text_weight,
+        n_items=n_items,
+    )
+
+
+def loss_at_labels(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    classes: torch.Tensor,
+    *,
+    decision_ids: tuple[int, int],
+    gamma: float = 2.0,
+    weights: torch.Tensor | None = None,
+    decision_weight: float = 1.0,
+    text_weight: float = 1.0,
+    n_items: int | torch.Tensor | None = None,
+) -> LossParts:
+    """The SFT loss from the logits of the labelled positions only (:func:`selected_logits`): ``logits``
+    (N, V) in any dtype (the log-softmax runs in fp32), ``targets`` (N,) the labelled tokens,
+    ``classes`` (N,) each one's decision class or -1; ``n_items`` None: N."""
+    nll = -torch.log_softmax(logits.float(), dim=-1).gather(-1, targets[:, None])[:, 0]
+    dec_sel = classes >= 0
+    dec_classes = classes[dec_sel]
     dec_nll = nll[dec_sel]
     if weights is None:
         weights = torch.ones(2)
-    w = weights.to(dec_nll.device, dec_nll.dtype)[classes]
+    w = weights.to(dec_nll.device, dec_nll.dtype)[dec_classes]
     focal = (1.0 - torch.exp(-dec_nll)).clamp(min=0.0) ** gamma if gamma else torch.ones_like(dec_nll)
     decision_sum = (w * focal * dec_nll).sum()
     text_sum = nll[~dec_sel].sum()
-    divisor = int(labelled.sum()) if n_items is None else n_items
+    divisor = int(targets.numel()) if n_items is None else n_items
     if torch.is_tensor(divisor):
         divisor = divisor.to(nll.device, nll.dtype)
     loss = (decision_weight * decision_sum + text_weight * text_sum) / divisor
     with torch.no_grad():
-        pair = shift_logits[is_dec][:, list(decision_ids)]
+        pair = logits[dec_sel][:, list(decision_ids)].float()
         predicted = (pair[:, 1] >= pair[:, 0]).long()  # softmax(pair)[1] >= 0.5
-        truth = shift_dec[is_dec]
         confusion = torch.zeros(2, 2, dtype=torch.long, device=logits.device)
-        confusion.index_put_((truth, predicted), torch.ones_like(truth), accumulate=True)
+        confusion.index_put_((dec_classes, predicted), torch.ones_like(dec_classes), accumulate=True)
     return LossParts(
         loss=loss,
         decision_sum=decision_sum.detach(),

@@ -80,7 +80,7 @@ def rollout_group(
     model,
     renderer: TurnRenderer,
     window: Window,
-    group_size: int,
+    num_generations: int,
     temperature: float,
     max_new_tokens: int,
     seed: int,
@@ -92,23 +92,60 @@ def rollout_group(
         EngineConfig(sample=True, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed),
     )
     results = engine.run(
-        [window.stream] * group_size, [window.frames] * group_size, first_steps=[window.start] * group_size
+        [window.stream] * num_generations,
+        [window.frames] * num_generations,
+        first_steps=[window.start] * num_generations,
     )
     return [Rollout(window, r) for r in results], engine
 
 
-def group_advantages(rewards: list[float], eps: float = 1e-4) -> list[float]:
+def group_advantages(rewards: list[float], eps: float = 1e-4, std: float | None = None) -> list[float]:
     """(r - mean) / (std + eps) within a group; all zeros when the rewards are all equal. The
-    one-step case of :func:`decision_advantages`.
+    one-step case of :func:`decision_advantages` (``std`` as there).
 
     >>> [round(a, 3) for a in group_advantages([1.0, 0.0, 0.0, 1.0])]
     [1.0, -1.0, -1.0, 1.0]
+    >>> [round(a, 3) for a in group_advantages([1.0, 0.0], std=1.0)]
+    [0.5, -0.5]
     """
-    return [row[0] for row in decision_advantages([[r] for r in rewards], 0.0, eps)]
+    return [row[0] for row in decision_advantages([[r] for r in rewards], 0.0, eps, std)]
+
+
+def step_returns(step_rewards: list[list[float]], gamma: float) -> list[list[float]]:
+    """Each step's discounted return ``G_j = sum_{i>=j} gamma^(i-j) r_i``, per rollout.
+
+    >>> step_returns([[1.0, 0.0, 2.0]], 0.5)
+    [[1.5, 1.0, 2.0]]
+    """
+    out = []
+    for rewards in step_rewards:
+        acc, row = 0.0, []
+        for r in reversed(rewards):
+            acc = r + gamma * acc
+            row.append(acc)
+        out.append(row[::-1])
+    return out
+
+
+def moments(values: list[float]) -> tuple[float, float, float]:
+    """(count, sum, sum of squares): what ranks add up for an update-wide std (``batch_std``)."""
+    return float(len(values)), float(sum(values)), float(sum(v * v for v in values))
+
+
+def batch_std(count: float, total: float, squares: float) -> float:
+    """Population std from summed :func:`moments` (``scale_rewards=batch``: over the whole update).
+
+    >>> batch_std(*moments([1.0, 0.0, 0.0, 1.0]))
+    0.5
+    """
+    if count == 0:
+        return 0.0
+    mean = total / count
+    return max(squares / count - mean * mean, 0.0) ** 0.5
 
 
 def decision_advantages(
-    step_rewards: list[list[float]], gamma: float, eps: float = 1e-4
+    step_rewards: list[list[float]], gamma: float, eps: float = 1e-4, std: float | None = None
 ) -> list[list[float]]:
     """Per-decision advantages of a group from its per-step rewards (``rewards.grpo.step_rewards``).
 
@@ -121,24 +158,22 @@ def decision_advantages(
     and rollouts that differ at one step only, that step gets GRPO's per-rollout advantages and
     every other step 0. All zeros when every rollout's return is the same at every step.
 
+    ``std`` replaces the group's own spread (``grpo.scale_rewards``: ``batch`` passes the update's,
+    ``none`` passes 1 - eps so the differences stay as they are).
+
     >>> [[round(a, 3) for a in row] for row in decision_advantages([[0.0, 1.0, -0.7], [0.0, 1.0, 0.0]], 0.0)]
     [[0.0, 0.0, -1.0], [0.0, 0.0, 1.0]]
     """
     lengths = {len(r) for r in step_rewards}
     if len(lengths) != 1:
         raise ValueError(f"rollouts of one window must have the same number of steps, got {sorted(lengths)}")
-    returns = []
-    for rewards in step_rewards:
-        acc, out = 0.0, []
-        for r in reversed(rewards):
-            acc = r + gamma * acc
-            out.append(acc)
-        returns.append(out[::-1])
+    returns = step_returns(step_rewards, gamma)
     g = len(returns)
     base = [sum(col) / g for col in zip(*returns, strict=True)]
     diff = [[x - b for x, b in zip(row, base, strict=True)] for row in returns]
     live = [col for col in zip(*diff, strict=True) if any(abs(x) > 1e-12 for x in col)]
     if not live:
         return [[0.0] * len(row) for row in diff]
-    std = (sum(x * x for col in live for x in col) / (g * len(live))) ** 0.5
+    if std is None:
+        std = (sum(x * x for col in live for x in col) / (g * len(live))) ** 0.5
     return [[x / (std + eps) for x in row] for row in diff]

@@ -164,7 +164,6 @@ def retire_nonfinite(run_dir: str | Path) -> list[Path]:
 PACKAGES = (
     "torch",
     "transformers",
-    "trl",
     "peft",
     "accelerate",
     "deepspeed",

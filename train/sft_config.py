@@ -35,6 +35,10 @@ class TrainSettings:
     """Optimizer steps; -1: ``num_epochs`` over the training split."""
     per_device_batch_size: int = bounded(8, ge=1)
     gradient_accumulation_steps: int = bounded(1, ge=1)
+    global_batch_size: int | None = bounded(None, ge=1)
+    """Windows per optimizer step over all processes; when set, the accumulation steps are derived
+    from it (``train.recipe.accumulation_steps``: global / (per-device x processes)), so one config
+    gives the same steps on 8 or 16 GPUs. None: ``gradient_accumulation_steps`` as given."""
     learning_rate: float = bounded(1e-5, ge=0)
     weight_decay: float = bounded(0.0, ge=0)
     lr_scheduler: str = "cosine"

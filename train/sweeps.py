@@ -1,13 +1,13 @@
 """Hydra sweeps you can compare: one folder and one W&B run per point, named by the swept values only.
 
-    python -m train.grpo -m init=runs/sft/final reward.weights.prs=1,2 reward.redundancy.lambda=0.1,0.2
+    python -m train.grpo -m init=runs/sft/final reward.reward_weights.prs=1,2 reward.redundancy.lambda=0.1,0.2
     python -m eval.sweep_table runs/grpo_sweep         # one row per point: its values, final and best scores
 
 - :func:`note_swept_keys` (called by the entry point before Hydra parses the command line) records
-  which keys the command sweeps (``reward.weights.prs=1,2``, ``x=range(1,4)``) in the environment
+  which keys the command sweeps (``reward.reward_weights.prs=1,2``, ``x=range(1,4)``) in the environment
   variable :data:`SWEEP_KEYS_ENV`, which every point's process inherits (local or Slurm jobs).
 - The ``sweep_point_dir`` resolver names a point's folder by those keys alone
-  (``reward.redundancy.lambda=0.1,reward.weights.prs=2``), not by every fixed override of the command.
+  (``reward.redundancy.lambda=0.1,reward.reward_weights.prs=2``), not by every fixed override of the command.
 - The ``local_gpus`` resolver gives the local launcher the node's GPUs (it would hide them with 0).
 - :func:`sweep_identity`: inside a point, the sweep's name (the sweep folder's name, e.g.
   ``grpo_sweep``: the W&B group of every point), the point's name (its folder) and its swept values.

@@ -1,7 +1,9 @@
 """A narrow ``transformers.Trainer`` subclass for the SFT stage, and the callbacks that run with it.
 
-- :class:`DecisionTrainer` overrides ``compute_loss`` only to call :func:`train.losses.decision_loss`
-  (focal, frequency-balanced decision tokens + text cross-entropy), and ``log`` to add the parts it
+- :class:`DecisionTrainer` overrides ``compute_loss`` only to compute the decision loss
+  (:func:`train.losses.loss_at_labels`: focal, frequency-balanced decision tokens + text
+  cross-entropy) from the logits of the labelled positions alone (:func:`train.losses.selected_logits`:
+  the model's forward, so DDP and DeepSpeed see it, with a ``logits_to_keep`` mask), and ``log`` to add the parts it
   accumulated since the last log: ``loss_decision``, ``loss_text``, ``ce_decision``,
   ``decision_accuracy``, ``recall_silence``, ``recall_response``, ``fire_rate``, ``tokens_per_s``,
   ``nonfinite_skipped``. Everything else (optimizer, scheduler, checkpoints with optimizer /
@@ -35,7 +37,8 @@ from transformers import Trainer, TrainerCallback, TrainingArguments
 from data_builders.progress import Progress
 from eval.checkpoints import COMPLETE_MARKER, write_render
 from eval.tracking import remember_run
-from train.losses import WEIGHT_MODES, decision_loss, decision_metrics
+from train.losses import WEIGHT_MODES, decision_metrics, loss_at_labels, selected_logits
+from train.recipe import accumulation_steps
 from train.run_dir import NonFiniteLoss, SignalFlag, rotate_checkpoints
 
 log = logging.getLogger(__name__)
@@ -87,13 +90,13 @@ class DecisionTrainer(Trainer):
         inputs = dict(inputs)
         labels = inputs.pop("labels")
         decision_mask = inputs.pop("decision_mask")
-        outputs = model(**inputs)
-        classes = decision_mask[decision_mask >= 0].cpu()
-        weights = WEIGHT_MODES[self.balance](self.static_weights, classes, self.balance_power)
-        parts = decision_loss(
-            outputs.logits,
-            labels,
-            decision_mask,
+        logits, targets, classes = selected_logits(model, inputs, labels, decision_mask)
+        batch_classes = decision_mask[decision_mask >= 0].cpu()
+        weights = WEIGHT_MODES[self.balance](self.static_weights, batch_classes, self.balance_power)
+        parts = loss_at_labels(
+            logits,
+            targets,
+            classes,
             decision_ids=self.decision_ids,
             gamma=self.gamma,
             weights=weights,
@@ -106,7 +109,7 @@ class DecisionTrainer(Trainer):
             loss = loss * self.accelerator.num_processes  # DDP / DeepSpeed average gradients over ranks
         if model.training:
             loss = self._guard(loss, parts, int(inputs["attention_mask"].sum()))
-        return (loss, outputs) if return_outputs else loss
+        return (loss, {"logits": logits}) if return_outputs else loss
 
     def _guard(self, loss: torch.Tensor, parts, n_tokens: int) -> torch.Tensor:
         """Account the batch's parts; replace a non-finite loss by a parameter-free zero."""
@@ -311,7 +314,13 @@ def training_arguments(cfg: DictConfig, report_to: list[str]) -> TrainingArgumen
         max_steps=t.max_steps,
         per_device_train_batch_size=t.per_device_batch_size,
         per_device_eval_batch_size=t.per_device_batch_size,
-        gradient_accumulation_steps=t.gradient_accumulation_steps,
+        gradient_accumulation_steps=(
+            accumulation_steps(
+                t.global_batch_size, t.per_device_batch_size, int(os.environ.get("WORLD_SIZE", "1"))
+            )
+            if t.global_batch_size
+            else t.gradient_accumulation_steps
+        ),
         learning_rate=t.learning_rate,
         weight_decay=t.weight_decay,
         lr_scheduler_type=t.lr_scheduler,
@@ -325,6 +334,7 @@ def training_arguments(cfg: DictConfig, report_to: list[str]) -> TrainingArgumen
         save_total_limit=None,  # rotated by CheckpointCallback once the new checkpoint is complete
         eval_strategy="steps" if t.eval_split else "no",
         eval_steps=t.save_steps if t.eval_split else None,
+        prediction_loss_only=True,  # the eval split reports its loss; no logits kept across batches
         dataloader_num_workers=t.dataloader_num_workers,
         dataloader_pin_memory=torch.cuda.is_available(),
         remove_unused_columns=False,

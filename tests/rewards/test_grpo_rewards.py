@@ -78,10 +78,13 @@ def test_format_share_and_egoserve_tags():
 def test_conf_yamls_build_and_weights_combine():
     paths = sorted((ROOT / "conf" / "reward").glob("*.yaml"))
     assert {p.name for p in paths} >= {"prs.yaml"}
-    for path in paths:
+    for path in paths:  # the reward group's reward_weights are build_reward's weights
         assert path.read_text().startswith("# python -m train.grpo reward=")
-        build_reward(yaml.safe_load(path.read_text()))
+        cfg = yaml.safe_load(path.read_text())
+        assert set(cfg["reward_weights"]) == {"prs", "redundancy", "format"}
+        build_reward({"weights": cfg.pop("reward_weights"), **cfg})
     cfg = yaml.safe_load((ROOT / "conf" / "reward" / "prs.yaml").read_text())
+    del cfg["reward_weights"]
     cfg["weights"] = {"prs": 2.0, "redundancy": 1.0, "format": 0.5}
     reward = build_reward(cfg)
     r = rollout_from([10, 11, 30])

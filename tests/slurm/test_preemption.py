@@ -37,7 +37,7 @@ def command(data: Path, tmp: Path, max_steps: int) -> list[str]:
         f"data.dir={data}",
         "init=random",
         "grpo.windows_per_step=1",
-        "grpo.group_size=2",
+        "grpo.num_generations=2",
         "grpo.window_steps=10",
         "grpo.max_new_tokens=4",
         "grpo.eval_split=null",

@@ -58,7 +58,7 @@ def finish(proc: subprocess.Popen, timeout: float = 30.0) -> tuple[int, str]:
     ("script", "config", "module"),
     [
         ("sft.sh", "conf/accelerate/zero2.yaml", "train.sft"),
-        ("grpo.sh", "conf/accelerate/ddp.yaml", "train.grpo"),
+        ("grpo.sh", "conf/accelerate/zero2.yaml", "train.grpo"),
     ],
 )
 def test_training_scripts_launch_one_accelerate_per_node(cluster, script, config, module):
@@ -81,6 +81,33 @@ def test_training_scripts_launch_one_accelerate_per_node(cluster, script, config
     assert not list(c.spool.rglob("pwned")) and not (ROOT / "pwned").exists()
     assert c.calls("scontrol") == ["show hostnames gpu-[07-08]"]  # no requeue after a clean exit
     assert c.args("accelerate.0")[5:7] == ["--num_processes", "8"]  # 2 machines x 4 GPUs, rank from the node
+
+
+@pytest.mark.parametrize("script", ["sft.sh", "grpo.sh"])
+def test_training_scripts_ask_for_one_node_of_eight_gpus(script):
+    """Both stages default to a full 8-GPU node (``--nodes=2`` on the command line doubles it)."""
+    header = [
+        line for line in (ROOT / "slurm" / script).read_text().splitlines() if line.startswith("#SBATCH")
+    ]
+    assert "#SBATCH --gpus-per-node=8" in header and "#SBATCH --nodes=1" in header
+
+
+def test_grpo_on_two_nodes_of_four_gpus_with_zero3(cluster):
+    """A 2 x 4 allocation: machines 2, processes 8, each node's rank from its SLURM_NODEID, and the
+    DeepSpeed config a user picks; the requeue status of GRPO's ranks requeues the job."""
+    c = cluster()
+    rc, out = finish(
+        c.sbatch("grpo.sh", "experiment=p3i_4b_grpo", ACCELERATE_CONFIG="conf/accelerate/zero3.yaml")
+    )
+    assert rc == 0, out
+    for rank in (0, 1):
+        line = c.args(f"accelerate.{rank}")
+        assert line == launch_line(
+            "conf/accelerate/zero3.yaml", "train.grpo", rank, ["experiment=p3i_4b_grpo"]
+        )
+    c2 = cluster("exit75")
+    rc, out = finish(c2.sbatch("grpo.sh", "a=1"))
+    assert rc == 0 and c2.calls("scontrol")[-1] == f"requeue {JOB_ID}", out
 
 
 @pytest.mark.parametrize(

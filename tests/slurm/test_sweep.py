@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY = [
     "init=random",
     "grpo.windows_per_step=1",
-    "grpo.group_size=2",
+    "grpo.num_generations=2",
     "grpo.window_steps=10",
     "grpo.max_new_tokens=4",
     "grpo.eval_split=null",
@@ -53,7 +53,7 @@ def test_slurm_launcher_submits_one_array_task_per_point(tmp_path):
         (bin_dir / name).chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_"))}
     env |= {"PATH": f"{bin_dir}:{env['PATH']}", "FAKE_LOG": str(log)}
-    proc = grpo_sweep(tmp_path, "hydra/launcher=slurm", "reward.weights.prs=1,2,4", env=env)
+    proc = grpo_sweep(tmp_path, "hydra/launcher=slurm", "reward.reward_weights.prs=1,2,4", env=env)
     folder = tmp_path / "runs" / "grpo_sweep" / ".submitit"
     t0 = time.time()
     try:  # the jobs stay PENDING under the fake sacct: stop waiting once all three are submitted
@@ -83,7 +83,7 @@ def test_slurm_launcher_submits_one_array_task_per_point(tmp_path):
             delayed = pickle.load(fh)
         assert delayed._timeout_countdown == 20  # max_num_timeout requeues after time-outs
         points.append(delayed.args[0][-1])  # the job's overrides: paths.root_dir, then the point
-    assert points == [f"reward.weights.prs={w}" for w in (1, 2, 4)]
+    assert points == [f"reward.reward_weights.prs={w}" for w in (1, 2, 4)]
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +97,7 @@ def toy_mixture(tmp_path_factory) -> Path:
 @pytest.mark.slow
 def test_local_launcher_runs_every_point_as_a_submitit_job(toy_mixture, tmp_path):
     proc = grpo_sweep(
-        tmp_path, "hydra/launcher=local", f"data.dir={toy_mixture}", *TINY, "reward.weights.prs=1,2"
+        tmp_path, "hydra/launcher=local", f"data.dir={toy_mixture}", *TINY, "reward.reward_weights.prs=1,2"
     )
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out[-3000:]
@@ -111,7 +111,9 @@ def test_local_launcher_runs_every_point_as_a_submitit_job(toy_mixture, tmp_path
             status, _ = pickle.load(fh)
         assert status == "success"
     for weight in (1, 2):
-        (run,) = sweep.glob(f"*reward.weights.prs={weight}*")  # <override_dirname>: one run dir per point
+        (run,) = sweep.glob(
+            f"*reward.reward_weights.prs={weight}*"
+        )  # <override_dirname>: one run dir per point
         assert (run / "final" / "model.safetensors").exists()
-        assert yaml.safe_load((run / "config.yaml").read_text())["reward"]["weights"]["prs"] == weight
+        assert yaml.safe_load((run / "config.yaml").read_text())["reward"]["reward_weights"]["prs"] == weight
         assert len((run / "history.jsonl").read_text().splitlines()) == 1

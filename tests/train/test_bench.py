@@ -46,3 +46,34 @@ def test_grpo_bench_counts_shared_and_unshared_frames():
     assert out["shared"]["windows_per_s"] > 0 and out["sharing_speedup"] > 0
     assert set(out["update_time_s"]) == {"rollout_s", "reward_s", "update_s"}
     assert abs(sum(out["update_time_share"].values()) - 1.0) < 1e-3
+
+
+def test_memory_bench_bf16_stand_in_matches_the_native_linear():
+    """``train.bench memory`` multiplies bf16 CPU tensors through ChunkedLinear: same values and
+    gradients as ``F.linear`` (within bf16 rounding), bf16 in and out, over several output chunks."""
+    import torch
+
+    from train.bench.memory import ChunkedLinear, cpu_bf16_matmuls
+
+    torch.manual_seed(0)
+    x = torch.randn(3, 5, 64, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(200, 64, dtype=torch.bfloat16, requires_grad=True)
+    b = torch.randn(200, dtype=torch.bfloat16, requires_grad=True)
+    old, ChunkedLinear.CHUNK = ChunkedLinear.CHUNK, 64  # 4 chunks, the last one short
+    try:
+        with cpu_bf16_matmuls():
+            out = torch.nn.functional.linear(x, w, b)
+        out.float().square().sum().backward()
+    finally:
+        ChunkedLinear.CHUNK = old
+    grads = [t.grad.clone() for t in (x, w, b)]
+    for t in (x, w, b):
+        t.grad = None
+    ref = torch.nn.functional.linear(x.float(), w.float(), b.float())
+    ref.square().sum().backward()
+    assert out.dtype == torch.bfloat16 and out.shape == (3, 5, 200)
+    assert torch.allclose(out.float(), ref, rtol=2e-2, atol=0.3)
+    for got, t in zip(grads, (x, w, b), strict=True):
+        assert got.dtype == torch.bfloat16
+        want = t.grad.float()
+        assert torch.allclose(got.float(), want, rtol=3e-2, atol=0.05 * float(want.abs().max()))

@@ -12,8 +12,24 @@ from data_builders.records import Stream, Target, load_streams, target_step
 from eval.render import RESPONSE_CLASS, TurnRenderer
 from eval.streaming import EngineConfig, StreamingEngine
 from rewards.grpo import build_reward, step_rewards
-from train.grpo_loss import grpo_loss, policy_batch, token_advantages, token_logprobs
-from train.rollout import decision_advantages, group_advantages, make_windows, rollout_group
+from train.grpo_config import LOSS_TYPES
+from train.grpo_loss import (
+    LOSS_WEIGHTS,
+    UpdateCounts,
+    grpo_loss,
+    policy_batch,
+    token_advantages,
+    token_logprobs,
+    token_weights,
+)
+from train.rollout import (
+    batch_std,
+    decision_advantages,
+    group_advantages,
+    make_windows,
+    moments,
+    rollout_group,
+)
 
 
 @pytest.fixture(scope="module")
@@ -35,22 +51,25 @@ def _count_frames(model, store: dict):
     return model.model.visual.register_forward_pre_hook(hook, with_kwargs=True)
 
 
-def _target_group(setup, group_size: int, max_new_tokens: int, seed: int):
-    """A window with a target, ``group_size`` rollouts sampled at temperature 1, and their batch."""
+def _target_group(setup, num_generations: int, max_new_tokens: int, seed: int):
+    """A window with a target, ``num_generations`` rollouts sampled at temperature 1, and their batch."""
     model, renderer, windows = setup
     window = next(w for w in windows if w.targets)
-    rollouts, _ = rollout_group(model, renderer, window, group_size, 1.0, max_new_tokens, seed)
+    rollouts, _ = rollout_group(model, renderer, window, num_generations, 1.0, max_new_tokens, seed)
     return window, rollouts, policy_batch(rollouts, renderer)
 
 
 def test_on_policy_logprobs_need_the_frames(setup):
     model, renderer, _ = setup
-    window, rollouts, batch = _target_group(setup, group_size=4, max_new_tokens=6, seed=5)
+    window, rollouts, batch = _target_group(setup, num_generations=4, max_new_tokens=6, seed=5)
     assert int(batch.is_decision.sum()) == 4 * len(window.frames)
     with torch.no_grad():
         new = token_logprobs(model, renderer, rollouts, batch, temperature=1.0)
         blind = token_logprobs(model, renderer, rollouts, batch, temperature=1.0, frames=False)
+        everywhere = token_logprobs(model, renderer, rollouts, batch, temperature=1.0, select=False)
     assert (new - batch.old_logprobs).abs().max() < 1e-4
+    assert (new - everywhere).abs().max() < 1e-5  # logits at the generated positions only: the same values
+    assert int(batch.keep_mask().sum()) == len(batch.targets) < 0.2 * batch.input_ids.numel()
     assert (blind - batch.old_logprobs).abs().max() > 1e-3  # a loss forward without frames is off-policy
 
 
@@ -61,7 +80,7 @@ def test_frames_are_encoded_once_per_window(setup):
     handle = _count_frames(model, counts)
     try:
         rollouts, engine = rollout_group(
-            model, renderer, window, group_size=4, temperature=1.0, max_new_tokens=4, seed=1
+            model, renderer, window, num_generations=4, temperature=1.0, max_new_tokens=4, seed=1
         )
         assert counts["frames"] == len(window.frames) == engine.frames_encoded
         counts.update(frames=0, calls=0)
@@ -74,7 +93,7 @@ def test_frames_are_encoded_once_per_window(setup):
 
 def test_loss_gradient_reaches_merger_and_language_model(setup):
     model, renderer, _ = setup
-    window, rollouts, batch = _target_group(setup, group_size=4, max_new_tokens=4, seed=2)
+    window, rollouts, batch = _target_group(setup, num_generations=4, max_new_tokens=4, seed=2)
     model.zero_grad(set_to_none=True)
     loss, parts = grpo_loss(
         token_logprobs(model, renderer, rollouts, batch, 1.0),
@@ -186,7 +205,7 @@ def test_decision_credit_rewards_the_first_reply_that_sequence_credit_punishes()
 
 
 def test_token_advantages_follow_each_tokens_decision_step(setup):
-    window, _, batch = _target_group(setup, group_size=2, max_new_tokens=4, seed=3)
+    window, _, batch = _target_group(setup, num_generations=2, max_new_tokens=4, seed=3)
     n = len(window.frames)
     per_step = [[float(10 * b + k) for k in range(n)] for b in range(2)]
     adv = token_advantages(batch, per_step)
@@ -222,7 +241,7 @@ def test_an_unknown_credit_fails_before_any_rollout(setup, tmp_path):
     from train.grpo_trainer import GRPOLoop
 
     model, renderer, windows = setup
-    with pytest.raises(ValueError, match="grpo.credit must be one of .* got 'token'"):
+    with pytest.raises(ValueError, match="grpo.credit='token': choose one of sequence, decision"):
         GRPOLoop(GRPOSettings(credit="token"), model, None, renderer, None, windows, tmp_path)
 
 
@@ -254,3 +273,61 @@ def test_a_full_disk_at_checkpoint_time_names_the_checkpoint(setup, tmp_path, mo
     ):
         loop.save()
     assert not (tmp_path / "checkpoint-0" / "COMPLETE").exists()
+
+
+def test_loss_types_weight_the_tokens_as_trl_defines_them(setup):
+    """Two windows' groups of one update: each loss type's weights, summed over the update's tokens,
+    give trl's normalizations; ``grpo`` keeps the rollout-mean-then-mean loss of one window."""
+    assert set(LOSS_WEIGHTS) == set(LOSS_TYPES)
+    (_, r1, b1), (_, r2, b2) = (_target_group(setup, 2, 4, seed) for seed in (11, 12))
+    rows = [int(n) for b in (b1, b2) for n in torch.bincount(b.rows)]
+    counts = UpdateCounts(rollouts=4, groups=2, tokens=sum(rows), max_tokens=10 * (4 + 2))
+    w = {t: [token_weights(b, t, counts) for b in (b1, b2)] for t in LOSS_TYPES}
+    total = {t: sum(float(x.sum()) for x in w[t]) for t in LOSS_TYPES}
+    assert total["grpo"] == pytest.approx(1.0) and total["bnpo"] == pytest.approx(1.0)
+    assert total["dapo"] == pytest.approx(1.0)
+    assert total["dr_grpo"] == pytest.approx(
+        sum(rows) / (4 * 60)
+    )  # a constant divisor: shorter rollouts weigh less
+    assert w["dapo"][0].unique().tolist() == pytest.approx([1 / sum(rows)])
+    per_row = [float(w["grpo"][0][b1.rows == r].sum()) for r in (0, 1)]
+    assert per_row == pytest.approx([0.25, 0.25])  # each rollout weighs 1 / rollouts, whatever its length
+    # on one window, loss_type=grpo is the mean over rollouts of each rollout's token mean
+    new = b1.old_logprobs + 0.05 * torch.arange(len(b1.targets)) / len(b1.targets)
+    adv = token_advantages(b1, [[1.0] * 10, [-1.0] * 10])
+    loss, _ = grpo_loss(new, b1, adv, 0.2)
+    per_token = -torch.minimum(
+        torch.exp(new - b1.old_logprobs) * adv, torch.exp(new - b1.old_logprobs).clamp(0.8, 1.2) * adv
+    )
+    expected = sum(float(per_token[b1.rows == r].mean()) for r in (0, 1)) / 2
+    assert float(loss) == pytest.approx(expected, rel=1e-6)
+    high, _ = grpo_loss(b1.old_logprobs + 0.3, b1, torch.ones(len(b1.targets)), 0.2, epsilon_high=0.28)
+    assert float(high) == pytest.approx(-1.28, rel=1e-6)  # clip-higher: the ratio e^0.3 stops at 1 + 0.28
+
+
+def test_scale_rewards_group_batch_none():
+    rewards = [[1.0, 0.0, 0.0, 1.0], [3.0, 1.0, 1.0, 3.0]]
+    grouped = [group_advantages(r) for r in rewards]
+    assert grouped[0] == pytest.approx([1.0, -1.0, -1.0, 1.0], abs=1e-3) == grouped[1]
+    std = batch_std(*[sum(x) for x in zip(*(moments(r) for r in rewards), strict=True)])
+    assert std == pytest.approx((sum((x - 1.25) ** 2 for r in rewards for x in r) / 8) ** 0.5)
+    batch = [group_advantages(r, std=std) for r in rewards]
+    assert batch[1] == pytest.approx([1 / std, -1 / std, -1 / std, 1 / std], rel=1e-3)  # one spread for all
+    assert group_advantages(rewards[1], std=1.0 - 1e-4) == pytest.approx([1.0, -1.0, -1.0, 1.0])  # none
+
+
+def test_updates_pass_over_every_window_once_per_epoch(setup, tmp_path):
+    """n // windows_per_step updates see distinct windows (one epoch); a new loop (a resumed run)
+    draws the same ones, and the next epoch is another order."""
+    from train.grpo_config import GRPOSettings
+    from train.grpo_trainer import GRPOLoop
+
+    model, renderer, windows = setup
+    loop = GRPOLoop(GRPOSettings(windows_per_step=3), model, None, renderer, None, windows, tmp_path)
+    n = len(windows)
+    epoch = [id(w) for step in range(n // 3) for w in loop._windows_for(step)]
+    assert len(set(epoch)) == len(epoch) == n // 3 * 3
+    again = GRPOLoop(GRPOSettings(windows_per_step=3), model, None, renderer, None, windows, tmp_path)
+    assert [id(w) for w in again._windows_for(1)] == epoch[3:6]
+    second = [id(w) for step in range(n, 2 * n) for w in loop._windows_for(step)]  # epochs 3..5
+    assert sorted(second[:n]) == sorted(id(w) for w in windows) and second[: len(epoch)] != epoch

@@ -39,10 +39,10 @@ def _grpo(tmp: Path, *overrides: str) -> tuple[str, str, float]:
     ("overrides", "message"),
     [
         ((), "GRPO needs init=<SFT checkpoint dir>"),
-        (("init=random", "reward.weights.prs=abc"), "full_key: reward.weights.prs"),
+        (("init=random", "reward.reward_weights.prs=abc"), "full_key: reward.reward_weights.prs"),
         (("init=random", "+reward.weight.prs=2"), "full_key: reward.weight"),
         (("init=random", "+reward.redundancy.lamda=0.1"), "unknown redundancy options: ['lamda']"),
-        (("init=random", "grpo.group_size=1"), "grpo.group_size=1: must be at least 2"),
+        (("init=random", "grpo.num_generations=1"), "grpo.num_generations=1: must be at least 2"),
     ],
     ids=["no-init", "weight-not-a-number", "misspelt-key", "misspelt-option", "group-of-one"],
 )

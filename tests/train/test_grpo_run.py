@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY = [
     "init=random",
     "grpo.windows_per_step=1",
-    "grpo.group_size=2",
+    "grpo.num_generations=2",
     "grpo.window_steps=10",
     "grpo.max_new_tokens=4",
     "grpo.eval_split=null",
@@ -57,7 +57,7 @@ def test_reward_sweep_points_compare_in_one_table_and_one_wandb_group(toy_mixtur
         "grpo.eval_split=train",  # the 8-clip toy mixture's val split may be empty
         "grpo.eval_every=1",
         "logger=wandb",
-        "reward.weights.prs=1,2",
+        "reward.reward_weights.prs=1,2",
         "reward.redundancy.lambda=0.1,0.2",
     ]
     out = _run(env_sweep, tmp_path, env={"WANDB_MODE": "offline", "WANDB_SILENT": "true"})
@@ -65,7 +65,9 @@ def test_reward_sweep_points_compare_in_one_table_and_one_wandb_group(toy_mixtur
     sweep = tmp_path / "runs" / "grpo_sweep"
     points = sorted(p.name for p in sweep.iterdir() if p.is_dir() and not p.name.startswith("."))
     assert points == [
-        f"reward.redundancy.lambda={lam},reward.weights.prs={w}" for lam in ("0.1", "0.2") for w in (1, 2)
+        f"reward.redundancy.lambda={lam},reward.reward_weights.prs={w}"
+        for lam in ("0.1", "0.2")
+        for w in (1, 2)
     ]  # the swept keys only: not init, data.dir, grpo.max_steps, logger ...
     groups, names = set(), set()
     for name in points:
@@ -73,7 +75,7 @@ def test_reward_sweep_points_compare_in_one_table_and_one_wandb_group(toy_mixtur
         assert (run / "final" / "model.safetensors").exists()
         cfg = yaml.safe_load((run / "config.yaml").read_text())
         point = dict(kv.split("=") for kv in name.split(","))
-        assert cfg["reward"]["weights"]["prs"] == float(point["reward.weights.prs"])
+        assert cfg["reward"]["reward_weights"]["prs"] == float(point["reward.reward_weights.prs"])
         assert cfg["reward"]["redundancy"]["lambda"] == float(point["reward.redundancy.lambda"])
         [folder] = (run / "wandb").glob("offline-run-*")
         logged = offline_run(folder)
@@ -88,7 +90,7 @@ def test_reward_sweep_points_compare_in_one_table_and_one_wandb_group(toy_mixtur
     )
     assert table.returncode == 0, table.stderr
     result = json.loads(table.stdout.splitlines()[-1])
-    assert result["swept"] == ["reward.redundancy.lambda", "reward.weights.prs"]
+    assert result["swept"] == ["reward.redundancy.lambda", "reward.reward_weights.prs"]
     assert len(result["rows"]) == 4 and all(
         r["final_update"] == 1 and r["final"] is not None for r in result["rows"]
     )

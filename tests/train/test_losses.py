@@ -13,7 +13,14 @@ from data_builders.frames import stream_frames
 from data_builders.records import load_streams
 from eval.render import TurnRenderer
 from train.data import WindowCollator
-from train.losses import WEIGHT_MODES, class_weights, decision_loss, decision_metrics
+from train.losses import (
+    WEIGHT_MODES,
+    class_weights,
+    decision_loss,
+    decision_metrics,
+    loss_at_labels,
+    selected_logits,
+)
 
 
 def test_class_weights_from_known_counts():
@@ -88,8 +95,8 @@ def test_decision_metrics_from_confusion():
     )
 
 
-def test_gamma0_unweighted_equals_the_models_own_cross_entropy(tiny_model_and_processor, toy_dir):
-    model, processor = tiny_model_and_processor
+def _batch(processor, toy_dir):
+    """Three rendered toy streams as one padded training batch, and the renderer."""
     renderer = TurnRenderer(processor, RenderConfig(max_pixels=64 * 64))
     streams = load_streams(toy_dir / "records.jsonl")[:3]
     items = []
@@ -104,6 +111,12 @@ def test_gamma0_unweighted_equals_the_models_own_cross_entropy(tiny_model_and_pr
     for k in ("attention_mask", "labels", "decision_mask", "mm_token_type_ids"):
         items[0][k] = items[0][k][:-3]
     batch = WindowCollator(processor.tokenizer.pad_token_id)(items)
+    return batch, renderer
+
+
+def test_gamma0_unweighted_equals_the_models_own_cross_entropy(tiny_model_and_processor, toy_dir):
+    model, processor = tiny_model_and_processor
+    batch, renderer = _batch(processor, toy_dir)
     labels, decision = batch.pop("labels"), batch.pop("decision_mask")
     with torch.no_grad():
         out = model(**batch, labels=labels)
@@ -113,3 +126,26 @@ def test_gamma0_unweighted_equals_the_models_own_cross_entropy(tiny_model_and_pr
     assert plain.n_decisions == int((decision >= 0).sum()) > 50
     focal = decision_loss(out.logits, labels, decision, decision_ids=ids, gamma=2.0, weights=None)
     assert float(focal.loss) < float(plain.loss)
+
+
+def test_logits_at_the_labelled_positions_only_give_the_same_loss(tiny_model_and_processor, toy_dir):
+    """The trainer's path (the LM head on the labelled positions alone) against the full-sequence
+    logits: the same loss and parts, from N x V logits instead of B x T x V."""
+    model, processor = tiny_model_and_processor
+    batch, renderer = _batch(processor, toy_dir)
+    labels, decision = batch.pop("labels"), batch.pop("decision_mask")
+    ids = (renderer.silence_id, renderer.response_id)
+    weights = class_weights([19, 1])
+    with torch.no_grad():
+        full = decision_loss(model(**batch).logits, labels, decision, decision_ids=ids, weights=weights)
+        logits, targets, classes = selected_logits(model, batch, labels, decision)
+        picked = selected_logits(model, batch, labels, decision, select=False)[0]
+    n_labelled = int((labels[:, 1:] != -100).sum())
+    assert logits.shape == (n_labelled, model.config.text_config.vocab_size)
+    assert n_labelled < 0.25 * labels.numel()  # most positions need no logits
+    assert torch.equal(targets, labels[:, 1:][labels[:, 1:] != -100])
+    assert (logits - picked).abs().max() < 1e-5
+    selected = loss_at_labels(logits, targets, classes, decision_ids=ids, weights=weights)
+    assert float(selected.loss) == pytest.approx(float(full.loss), abs=1e-6)
+    assert (selected.n_decisions, selected.n_text) == (full.n_decisions, full.n_text)
+    assert torch.equal(selected.confusion, full.confusion)

@@ -1,4 +1,4 @@
-"""``python -m train.bench sft|grpo [options]``: one JSON object of figures on the last line."""
+"""``python -m train.bench sft|grpo|memory [options]``: one JSON object of figures on the last line."""
 
 import sys
 

@@ -19,7 +19,7 @@ import torch
 import yaml
 
 from train.bench.sft import ROOT
-from train.grpo_config import GRPOSettings
+from train.grpo_config import GRPOSettings, reward_spec
 
 
 def bench_grpo(windows: int, group: int, threads: int) -> dict:
@@ -72,12 +72,18 @@ def bench_grpo(windows: int, group: int, threads: int) -> dict:
         loop_cfg = GRPOSettings(
             learning_rate=1e-4,
             windows_per_step=len(pool),
-            group_size=group,
+            num_generations=group,
             max_new_tokens=16,
             save_total_limit=1,
         )
         loop = GRPOLoop(
-            loop_cfg, model, processor, renderer, build_reward(reward_cfg), pool, Path(tmp) / "run"
+            loop_cfg,
+            model,
+            processor,
+            renderer,
+            build_reward(reward_spec(reward_cfg)),
+            pool,
+            Path(tmp) / "run",
         )
         row = loop.update()
     split = {k: row[k] for k in ("rollout_s", "reward_s", "update_s")}

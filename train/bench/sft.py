@@ -3,6 +3,7 @@
     python -m train.bench sft                       # tiny model, toy windows, CPU; JSON on the last line
     python -m train.bench sft --steps 20 --batch 8 --threads 2
     python -m train.bench grpo                      # rollouts with / without frame sharing (train/bench/grpo.py)
+    python -m train.bench memory                    # step memory, full vs selected logits (train/bench/memory.py)
 
 One step is what the SFT trainer does per batch: forward over a padded batch of rendered toy windows
 (20 steps of 64x64 frames each), the decision loss, backward, gradient clipping and an AdamW step.
@@ -106,23 +107,53 @@ def bench_sft(steps: int, batch: int, threads: int) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m train.bench", description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=["sft", "grpo", "variant"])
-    ap.add_argument("name", nargs="?", choices=sorted(VARIANTS))
+    ap.add_argument("what", choices=sorted(BENCHES))
+    ap.add_argument(
+        "name", nargs="?", help="variant: frozen_vision | trained_vision; memory-variant: sft_full ..."
+    )
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--windows", type=int, default=8, help="grpo: rollout windows")
-    ap.add_argument("--group", type=int, default=4, help="grpo: rollouts per window")
+    ap.add_argument(
+        "--group", type=int, default=4, help="grpo: rollouts per window; memory: GRPO rows (default 2)"
+    )
+    ap.add_argument("--frames", type=int, default=8, help="memory: 448 x 448 frames in the window")
+    ap.add_argument(
+        "--dtype", default=None, help="memory: float32 | bfloat16 (default: bf16 on CUDA, fp32 on CPU)"
+    )
     args = ap.parse_args(argv)
-    if args.what == "variant":
-        result = run_variant(VARIANTS[args.name], args.steps, args.batch, args.threads)
-    elif args.what == "grpo":
-        from train.bench.grpo import bench_grpo
+    print(json.dumps(BENCHES[args.what](args), sort_keys=True))
 
-        result = bench_grpo(args.windows, args.group, args.threads)
-    else:
-        result = bench_sft(args.steps, args.batch, args.threads)
-    print(json.dumps(result, sort_keys=True))
+
+def _memory(args) -> dict:
+    from train.bench.memory import bench_memory
+
+    return bench_memory(args.frames, args.group or 2, args.dtype, args.threads)
+
+
+def _memory_variant(args) -> dict:
+    from train.bench.memory import MEMORY_VARIANTS, run_memory_variant
+
+    if args.name not in MEMORY_VARIANTS:
+        raise SystemExit(f"memory-variant: choose one of {', '.join(MEMORY_VARIANTS)}")
+    return run_memory_variant(args.name, args.frames, args.group or 2, args.dtype or "float32", args.threads)
+
+
+def _grpo(args) -> dict:
+    from train.bench.grpo import bench_grpo
+
+    return bench_grpo(args.windows, args.group or 4, args.threads)
+
+
+#: ``python -m train.bench WHAT``: the benchmark behind each name.
+BENCHES = {
+    "sft": lambda a: bench_sft(a.steps, a.batch, a.threads),
+    "variant": lambda a: run_variant(VARIANTS[a.name], a.steps, a.batch, a.threads),
+    "grpo": _grpo,
+    "memory": _memory,
+    "memory-variant": _memory_variant,
+}
 
 
 if __name__ == "__main__":

@@ -1,0 +1,272 @@
+"""Peak memory of one SFT step and one GRPO loss step, logits over the whole sequence vs at the
+positions the loss reads, on Qwen3-VL-4B's widths.
+
+    python -m train.bench memory                     # JSON on the last line (CPU: a few minutes)
+    python -m train.bench memory --frames 8 --group 2 --dtype bfloat16
+
+The model is ``conf/model/qwen3_vl_4b.yaml`` with random weights and its real widths (hidden size
+2560, vocabulary 151,936, the real vision block), cut to 2 language layers and 1 vision block; one
+window is 8 steps of 448 x 448 frames (``render=hd``: 196 visual tokens each) with their turns.
+
+- SFT step: forward over the window, the decision loss, backward (the vision tower frozen, merger and
+  language model trained, as the recipe). ``full``: ``model(...).logits`` at every position, then the
+  loss at the labelled ones (``train.losses.decision_loss``, the loss before this benchmark);
+  ``selected``: the logits of the labelled positions alone (``train.losses.selected_logits``, what
+  ``train.trainer.DecisionTrainer`` runs).
+- GRPO loss step: the window as a rollout of ``group`` rows (its assistant tokens as the generated
+  ones), ``train.grpo_loss.token_logprobs`` with ``select=False`` (logits at every position) or
+  ``select=True`` (at the generated positions, what ``train.grpo_trainer`` runs), the clipped-ratio
+  loss, backward.
+
+Each variant runs in a fresh subprocess. Its figures: ``base_mb``, the memory held before the step
+(weights, inputs); ``peak_mb``, the peak during the step (CPU: the resident set's high-water mark,
+``VmHWM``, reset before the step; CUDA: ``max_memory_allocated``); ``step_mb = peak_mb - base_mb``,
+what the step itself needs (activations, logits, gradients). The ratios are ``step_mb`` of the
+selected variant over the full one: the weights are the same in both and sharded by ZeRO anyway.
+``peak_ratio`` keys give the same for the whole process's peak. The optimizer step is left out: its
+memory does not depend on where the logits are computed.
+
+On CPU, torch's bf16 matrix product runs ~8x slower than fp32 where the CPU has no bf16 instructions
+(AVX2: ~3 GFLOP/s, an hour for the four variants). :class:`ChunkedLinear` stands in for it there: it
+takes and returns bf16 tensors as the bf16 kernel does (output, saved inputs and weight gradients in
+bf16, so the memory the step holds is the bf16 step's) and multiplies in fp32 over 8,192 output
+features at a time, which adds a workspace of ~0.3 GB at most to every variant alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+MEMORY_VARIANTS = ("sft_full", "sft_selected", "grpo_full", "grpo_selected")
+
+
+class ChunkedLinear(torch.autograd.Function):
+    """``F.linear`` for bf16 CPU tensors: bf16 in and out, fp32 products over output chunks."""
+
+    CHUNK = 8192
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        flat = x.reshape(-1, x.shape[-1]).float()
+        out = torch.empty(flat.shape[0], weight.shape[0], dtype=x.dtype)
+        for i in range(0, weight.shape[0], ChunkedLinear.CHUNK):
+            out[:, i : i + ChunkedLinear.CHUNK] = (flat @ weight[i : i + ChunkedLinear.CHUNK].float().T).to(
+                x.dtype
+            )
+        if bias is not None:
+            out += bias
+        return out.reshape(*x.shape[:-1], weight.shape[0])
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        g = grad.reshape(-1, grad.shape[-1])
+        grad_x = grad_w = grad_b = None
+        step = ChunkedLinear.CHUNK
+        if ctx.needs_input_grad[0]:
+            acc = torch.zeros(g.shape[0], weight.shape[1])
+            for i in range(0, weight.shape[0], step):
+                acc += g[:, i : i + step].float() @ weight[i : i + step].float()
+            grad_x = acc.to(x.dtype).reshape(x.shape)
+        if ctx.needs_input_grad[1]:
+            flat = x.reshape(-1, x.shape[-1]).float()
+            grad_w = torch.empty_like(weight)
+            for i in range(0, weight.shape[0], step):
+                grad_w[i : i + step] = (g[:, i : i + step].float().T @ flat).to(weight.dtype)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_b = g.float().sum(0).to(weight.dtype)
+        return grad_x, grad_w, grad_b
+
+
+@contextlib.contextmanager
+def cpu_bf16_matmuls():
+    """``F.linear`` on bf16 CPU tensors through :class:`ChunkedLinear` (everything else unchanged)."""
+    import torch.nn.functional as F
+
+    native = F.linear
+
+    def linear(x, weight, bias=None):
+        if x.device.type == "cpu" and x.dtype == torch.bfloat16 and weight.dtype == torch.bfloat16:
+            return ChunkedLinear.apply(x, weight, bias)
+        return native(x, weight, bias)
+
+    F.linear = linear
+    try:
+        yield
+    finally:
+        F.linear = native
+
+
+def _status_kb(key: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise KeyError(key)
+
+
+def _reset_peak() -> None:
+    """Reset the resident set's high-water mark (Linux: ``5`` to ``/proc/self/clear_refs``)."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def bench_model(dtype: str):
+    """The 4B widths with 2 language layers and 1 vision block, random weights."""
+    from eval.model import load_model_and_processor
+
+    cfg = yaml.safe_load((ROOT / "conf" / "model" / "qwen3_vl_4b.yaml").read_text())
+    arch = cfg["architecture"]
+    arch["text_config"]["num_hidden_layers"] = 2
+    arch["vision_config"]["depth"] = 1
+    arch["vision_config"]["deepstack_visual_indexes"] = [0]
+    cfg |= {"random_init": True, "dtype": dtype}
+    return load_model_and_processor(cfg)
+
+
+def bench_window(renderer, frames: int, seed: int = 0):
+    """One stream of ``frames`` steps at 448 x 448 (random pixels) with a reply at step 5, rendered."""
+    from data_builders.records import Stream, Target
+
+    rng = np.random.default_rng(seed)
+    pixels = rng.integers(0, 256, size=(frames, 448, 448, 3), dtype=np.uint8)
+    stream = Stream(
+        id="bench",
+        source="bench",
+        task="event_monitoring",
+        video="bench.mp4",
+        clip_start=0.0,
+        clip_end=float(frames),
+        instruction="Tell me when the red square appears.",
+        targets=[Target(time=min(5.0, frames - 1.0), content="The red square appeared.")],
+    )
+    return stream, pixels, renderer.render(stream, pixels)
+
+
+def as_rollout(stream, pixels, rendered):
+    """The rendered window as a GRPO rollout: its assistant tokens are the generated ones."""
+    from eval.streaming import StepDecision, StreamResult
+    from train.rollout import Rollout, Window
+
+    generated = (rendered.labels != -100).tolist()
+    steps = [StepDecision(k, t, 0.5, False, "</Silence>") for k, t in enumerate(rendered.step_times)]
+    result = StreamResult(stream.id, steps, rendered.input_ids.tolist(), generated, [0.0] * sum(generated))
+    return Rollout(Window(stream, 0, len(pixels), pixels, stream.targets), result)
+
+
+def run_memory_variant(name: str, frames: int, group: int, dtype: str, threads: int, batch: int = 1) -> dict:
+    """Measure one variant in this process."""
+    from data_builders.config import RenderConfig
+    from eval.config import quiet_libraries
+    from eval.render import TurnRenderer
+    from train.grpo_loss import grpo_loss, policy_batch, token_logprobs
+    from train.losses import decision_loss, loss_at_labels, selected_logits
+
+    quiet_libraries()
+    torch.set_num_threads(threads)
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda" if cuda else "cpu")
+    torch.manual_seed(0)  # the same random weights in every variant's process
+    model, processor = bench_model(dtype)
+    model.to(device).train()
+    renderer = TurnRenderer(processor, RenderConfig(max_pixels=448 * 448))
+    stream, pixels, rendered = bench_window(renderer, frames)
+    ids = (renderer.silence_id, renderer.response_id)
+    stage, how = name.split("_")
+    if stage == "sft":
+        from train.data import WindowCollator
+
+        item = {k: getattr(rendered, k) for k in ("input_ids", "attention_mask", "labels", "decision_mask")}
+        item |= {k: getattr(rendered, k) for k in ("mm_token_type_ids", "pixel_values", "image_grid_thw")}
+        inputs = {
+            k: v.to(device)
+            for k, v in WindowCollator(processor.tokenizer.pad_token_id)([item] * batch).items()
+        }
+        labels, decision = inputs.pop("labels"), inputs.pop("decision_mask")
+        tokens = int(labels.numel())
+
+        def step() -> float:
+            if how == "full":
+                loss = decision_loss(model(**inputs).logits, labels, decision, decision_ids=ids).loss
+            else:
+                loss = loss_at_labels(
+                    *selected_logits(model, inputs, labels, decision), decision_ids=ids
+                ).loss
+            loss.backward()
+            return float(loss.detach())
+    else:
+        rollouts = [as_rollout(stream, pixels, rendered)] * group
+        batch = policy_batch(rollouts, renderer)
+        tokens = int(batch.input_ids.numel())
+
+        def step() -> float:
+            new = token_logprobs(model, renderer, rollouts, batch, 1.0, select=how == "selected")
+            loss, _ = grpo_loss(new, batch, torch.ones_like(new), 0.2)
+            loss.backward()
+            return float(loss.detach())
+
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated() / 2**20
+    else:
+        _reset_peak()
+        base = _status_kb("VmRSS") / 1024
+    t0 = time.perf_counter()
+    with cpu_bf16_matmuls() if not cuda else contextlib.nullcontext():
+        loss = step()
+    if cuda:
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() / 2**20
+    else:
+        peak = _status_kb("VmHWM") / 1024
+    return {
+        "base_mb": round(base, 1),
+        "peak_mb": round(peak, 1),
+        "step_mb": round(peak - base, 1),
+        "seconds": round(time.perf_counter() - t0, 2),
+        "tokens": tokens,
+        "loss": loss,
+    }
+
+
+def bench_memory(frames: int, group: int, dtype: str | None, threads: int) -> dict:
+    """Every variant in its own subprocess; one summary dict with the selected / full ratios."""
+    cuda = torch.cuda.is_available()
+    dtype = dtype or ("bfloat16" if cuda else "float32")
+    out: dict = {
+        "bench": "memory",
+        "model": "qwen3_vl_4b widths: hidden 2560, vocab 151936, 2 language layers, 1 vision block",
+        "device": "cuda" if cuda else "cpu",
+        "dtype": dtype,
+        "frames": frames,
+        "frame_pixels": "448x448",
+        "grpo_rows": group,
+        "threads": threads,
+    }
+    for name in MEMORY_VARIANTS:
+        cmd = [sys.executable, "-m", "train.bench", "memory-variant", name, f"--frames={frames}"]
+        cmd += [f"--group={group}", f"--dtype={dtype}", f"--threads={threads}"]
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"memory variant {name} failed:\n{done.stderr[-3000:]}")
+        out[name] = json.loads(done.stdout.strip().splitlines()[-1])
+    for stage in ("sft", "grpo"):
+        full, selected = out[f"{stage}_full"], out[f"{stage}_selected"]
+        if abs(full["loss"] - selected["loss"]) > 1e-3 * max(1.0, abs(full["loss"])):
+            raise RuntimeError(
+                f"{stage}: the two variants disagree on the loss ({full['loss']} vs {selected['loss']})"
+            )
+        out[f"{stage}_selected_vs_full_ratio"] = round(selected["step_mb"] / full["step_mb"], 3)
+        out[f"{stage}_selected_vs_full_peak_ratio"] = round(selected["peak_mb"] / full["peak_mb"], 3)
+    return out
