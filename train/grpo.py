@@ -246,8 +246,32 @@ def _main(cfg: DictConfig) -> None:
         print(json.dumps({key: str(selected)}))
 
 
+#: Keys the GRPO config had before it took trl's names (docs/grpo.md): an old command line is told
+#: the new name instead of Hydra's "not in struct".
+RENAMED = {
+    "grpo.group_size": "grpo.num_generations",
+    "grpo.clip_eps": "grpo.epsilon",
+    "reward.weights": "reward.reward_weights",
+}
+
+
+def renamed_keys(argv: list[str]) -> list[str]:
+    """One line per override of ``argv`` that names a renamed key (or a key below one)."""
+    found = []
+    for arg in argv:
+        key = arg.split("=", 1)[0].lstrip("+~")
+        for old, new in RENAMED.items():
+            if key == old or key.startswith(old + "."):
+                found.append(f"{key} is now {new + key[len(old) :]} (trl's name)")
+    return found
+
+
 def main() -> None:
-    """The command line; a sweep's swept keys are noted first (``train.sweeps``)."""
+    """The command line; renamed keys refused, a sweep's swept keys noted (``train.sweeps``)."""
+    renamed = renamed_keys(sys.argv[1:])
+    if renamed:
+        print("train.grpo: " + "; ".join(renamed), file=sys.stderr)
+        sys.exit(2)
     note_swept_keys(sys.argv[1:])
     _main()
 
