@@ -2,15 +2,16 @@
 positions the loss reads, on Qwen3-VL-4B's widths.
 
     python -m train.bench memory                     # JSON on the last line (CPU: a few minutes)
-    python -m train.bench memory --frames 8 --group 2 --dtype bfloat16
+    python -m train.bench memory --frames 8 --group 2 --dtype float32   (default: bfloat16, the recipe's dtype)
 
 The model is ``conf/model/qwen3_vl_4b.yaml`` with random weights and its real widths (hidden size
 2560, vocabulary 151,936, the real vision block), cut to 2 language layers and 1 vision block; one
 window is 8 steps of 448 x 448 frames (``render=hd``: 196 visual tokens each) with their turns.
 
 - SFT step: forward over the window, the decision loss, backward (the vision tower frozen, merger and
-  language model trained, as the recipe). ``full``: ``model(...).logits`` at every position, then the
-  loss at the labelled ones (``train.losses.decision_loss``, the loss before this benchmark);
+  language model trained, as the recipe). ``full``: ``model(...).logits`` at every position upcast
+  to fp32 (``logits.float()``), then the loss at the labelled ones (``train.losses.decision_loss``:
+  the loss as it was before the trainer selected positions);
   ``selected``: the logits of the labelled positions alone (``train.losses.selected_logits``, what
   ``train.trainer.DecisionTrainer`` runs).
 - GRPO loss step: the window as a rollout of ``group`` rows (its assistant tokens as the generated
@@ -18,13 +19,26 @@ window is 8 steps of 448 x 448 frames (``render=hd``: 196 visual tokens each) wi
   ``select=True`` (at the generated positions, what ``train.grpo_trainer`` runs), the clipped-ratio
   loss, backward.
 
-Each variant runs in a fresh subprocess. Its figures: ``base_mb``, the memory held before the step
-(weights, inputs); ``peak_mb``, the peak during the step (CPU: the resident set's high-water mark,
-``VmHWM``, reset before the step; CUDA: ``max_memory_allocated``); ``step_mb = peak_mb - base_mb``,
-what the step itself needs (activations, logits, gradients). The ratios are ``step_mb`` of the
-selected variant over the full one: the weights are the same in both and sharded by ZeRO anyway.
-``peak_ratio`` keys give the same for the whole process's peak. The optimizer step is left out: its
-memory does not depend on where the logits are computed.
+Both run as the recipe does (``experiment=p3i_4b_sft`` / ``p3i_4b_grpo``): gradient checkpointing
+on, vision tower frozen. Each variant runs twice, each time in a fresh subprocess:
+
+- ``params=all``: the step as training runs it, every trained parameter's gradient computed.
+  ``peak_mb``: the peak during the step (CPU: the resident set's high-water mark, ``VmHWM``, reset
+  before the step; CUDA: ``max_memory_allocated``); ``base_mb``, the memory held before it (weights,
+  inputs); ``step_mb = peak_mb - base_mb``.
+- ``params=merger``: the same forward and loss, and a backward that computes the gradients of the
+  merger alone (``loss.backward(inputs=merger parameters)``): it runs back through every layer, as
+  the merger sits below them all, so it holds the activations, the logits and the gradients that
+  flow through them, but no weight-sized gradient of the language model. ``activation_mb`` is its
+  ``step_mb``.
+
+The ratios: ``<stage>_selected_vs_full_ratio`` is ``activation_mb`` of the selected variant over the
+full one, the memory where the logits are computed decides; ``<stage>_selected_vs_full_step_ratio``
+and ``..._peak_ratio`` give the same for the whole step and the whole process. With 2 of 36 layers,
+the language model's parameter gradients (the tied 151,936 x 2,560 embedding alone: 1.6 GB in fp32,
+held twice while its two uses are summed) are most of a whole step and equal in both variants; in
+the real model ZeRO partitions them, while the logits stay per rank. The optimizer step is left out:
+its memory does not depend on where the logits are computed.
 
 On CPU, torch's bf16 matrix product runs ~8x slower than fp32 where the CPU has no bf16 instructions
 (AVX2: ~3 GFLOP/s, an hour for the four variants). :class:`ChunkedLinear` stands in for it there: it
@@ -37,6 +51,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -48,6 +63,10 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 MEMORY_VARIANTS = ("sft_full", "sft_selected", "grpo_full", "grpo_selected")
+#: Each variant's environment: glibc returns every block of 64 KiB or more to the system when it is
+#: freed (a fixed mmap threshold), so the resident set follows the live tensors instead of what the
+#: allocator keeps for reuse (its default threshold grows to 32 MiB and hid ~300 MB per step).
+MEASURING_ENV = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
 
 
 class ChunkedLinear(torch.autograd.Function):
@@ -164,8 +183,10 @@ def as_rollout(stream, pixels, rendered):
     return Rollout(Window(stream, 0, len(pixels), pixels, stream.targets), result)
 
 
-def run_memory_variant(name: str, frames: int, group: int, dtype: str, threads: int, batch: int = 1) -> dict:
-    """Measure one variant in this process."""
+def run_memory_variant(
+    name: str, frames: int, group: int, dtype: str, threads: int, params: str = "all", batch: int = 1
+) -> dict:
+    """Measure one variant in this process; ``params``: ``all`` or ``merger`` (the gradients computed)."""
     from data_builders.config import RenderConfig
     from eval.config import quiet_libraries
     from eval.render import TurnRenderer
@@ -179,6 +200,11 @@ def run_memory_variant(name: str, frames: int, group: int, dtype: str, threads: 
     torch.manual_seed(0)  # the same random weights in every variant's process
     model, processor = bench_model(dtype)
     model.to(device).train()
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    merger = [p for n, p in model.named_parameters() if p.requires_grad and ".merger." in n]
+    if not merger:
+        raise RuntimeError("the bench model has no trained merger parameter")
+    wrt = None if params == "all" else merger
     renderer = TurnRenderer(processor, RenderConfig(max_pixels=448 * 448))
     stream, pixels, rendered = bench_window(renderer, frames)
     ids = (renderer.silence_id, renderer.response_id)
@@ -196,13 +222,13 @@ def run_memory_variant(name: str, frames: int, group: int, dtype: str, threads: 
         tokens = int(labels.numel())
 
         def step() -> float:
-            if how == "full":
-                loss = decision_loss(model(**inputs).logits, labels, decision, decision_ids=ids).loss
+            if how == "full":  # the loss as it was: the whole sequence's logits upcast to fp32
+                loss = decision_loss(model(**inputs).logits.float(), labels, decision, decision_ids=ids).loss
             else:
                 loss = loss_at_labels(
                     *selected_logits(model, inputs, labels, decision), decision_ids=ids
                 ).loss
-            loss.backward()
+            loss.backward(inputs=wrt)
             return float(loss.detach())
     else:
         rollouts = [as_rollout(stream, pixels, rendered)] * group
@@ -212,7 +238,7 @@ def run_memory_variant(name: str, frames: int, group: int, dtype: str, threads: 
         def step() -> float:
             new = token_logprobs(model, renderer, rollouts, batch, 1.0, select=how == "selected")
             loss, _ = grpo_loss(new, batch, torch.ones_like(new), 0.2)
-            loss.backward()
+            loss.backward(inputs=wrt)
             return float(loss.detach())
 
     if cuda:
@@ -237,13 +263,14 @@ def run_memory_variant(name: str, frames: int, group: int, dtype: str, threads: 
         "seconds": round(time.perf_counter() - t0, 2),
         "tokens": tokens,
         "loss": loss,
+        "params": params,
     }
 
 
 def bench_memory(frames: int, group: int, dtype: str | None, threads: int) -> dict:
     """Every variant in its own subprocess; one summary dict with the selected / full ratios."""
     cuda = torch.cuda.is_available()
-    dtype = dtype or ("bfloat16" if cuda else "float32")
+    dtype = dtype or "bfloat16"
     out: dict = {
         "bench": "memory",
         "model": "qwen3_vl_4b widths: hidden 2560, vocab 151936, 2 language layers, 1 vision block",
@@ -255,18 +282,26 @@ def bench_memory(frames: int, group: int, dtype: str | None, threads: int) -> di
         "threads": threads,
     }
     for name in MEMORY_VARIANTS:
-        cmd = [sys.executable, "-m", "train.bench", "memory-variant", name, f"--frames={frames}"]
-        cmd += [f"--group={group}", f"--dtype={dtype}", f"--threads={threads}"]
-        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-        if done.returncode:
-            raise RuntimeError(f"memory variant {name} failed:\n{done.stderr[-3000:]}")
-        out[name] = json.loads(done.stdout.strip().splitlines()[-1])
+        runs = {}
+        for params in ("all", "merger"):
+            cmd = [sys.executable, "-m", "train.bench", "memory-variant", name, f"--frames={frames}"]
+            cmd += [f"--group={group}", f"--dtype={dtype}", f"--threads={threads}", f"--params={params}"]
+            done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=MEASURING_ENV)
+            if done.returncode:
+                raise RuntimeError(f"memory variant {name} ({params}) failed:\n{done.stderr[-3000:]}")
+            runs[params] = json.loads(done.stdout.strip().splitlines()[-1])
+        out[name] = runs["all"] | {
+            "activation_mb": runs["merger"]["step_mb"],
+            "loss_merger": runs["merger"]["loss"],
+        }
     for stage in ("sft", "grpo"):
         full, selected = out[f"{stage}_full"], out[f"{stage}_selected"]
-        if abs(full["loss"] - selected["loss"]) > 1e-3 * max(1.0, abs(full["loss"])):
-            raise RuntimeError(
-                f"{stage}: the two variants disagree on the loss ({full['loss']} vs {selected['loss']})"
-            )
-        out[f"{stage}_selected_vs_full_ratio"] = round(selected["step_mb"] / full["step_mb"], 3)
+        for key in ("loss", "loss_merger"):
+            if abs(full[key] - selected[key]) > 1e-3 * max(1.0, abs(full[key])):
+                raise RuntimeError(
+                    f"{stage}: the two variants disagree on the loss ({full[key]} vs {selected[key]})"
+                )
+        out[f"{stage}_selected_vs_full_ratio"] = round(selected["activation_mb"] / full["activation_mb"], 3)
+        out[f"{stage}_selected_vs_full_step_ratio"] = round(selected["step_mb"] / full["step_mb"], 3)
         out[f"{stage}_selected_vs_full_peak_ratio"] = round(selected["peak_mb"] / full["peak_mb"], 3)
     return out

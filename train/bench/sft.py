@@ -116,7 +116,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--windows", type=int, default=8, help="grpo: rollout windows")
     ap.add_argument(
-        "--group", type=int, default=4, help="grpo: rollouts per window; memory: GRPO rows (default 2)"
+        "--group",
+        type=int,
+        default=None,
+        help="grpo: rollouts per window (default 4); memory: GRPO rows (default 2)",
+    )
+    ap.add_argument(
+        "--params", choices=["all", "merger"], default="all", help="memory-variant: gradients computed"
     )
     ap.add_argument("--frames", type=int, default=8, help="memory: 448 x 448 frames in the window")
     ap.add_argument(
@@ -137,7 +143,9 @@ def _memory_variant(args) -> dict:
 
     if args.name not in MEMORY_VARIANTS:
         raise SystemExit(f"memory-variant: choose one of {', '.join(MEMORY_VARIANTS)}")
-    return run_memory_variant(args.name, args.frames, args.group or 2, args.dtype or "float32", args.threads)
+    return run_memory_variant(
+        args.name, args.frames, args.group or 2, args.dtype or "float32", args.threads, args.params
+    )
 
 
 def _grpo(args) -> dict:
