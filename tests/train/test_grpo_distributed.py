@@ -157,7 +157,11 @@ def test_usr1_to_one_rank_saves_every_rank_exits_75_and_the_rerun_continues(toy,
     os.kill(ranks[1], signal.SIGUSR1)  # rank 1 only
     output = proc.communicate(timeout=300)[0].decode()
     assert proc.returncode != 0  # the launcher reports failed workers, not their status
-    assert output.count("exitcode  : 75") == 2, output[-3000:]  # both workers exited 75
+    # Every rank saved its part and set out to exit 75; the launcher reports the first worker to
+    # exit and may stop a slower one on its way out, so its summary can show one 75 or two.
+    for rank in (0, 1):
+        assert f"rank {rank}/2 WARNING train.grpo: preempted: saved" in output, output[-3000:]
+    assert 1 <= output.count("exitcode  : 75") <= 2, output[-3000:]
     (ckpt,) = complete_checkpoints(run)
     step = int(ckpt.name.split("-")[1])
     shards = sorted(p.name for p in (ckpt / "deepspeed" / "state").glob("zero_pp_rank_*_optim_states.pt"))
