@@ -50,8 +50,7 @@ def test_grpo_bench_counts_shared_and_unshared_frames():
 
 def test_memory_bench_bf16_stand_in_matches_the_native_linear():
     """``train.bench memory`` multiplies bf16 CPU tensors through ChunkedLinear: same values and
-    gradients as ``F.linear`` (within bf16 rounding), bf16 in and out, over several blocks of rows
-    and of output features."""
+    gradients as ``F.linear`` (within bf16 rounding), bf16 in and out, over several output chunks."""
     import torch
 
     from train.bench.memory import ChunkedLinear, cpu_bf16_matmuls
@@ -60,14 +59,13 @@ def test_memory_bench_bf16_stand_in_matches_the_native_linear():
     x = torch.randn(3, 5, 64, dtype=torch.bfloat16, requires_grad=True)
     w = torch.randn(200, 64, dtype=torch.bfloat16, requires_grad=True)
     b = torch.randn(200, dtype=torch.bfloat16, requires_grad=True)
-    old = ChunkedLinear.CHUNK, ChunkedLinear.ROWS
-    ChunkedLinear.CHUNK, ChunkedLinear.ROWS = 64, 4  # 4 feature chunks and 4 row blocks, the last ones short
+    old, ChunkedLinear.CHUNK = ChunkedLinear.CHUNK, 64  # 4 chunks, the last one short
     try:
         with cpu_bf16_matmuls():
             out = torch.nn.functional.linear(x, w, b)
         out.float().square().sum().backward()
     finally:
-        ChunkedLinear.CHUNK, ChunkedLinear.ROWS = old
+        ChunkedLinear.CHUNK = old
     grads = [t.grad.clone() for t in (x, w, b)]
     for t in (x, w, b):
         t.grad = None
