@@ -184,7 +184,7 @@ def as_rollout(stream, pixels, rendered):
 
 
 def run_memory_variant(
-    name: str, frames: int, group: int, dtype: str, threads: int, params: str = "all", batch: int = 1
+    name: str, frames: int, group: int, dtype: str, threads: int, params: str = "all"
 ) -> dict:
     """Measure one variant in this process; ``params``: ``all`` or ``merger`` (the gradients computed)."""
     from data_builders.config import RenderConfig
@@ -212,11 +212,10 @@ def run_memory_variant(
     if stage == "sft":
         from train.data import WindowCollator
 
-        item = {k: getattr(rendered, k) for k in ("input_ids", "attention_mask", "labels", "decision_mask")}
-        item |= {k: getattr(rendered, k) for k in ("mm_token_type_ids", "pixel_values", "image_grid_thw")}
+        keys = ("input_ids", "attention_mask", "labels", "decision_mask", "mm_token_type_ids")
+        item = {k: getattr(rendered, k) for k in (*keys, "pixel_values", "image_grid_thw")}
         inputs = {
-            k: v.to(device)
-            for k, v in WindowCollator(processor.tokenizer.pad_token_id)([item] * batch).items()
+            k: v.to(device) for k, v in WindowCollator(processor.tokenizer.pad_token_id)([item]).items()
         }
         labels, decision = inputs.pop("labels"), inputs.pop("decision_mask")
         tokens = int(labels.numel())
@@ -267,10 +266,9 @@ def run_memory_variant(
     }
 
 
-def bench_memory(frames: int, group: int, dtype: str | None, threads: int) -> dict:
+def bench_memory(frames: int, group: int, dtype: str, threads: int) -> dict:
     """Every variant in its own subprocess; one summary dict with the selected / full ratios."""
     cuda = torch.cuda.is_available()
-    dtype = dtype or "bfloat16"
     out: dict = {
         "bench": "memory",
         "model": "qwen3_vl_4b widths: hidden 2560, vocab 151936, 2 language layers, 1 vision block",

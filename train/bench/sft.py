@@ -125,9 +125,7 @@ def main(argv: list[str] | None = None) -> None:
         "--params", choices=["all", "merger"], default="all", help="memory-variant: gradients computed"
     )
     ap.add_argument("--frames", type=int, default=8, help="memory: 448 x 448 frames in the window")
-    ap.add_argument(
-        "--dtype", default=None, help="memory: float32 | bfloat16 (default: bf16 on CUDA, fp32 on CPU)"
-    )
+    ap.add_argument("--dtype", default="bfloat16", help="memory: bfloat16 (the recipe's; default) | float32")
     args = ap.parse_args(argv)
     print(json.dumps(BENCHES[args.what](args), sort_keys=True))
 
@@ -143,9 +141,7 @@ def _memory_variant(args) -> dict:
 
     if args.name not in MEMORY_VARIANTS:
         raise SystemExit(f"memory-variant: choose one of {', '.join(MEMORY_VARIANTS)}")
-    return run_memory_variant(
-        args.name, args.frames, args.group or 2, args.dtype or "float32", args.threads, args.params
-    )
+    return run_memory_variant(args.name, args.frames, args.group or 2, args.dtype, args.threads, args.params)
 
 
 def _grpo(args) -> dict:
