@@ -107,14 +107,18 @@ def _require_static(static: torch.Tensor | None) -> torch.Tensor:
     return static
 
 
-def label_positions(labels: torch.Tensor, decision_mask: torch.Tensor) -> torch.Tensor:
-    """(B, T) bool: the positions whose logits predict a labelled token (position t predicts token
-    t + 1). Passed to the model as ``logits_to_keep``, the LM head runs on these hidden states only."""
+def label_positions(
+    labels: torch.Tensor, decision_mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(keep, targets, classes): ``keep`` (B, T) bool, the positions whose logits predict a labelled
+    token (position t predicts token t + 1; passed to the model as ``logits_to_keep``, the LM head
+    runs on these hidden states only); then, row-major over those positions, the token each predicts
+    and its decision class (-1 for a text token)."""
     keep = torch.zeros_like(labels, dtype=torch.bool)
     keep[:, :-1] = labels[:, 1:] != IGNORE_INDEX
     if bool(((decision_mask[:, 1:] >= 0) & ~keep[:, :-1]).any()):
         raise ValueError("a decision position has no label: decision_mask and labels disagree")
-    return keep
+    return keep, torch.roll(labels, -1, dims=1)[keep], torch.roll(decision_mask, -1, dims=1)[keep]
 
 
 def selected_logits(
@@ -126,13 +130,11 @@ def selected_logits(
     ``select=True`` computes the logits of those positions only (the model's ``logits_to_keep``
     with a boolean mask: the LM head never sees the other hidden states); ``select=False`` computes
     them at every position and picks afterwards (what the memory benchmark compares against)."""
-    keep = label_positions(labels, decision_mask)
+    keep, targets, classes = label_positions(labels, decision_mask)
     logits = model(**inputs, logits_to_keep=keep if select else 0).logits
     if not select:
         logits = logits[keep]
-    shifted = torch.roll(labels, -1, dims=1)[keep]
-    classes = torch.roll(decision_mask, -1, dims=1)[keep]
-    return logits, shifted, classes
+    return logits, targets, classes
 
 
 def decision_loss(
@@ -155,11 +157,11 @@ def decision_loss(
     the divisor (None: the batch's labelled tokens, after the shift). The same numbers as
     :func:`loss_at_labels` on the labelled positions' logits (what the trainer computes).
     """
-    keep = label_positions(labels, decision_mask)
+    keep, targets, classes = label_positions(labels, decision_mask)
     return loss_at_labels(
         logits[keep],
-        torch.roll(labels, -1, dims=1)[keep],
-        torch.roll(decision_mask, -1, dims=1)[keep],
+        targets,
+        classes,
         decision_ids=decision_ids,
         gamma=gamma,
         weights=weights,
