@@ -77,3 +77,34 @@ def test_memory_bench_bf16_stand_in_matches_the_native_linear():
         assert got.dtype == torch.bfloat16
         want = t.grad.float()
         assert torch.allclose(got.float(), want, rtol=3e-2, atol=0.05 * float(want.abs().max()))
+
+
+def test_memory_bench_stand_in_builds_no_gradient_for_a_frozen_weight():
+    """The bench's activation runs freeze every parameter but the merger's: the stand-in then builds
+    the input's gradient alone (a custom function is told at forward time which gradients to build,
+    so ``backward(inputs=...)`` would not spare a weight-sized one)."""
+    import torch
+
+    from train.bench.memory import ChunkedLinear, cpu_bf16_matmuls
+
+    built = []
+    native = ChunkedLinear.backward
+
+    def recording(ctx, grad):
+        out = native(ctx, grad)
+        built.append(tuple(g is not None for g in out))
+        return out
+
+    x = torch.randn(4, 64, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(32, 64, dtype=torch.bfloat16)
+    old = ChunkedLinear.backward
+    ChunkedLinear.backward = staticmethod(recording)
+    try:
+        for trained in (True, False):
+            w.requires_grad_(trained)
+            with cpu_bf16_matmuls():
+                torch.nn.functional.linear(x, w).float().sum().backward()
+    finally:
+        ChunkedLinear.backward = old
+    assert built == [(True, True, False), (True, False, False)]
+    assert torch.allclose(x.grad.float(), 2 * w.float().sum(0).expand(4, 64), rtol=2e-2, atol=0.1)
