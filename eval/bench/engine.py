@@ -21,7 +21,7 @@ Prints one JSON object on its last line:
   its language-model forward and its vision call, ``StreamingEngine.step_timings``), median over the
   21 steps centred on each ``--window-at`` point, with the ``--window``-frame window, for one stream
   (``batch1``) and for ``--batch`` streams in lock step (per step of the whole batch); the median of
-  that over ``--repeats`` runs (one run's figure moved between 0.20 and 0.38 ms on a quiet machine).
+  that over ``--repeats`` runs (one run's figure moved between 0.19 and 0.38 ms on a quiet machine).
 - ``long_stream_peak_ratio_2h_vs_10min``: peak memory of a fresh process streaming a 7,200-step
   (2-hour) synthetic stream with ``--window`` over that of a 600-step one, frames memory-mapped as
   frame-cache hits arrive (``eval/bench/long_stream.py``; 1-4 minutes of this command;
