@@ -25,10 +25,13 @@ its timestamp and frame tokens. Evicted columns are masked per row and removed f
 dead in every row (in batches, every ``frame_window`` evictions: a masked column changes nothing),
 so memory stays flat on long videos. Positions keep counting up.
 
-Host work per step is kept small and flat in the stream's length: the token ids of timestamps and
-instructions are memoized by the renderer, a chunk's M-RoPE positions are computed once per chunk
-shape and shifted, and the attention mask grows in a doubling buffer. ``step_timings`` records each
-step's CPU time, language-model time and vision time (``python -m eval.bench``: host_ms_per_step).
+Work per step is kept flat in the stream's length: the token ids of timestamps and instructions
+are memoized by the renderer, a chunk's M-RoPE positions are computed once per chunk shape and
+shifted, the attention mask grows in a doubling buffer on the model's device, and the KV cache
+appends in place (``eval.kv_cache``: no copy of the whole cache per step, as concatenation makes).
+A decision reads two rows of the LM head (silence, response), not the vocabulary's; one small
+device-to-host copy per step carries the pair. ``step_timings`` records each step's CPU time,
+language-model time and vision time (``python -m eval.bench``: host_ms_per_step).
 
 Frames are prepared when a row reaches them: ``frame_chunk`` steps at a time, the processor
 (pixel values, grids) and the vision tower run on that chunk only (a live camera would use 1), so
@@ -44,18 +47,18 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import DynamicCache
 
 from data_builders.frame_pages import release_frames
 from data_builders.frames import stream_frames
 from data_builders.records import Reply, Stream, resolve_video, step_times
 from data_builders.video import FrameCache
+from eval.kv_cache import GrowingLayer, growing_cache
 from eval.render import TurnRenderer, timestamp_text
 from rewards.turns import parse_turn
 
@@ -180,6 +183,9 @@ class StreamingEngine:
         #: vision call (processor + vision tower); the rest is the engine's own host work
         #: (``python -m eval.bench``'s ``host_ms_per_step``). Wall time per step: ``StepDecision.latency_s``.
         self.step_timings: list[tuple[float, float, float]] = []
+        #: Called as ``step_hook(engine, k)`` once step k is done (``python -m eval.bench profile``
+        #: starts and stops its profiler there).
+        self.step_hook: Callable[[StreamingEngine, int], None] | None = None
 
     # -- vision -------------------------------------------------------------------------------
 
@@ -268,13 +274,15 @@ class StreamingEngine:
             found = self._rope[key] = (rel, int(rel.max()))
         return found
 
-    def _append_mask(self, new: torch.Tensor) -> None:
-        """Append columns to the attention mask, in a buffer that doubles (no copy of the whole mask
-        at every step)."""
-        n, width = self._mask_len, new.shape[1]
+    def _append_mask(self, new: torch.Tensor | int, width: int) -> None:
+        """Append ``width`` columns (a rows x width tensor, or one value for all) to the attention
+        mask, in a buffer on the model's device that doubles: no copy of the whole mask, to the
+        device or within it, at every step."""
+        n = self._mask_len
         if n + width > self._mask_buf.shape[1]:
-            grown = torch.zeros((self._mask_buf.shape[0], max(2 * (n + width), 64)), dtype=torch.long)
-            grown[:, :n] = self._mask_buf[:, :n]
+            buf = self._mask_buf
+            grown = buf.new_zeros((buf.shape[0], max(2 * (n + width), 64)))
+            grown[:, :n] = buf[:, :n]
             self._mask_buf = grown
         self._mask_buf[:, n : n + width] = new
         self._mask_len = n + width
@@ -284,18 +292,34 @@ class StreamingEngine:
         """The attention mask over the cache (rows x cached columns; a view of the buffer)."""
         return self._mask_buf[:, : self._mask_len]
 
-    def _forward(self, chunks: list[list[int]], grids: list[torch.Tensor | None], image=None) -> torch.Tensor:
+    def _head(self, hidden: torch.Tensor, decision: bool) -> torch.Tensor:
+        """Logits of the hidden states: the whole vocabulary, or with ``decision`` the two decision
+        tokens' (silence, response) alone, from those two rows of the head: a silent step needs no
+        other logit, and the head is the largest single weight a step reads (151,936 x 2,560 in
+        Qwen3-VL-4B)."""
+        head = self.model.lm_head
+        if not decision:
+            return head(hidden)
+        ids = self._decision_ids.to(hidden.device)
+        bias = None if head.bias is None else head.bias.index_select(0, ids)
+        return torch.nn.functional.linear(hidden, head.weight.index_select(0, ids), bias)
+
+    def _forward(
+        self, chunks: list[list[int]], grids: list[torch.Tensor | None], image=None, decision: bool = False
+    ) -> torch.Tensor:
         """Append right-padded chunks (one per row; empty = pad only) to the cache; returns the
-        logits at each row's last real token (rows with no tokens: zeros)."""
+        logits at each row's last real token (rows with no tokens: zeros): the vocabulary's, or
+        with ``decision`` the decision pair's (:meth:`_head`)."""
         lengths = [len(c) for c in chunks]
         width = max(lengths)
         pad = self._pad_id
         if len(chunks) == 1:
             ids = torch.tensor(chunks, dtype=torch.long)
-            new_mask = torch.ones((1, width), dtype=torch.long)
+            new_mask: torch.Tensor | int = 1
         else:
             ids = torch.tensor([c + [pad] * (width - len(c)) for c in chunks], dtype=torch.long)
             new_mask = torch.tensor([[1] * n + [0] * (width - n) for n in lengths], dtype=torch.long)
+            new_mask = new_mask.to(self.device)
         rows_pos = []
         for b, chunk in enumerate(chunks):
             row = self.rows[b]
@@ -309,12 +333,12 @@ class StreamingEngine:
             rows_pos.append(p)
             row.offset += top + 1
         pos = rows_pos[0][:, None] if len(rows_pos) == 1 else torch.stack(rows_pos, dim=1)
-        self._append_mask(new_mask)
+        self._append_mask(new_mask, width)
         kwargs = {"mm_encoder_outputs": {"image": image}} if image is not None else {}
         t0 = time.thread_time()
         out = self.model.model(
             input_ids=ids.to(self.device),
-            attention_mask=self.mask.to(self.device),
+            attention_mask=self.mask,
             position_ids=pos.to(self.device),
             cache=self.cache,
             use_cache=True,
@@ -325,7 +349,7 @@ class StreamingEngine:
         else:
             last = torch.tensor([max(n - 1, 0) for n in lengths], device=self.device)
             hidden = out.last_hidden_state[torch.arange(len(chunks), device=self.device), last]
-        logits = self.model.lm_head(hidden).float().cpu()
+        logits = self._head(hidden, decision).float().cpu()
         self._model_s += time.thread_time() - t0
         if 0 in lengths:
             logits[[b for b, n in enumerate(lengths) if n == 0]] = 0.0
@@ -355,8 +379,11 @@ class StreamingEngine:
             return
         index = keep.nonzero().flatten()
         for layer in self.cache.layers:
-            layer.keys = layer.keys.index_select(-2, index.to(layer.keys.device))
-            layer.values = layer.values.index_select(-2, index.to(layer.values.device))
+            if isinstance(layer, GrowingLayer):
+                layer.keep_columns(index)
+            else:
+                layer.keys = layer.keys.index_select(-2, index.to(layer.keys.device))
+                layer.values = layer.values.index_select(-2, index.to(layer.values.device))
         new_col = (keep.cumsum(0) - 1).tolist()
         kept = self.mask[:, index].clone()
         self._mask_buf[:, : kept.shape[1]] = kept
@@ -370,11 +397,10 @@ class StreamingEngine:
     # -- decisions ----------------------------------------------------------------------------
 
     def _choose(
-        self, logits: torch.Tensor
+        self, pair: torch.Tensor
     ) -> tuple[list[bool], list[float], list[float], list[tuple[float, float]]]:
-        """Per row: fired, P(response), the log-prob of the chosen decision, and the two decision
-        logits (silence, response)."""
-        pair = logits.index_select(1, self._decision_ids)
+        """Per row, from its two decision logits (silence, response): fired, P(response), the
+        log-prob of the chosen decision, and the two logits."""
         logits_pair = [tuple(x) for x in pair.tolist()]
         if self.cfg.sample:
             logp = torch.log_softmax(pair / self.cfg.temperature, dim=-1)
@@ -422,8 +448,8 @@ class StreamingEngine:
         first_steps = list(first_steps) if first_steps is not None else [0] * len(streams)
         self.rows = [_Row(s, fr, StreamResult(s.id)) for s, fr in zip(streams, frames, strict=True)]
         self._chunks: dict[int, _Chunk] = {}  # id(frame array) -> its prepared chunk
-        self.cache = DynamicCache(config=self.model.config)
-        self._mask_buf = torch.zeros((len(streams), 256), dtype=torch.long)
+        self.cache = growing_cache(self.model.config)
+        self._mask_buf = torch.zeros((len(streams), 256), dtype=torch.long, device=self.device)
         self._mask_len = 0
         self._dead = 0
         silence_text = r.tokenizer.decode([r.silence_id], skip_special_tokens=False)
@@ -462,8 +488,8 @@ class StreamingEngine:
                 rest = [False] * (len(chunks[b]) - len(row.pending))
                 self._feed(b, chunks[b], row.pending_flags + rest, row.pending_logprobs)
                 row.pending, row.pending_flags, row.pending_logprobs = [], [], []
-            logits = self._forward(chunks, grids, self._image_features(k, active))
-            fired, p, logp_dec, decision_logits = self._choose(logits)
+            pair = self._forward(chunks, grids, self._image_features(k, active), decision=True)
+            fired, p, logp_dec, decision_logits = self._choose(pair)
             firing = [b for b in active if fired[b]]
             texts: dict[int, list[int]] = {b: [] for b in firing}
             im_end_logprob: dict[int, float] = {}
@@ -517,6 +543,8 @@ class StreamingEngine:
             if self.cfg.frame_window is not None and k - self.cfg.frame_window >= 0:
                 self._evict(k - self.cfg.frame_window)
             self.step_timings.append((time.thread_time() - c0, self._model_s, self._vision_s))
+            if self.step_hook is not None:
+                self.step_hook(self, k)
         if self._dead:
             self._compact()  # the cache a run leaves holds no dead column
         for b, row in enumerate(self.rows):  # the last turn's closing tokens (never fed to the cache)

@@ -89,6 +89,43 @@ def test_frame_window_bounds_the_cache(setup):
     assert lengths[60] <= lengths[120] <= lengths[60] + 4 < full.cache_length()
 
 
+def test_compaction_in_place_changes_no_decision(setup, monkeypatch):
+    """A frame window drops dead columns from the cache in place (``GrowingLayer.keep_columns``):
+    the same decisions and logits as leaving every evicted column in the cache, masked."""
+    model, renderer, streams, frames = setup
+    long = Stream(**{**streams[0].__dict__, "clip_end": 80.0, "targets": []})
+    long_frames = np.concatenate([frames[0]] * 2)
+    cfg = EngineConfig(threshold=0.47, max_new_tokens=4, frame_window=6)
+    compacted = StreamingEngine(model, renderer, cfg)
+    [a] = compacted.run([long], [long_frames])
+    kept = compacted.cache_length()
+    monkeypatch.setattr(StreamingEngine, "_compact", lambda self: setattr(self, "_dead", 0))
+    masked = StreamingEngine(model, renderer, cfg)
+    [b] = masked.run([long], [long_frames])
+    assert len(a.steps) == 80 and 0 < sum(s.fired for s in a.steps) < 80
+    assert [s.text for s in a.steps] == [s.text for s in b.steps]
+    assert _max_logit_diff(a, b) < 1e-5
+    assert 2 * kept < 1.1 * masked.cache_length()  # evicted frames left the compacted cache
+
+
+def test_a_silent_step_reads_two_rows_of_the_head(setup):
+    """The decision needs the silence and response logits only: a silent stream never runs the
+    whole vocabulary head; a fired turn's text does."""
+    model, renderer, streams, frames = setup
+    calls = []
+    hook = model.lm_head.register_forward_hook(lambda module, args, out: calls.append(out.shape[-1]))
+    try:
+        StreamingEngine(model, renderer, EngineConfig(threshold=2.0)).run(streams[:1], frames[:1])
+        assert calls == []
+        [res] = StreamingEngine(model, renderer, EngineConfig(threshold=0.47, max_new_tokens=3)).run(
+            streams[:1], frames[:1]
+        )
+    finally:
+        hook.remove()
+    fired = sum(s.fired for s in res.steps)
+    assert fired > 0 and len(calls) >= fired and set(calls) == {model.lm_head.out_features}
+
+
 def test_shared_frames_are_encoded_once(setup):
     model, renderer, streams, frames = setup
     group = StreamingEngine(model, renderer, EngineConfig(sample=True, seed=3))
