@@ -26,3 +26,17 @@ def test_bench_prints_one_json_object_with_every_figure(capsys):
     host = result["host_ms_per_step"]
     assert set(host) == {"batch1", "batch3"} and all(set(v) == {"12", "30"} for v in host.values())
     assert all(0 < ms < 1000 for v in host.values() for ms in v.values())
+
+
+def test_kv_bench_prints_both_appends_at_each_length(capsys):
+    from eval.bench import kv
+
+    result = kv.main(["--tokens", "256,4096", "--repeats", "1"])
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == result
+    # Qwen3-VL-4B: keys and values of 8 heads x 128 in bf16, over 36 layers
+    assert result["kv_bytes_per_token"] == 2 * 8 * 128 * 2 * 36
+    for tokens in ("256", "4096"):
+        figures = result[tokens]
+        assert figures["concat_ms_per_step"] > 0 and figures["in_place_ms_per_step"] > 0
+        assert figures["in_place_mb_moved"] == round(220 * 2 * 8 * 128 * 2 * 36 / 2**20, 1)
+    assert result["4096"]["concat_mb_moved"] > 10 * result["4096"]["in_place_mb_moved"]
