@@ -1,4 +1,4 @@
-"""``python -m eval.bench [engine|memory|gpu|recall] [options]``: engine by default; JSON on the last line."""
+"""``python -m eval.bench [engine|memory|gpu|profile|kv|recall] [options]``: engine by default; JSON on the last line."""
 
 import importlib
 import sys
@@ -7,6 +7,8 @@ SUBCOMMANDS = {
     "engine": "eval.bench.engine",
     "memory": "eval.bench.memory",
     "gpu": "eval.bench.gpu",
+    "profile": "eval.bench.profile",
+    "kv": "eval.bench.kv",
     "recall": "eval.bench.recall",
 }
 

@@ -2,13 +2,16 @@
 streaming engine. No download: the model is built from its config (``model.random_init``).
 
     python -m eval.bench gpu --model conf/model/qwen3_vl_4b.yaml            # on a GPU machine
+    python -m eval.bench_gpu --model conf/model/qwen3_vl_4b.yaml            # the same
     python -m eval.bench gpu --model conf/model/tiny.yaml --device cpu --size 64 --steps 6 --window-steps 24
 
 Frames are drawn in memory from the toy scripts (no video files). Prints one JSON object on its last
 line: model size, SFT step time / tokens per second / peak memory (vision frozen, AdamW), streaming
-engine vs naive re-prefill per-step cost, batched vs sequential throughput, and per-step latency
-with a bounded frame window early vs late in a long stream. Times are medians; ratios come from
-one run, so they hold on a shared machine.
+engine vs naive re-prefill per-step cost (and the largest difference of their decision logits),
+silent steps per second for one stream and stream-steps per second for a batch, batched vs
+sequential throughput, and per-step latency with a bounded frame window early vs late in a long
+stream. Times are medians; ratios come from one run, so they hold on a shared machine.
+``python -m eval.bench profile`` shows where a step's time goes.
 """
 
 from __future__ import annotations
@@ -148,6 +151,16 @@ def bench_stream(
         "engine_s": round(engine_s, 3),
         "engine_vs_naive": round(naive_s / engine_s, 2),
         "engine_step_ms_median": round(1000 * statistics.median(s.latency_s for s in single.steps), 2),
+        "max_decision_logit_diff": round(
+            max(
+                abs(a - b)
+                for x, y in zip(naive.steps, single.steps)
+                for a, b in zip(x.decision_logits, y.decision_logits)
+            ),
+            6,
+        ),
+        "steps_per_s": round(steps / engine_s, 2),
+        "batched_stream_steps_per_s": round(batch * steps / batched_s, 2),
         "batched_vs_sequential": round(sequential_s / batched_s, 2),
         "batch": batch,
         "window_steps": window_steps,
@@ -156,6 +169,32 @@ def bench_stream(
         "window_step_ms_late": round(1000 * late, 2),
         "window_peak_gib": _peak_gib(device),
     }
+
+
+def build_model(model_yaml: str, device: str, size: int) -> tuple[object, TurnRenderer, dict]:
+    """The model of a ``conf/model/*.yaml`` (a pretrained one with random weights, built on
+    ``device``; float32 on CPU), its renderer at ``size`` x ``size`` frames, and a description."""
+    cfg = yaml.safe_load(Path(model_yaml).read_text())
+    if cfg["kind"] == "pretrained":
+        cfg.update(random_init=True, init_device=device)
+    if device == "cpu":
+        cfg["dtype"] = "float32"
+    torch.manual_seed(0)
+    t0 = time.perf_counter()
+    model, processor = load_model_and_processor(cfg, cache_dir=Path(".cache"))
+    model.to(device).eval()
+    _sync(device)
+    build_s = time.perf_counter() - t0
+    renderer = TurnRenderer(processor, RenderConfig(max_pixels=size * size))
+    about = {
+        "model": cfg["name"],
+        "device": torch.cuda.get_device_name() if device.startswith("cuda") else "cpu",
+        "dtype": cfg["dtype"],
+        "parameters": count_parameters(model),
+        "build_s": round(build_s, 1),
+        "frame_tokens": renderer.image_tokens(renderer.encode_frames(toy_stream(0, 1, size)[1])[1][0]),
+    }
+    return model, renderer, about
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -175,26 +214,7 @@ def main(argv: list[str] | None = None) -> dict:
         help="decision threshold; above 1 the model never fires, which times the decision path alone",
     )
     args = ap.parse_args(argv)
-    cfg = yaml.safe_load(Path(args.model).read_text())
-    if cfg["kind"] == "pretrained":
-        cfg.update(random_init=True, init_device=args.device)
-    if args.device == "cpu":
-        cfg["dtype"] = "float32"
-    torch.manual_seed(0)
-    t0 = time.perf_counter()
-    model, processor = load_model_and_processor(cfg, cache_dir=Path(".cache"))
-    model.to(args.device).eval()
-    _sync(args.device)
-    build_s = time.perf_counter() - t0
-    renderer = TurnRenderer(processor, RenderConfig(max_pixels=args.size * args.size))
-    out = {
-        "model": cfg["name"],
-        "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
-        "dtype": cfg["dtype"],
-        "parameters": count_parameters(model),
-        "build_s": round(build_s, 1),
-        "frame_tokens": renderer.image_tokens(renderer.encode_frames(toy_stream(0, 1, args.size)[1])[1][0]),
-    }
+    model, renderer, out = build_model(args.model, args.device, args.size)
     out["sft"] = bench_sft(model, renderer, args.device, args.steps, args.size, args.repeats)
     with torch.no_grad():
         out["stream"] = bench_stream(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from eval.bench.gpu import main
 
 
@@ -32,3 +34,42 @@ def test_bench_gpu_on_tiny_cpu(capsys):
     stream = out["stream"]
     assert stream["same_decisions"] and stream["fires"] == 0
     assert stream["steps"] == 8 and stream["window_steps"] == 40
+    assert stream["max_decision_logit_diff"] < 1e-4  # float32 on CPU
+    assert stream["steps_per_s"] > 0 and stream["batched_stream_steps_per_s"] > 0
+
+
+def test_bench_gpu_command_is_the_gpu_subcommand():
+    import subprocess
+    import sys
+
+    helps = [
+        subprocess.run(
+            [sys.executable, "-m", *cmd, "--help"], capture_output=True, text=True, check=True
+        ).stdout
+        for cmd in (["eval.bench_gpu"], ["eval.bench", "gpu"])
+    ]
+    assert "Accelerator benchmark" in helps[0] and "--window-steps" in helps[0]
+    assert helps[0].split("options:")[1] == helps[1].split("options:")[1]
+
+
+def test_profile_splits_a_silent_and_a_firing_step_on_tiny_cpu(capsys):
+    from eval.bench.profile import main as profile
+
+    out = profile(
+        ["--model", "conf/model/tiny.yaml", "--device", "cpu", "--size", "64", "--at", "6,12"]
+        + ["--window", "4"]
+    )
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert json.loads(printed[-1]) == out
+    assert printed[0].startswith("| T | window | step | wall ms | host ms |")
+    rows = out["profiles"]
+    assert [(r["steps"], r["window"]) for r in rows] == [(6, None), (6, 4), (12, None), (12, 4)]
+    for row in rows:
+        silent, firing = row["silent"], row["firing"]
+        for step in (silent, firing):
+            assert step["model_cpu_ms"] > 0 and step["host_ms"] > 0 and len(step["top_ops"]) == 8
+            assert step["wall_ms"] >= step["model_cpu_ms"] + step["head_cpu_ms"]
+        # a firing step decodes its reply: one forward per token after the decision's
+        assert firing["model_cpu_ms"] > 2 * silent["model_cpu_ms"]
+    # the window bounds the cache: at step 12 it holds fewer tokens than the whole stream's
+    assert rows[3]["cache_tokens"] < rows[2]["cache_tokens"]
