@@ -28,7 +28,8 @@ so memory stays flat on long videos. Positions keep counting up.
 Work per step is kept flat in the stream's length: the token ids of timestamps and instructions
 are memoized by the renderer, a chunk's M-RoPE positions are computed once per chunk shape and
 shifted, the attention mask grows in a doubling buffer on the model's device, and the KV cache
-appends in place (``eval.kv_cache``: no copy of the whole cache per step, as concatenation makes).
+appends in place (``eval.kv_cache``: no copy of the whole cache per step, as concatenation makes),
+and attention reads grouped key/value heads as they are (``eval.attention``: no repeated cache).
 A decision reads two rows of the LM head (silence, response), not the vocabulary's; one small
 device-to-host copy per step carries the pair. ``step_timings`` records each step's CPU time,
 language-model time and vision time (``python -m eval.bench``: host_ms_per_step).
@@ -58,6 +59,7 @@ from data_builders.frame_pages import release_frames
 from data_builders.frames import stream_frames
 from data_builders.records import Reply, Stream, resolve_video, step_times
 from data_builders.video import FrameCache
+from eval.attention import streaming_attention
 from eval.kv_cache import GrowingLayer, growing_cache
 from eval.render import TurnRenderer, timestamp_text
 from rewards.turns import parse_turn
@@ -336,14 +338,15 @@ class StreamingEngine:
         self._append_mask(new_mask, width)
         kwargs = {"mm_encoder_outputs": {"image": image}} if image is not None else {}
         t0 = time.thread_time()
-        out = self.model.model(
-            input_ids=ids.to(self.device),
-            attention_mask=self.mask,
-            position_ids=pos.to(self.device),
-            cache=self.cache,
-            use_cache=True,
-            **kwargs,
-        )
+        with streaming_attention(self.model):
+            out = self.model.model(
+                input_ids=ids.to(self.device),
+                attention_mask=self.mask,
+                position_ids=pos.to(self.device),
+                cache=self.cache,
+                use_cache=True,
+                **kwargs,
+            )
         if len(chunks) == 1:
             hidden = out.last_hidden_state[:, lengths[0] - 1]
         else:

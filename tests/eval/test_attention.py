@@ -1,0 +1,57 @@
+"""Grouped-query attention folded into the query axis: transformers' SDPA scores, no repeated cache."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+import transformers.integrations.sdpa_attention as hf_sdpa
+
+from data_builders.config import RenderConfig
+from data_builders.frames import stream_frames
+from data_builders.records import load_streams
+from eval import attention
+from eval.render import TurnRenderer
+from eval.streaming import EngineConfig, StreamingEngine
+
+
+@pytest.mark.parametrize("q_length", [1, 7])
+def test_folded_groups_equal_transformers_sdpa(q_length):
+    g = torch.Generator().manual_seed(0)
+    module = SimpleNamespace(num_key_value_groups=4, is_causal=True, training=False)
+    query = torch.randn(2, 8, q_length, 16, generator=g)
+    key, value = torch.randn(2, 2, 20, 16, generator=g), torch.randn(2, 2, 20, 16, generator=g)
+    mask = torch.rand(2, 1, q_length, 20, generator=g) > 0.4  # holes, as a batch's pad columns make
+    mask[..., 0] = True
+    ref, _ = hf_sdpa.sdpa_attention_forward(module, query, key, value, mask, scaling=0.25)
+    out, _ = attention.streaming_sdpa(module, query, key, value, mask, scaling=0.25)
+    assert out.shape == ref.shape == (2, q_length, 8, 16)
+    assert (out - ref).abs().max() < 1e-6
+
+
+def test_the_engine_never_repeats_the_cache_and_restores_the_model(
+    tiny_model_and_processor, toy_dir, monkeypatch
+):
+    model, processor = tiny_model_and_processor
+    assert model.config.text_config.num_attention_heads // model.config.text_config.num_key_value_heads == 2
+    renderer = TurnRenderer(processor, RenderConfig(max_pixels=64 * 64))
+    stream = load_streams(toy_dir / "records.jsonl")[0]
+    frames = stream_frames(stream, toy_dir / stream.video, renderer.cfg)
+    repeats, folds = [], []
+    repeat_kv, fold = hf_sdpa.repeat_kv, attention._fold_mask
+    monkeypatch.setattr(hf_sdpa, "repeat_kv", lambda *a: repeats.append(1) or repeat_kv(*a))
+    monkeypatch.setattr(attention, "_fold_mask", lambda *a: folds.append(1) or fold(*a))
+    [res] = StreamingEngine(model, renderer, EngineConfig(threshold=0.47, max_new_tokens=3)).run(
+        [stream], [frames]
+    )
+    layers = model.config.text_config.num_hidden_layers
+    assert any(s.fired for s in res.steps)  # the one-token forwards of a reply ran too
+    # every layer of every decision forward but the first: step 0 has no cache and no hole, so
+    # transformers drops its mask and lets SDPA's grouped causal mode run (no repeat either)
+    assert repeats == [] and len(folds) == layers * (len(frames) - 1)
+    assert model.config.text_config._attn_implementation == "sdpa"
+    # outside the engine (training, the naive reference) transformers' SDPA runs as configured
+    ids = torch.tensor([[1, 2, 3, 4]])
+    model.model.language_model(input_ids=ids, attention_mask=torch.tensor([[1, 1, 0, 1]]))
+    assert repeats and len(folds) == layers * (len(frames) - 1)
