@@ -1,15 +1,20 @@
-"""The cost of appending one streaming step to the KV cache: concatenation vs in place.
+"""What a streaming step costs per cached token: the KV append and grouped-query attention.
 
     python -m eval.bench kv                                   # Qwen3-VL-4B widths, from its config
-    python -m eval.bench kv --tokens 1760,7040 --repeats 3
+    python -m eval.bench kv --tokens 1760,7040 --attention-tokens 1760 --repeats 3
 
-One step's keys and values (``--step-tokens``, 220 for a 448x448 frame and its turn) are appended to
-one layer holding L cached tokens, with ``transformers``' ``DynamicLayer`` (concatenation: the whole
-layer is copied) and with ``eval.kv_cache.GrowingLayer`` (written in place); the per-step cost of
-the model's layers is one layer's times the number of layers (every layer has the same shape).
-Default L: the 8- and 32-step windows, and steps 60 and 480 without a window. Prints one JSON object
-on its last line: milliseconds per step on this machine's CPU, bytes the append moves, and the
-ratio concat / in place.
+Append: one step's keys and values (``--step-tokens``, 220 for a 448x448 frame and its turn) are
+appended to one layer holding L cached tokens, with ``transformers``' ``DynamicLayer``
+(concatenation: the whole layer is copied) and with ``eval.kv_cache.GrowingLayer`` (written in
+place); the model's cost is one layer's times the number of layers (every layer has the same
+shape). Default L: the 8- and 32-step windows, and steps 60 and 480 without a window.
+
+Attention: the step's query against one layer's L cached tokens under a mask, with transformers'
+SDPA (each key/value head repeated for its group of query heads) and with ``eval.attention``'s
+folded groups (the cache read as it is, the mask repeated instead), in the model's dtype.
+
+Prints one JSON object on its last line: milliseconds on this machine's CPU, the bytes each variant
+writes per step over the model's layers, and the ratios.
 """
 
 from __future__ import annotations
@@ -19,11 +24,14 @@ import json
 import statistics
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 import yaml
 from transformers import DynamicLayer
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+from eval.attention import streaming_sdpa
 from eval.kv_cache import GrowingLayer
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -48,16 +56,37 @@ def append_ms(layer_cls, cached: int, step: int, heads: int, head_dim: int, dtyp
     return 1e3 * statistics.median(times)
 
 
+def attention_ms(
+    fn, cached: int, step: int, heads: int, kv_heads: int, head_dim: int, dtype, repeats: int
+) -> float:
+    """Median milliseconds of one layer's attention of a ``step``-token query over ``cached`` keys."""
+    module = SimpleNamespace(num_key_value_groups=heads // kv_heads, is_causal=True, training=False)
+    query = torch.randn((1, heads, step, head_dim), dtype=dtype)
+    key, value = (torch.randn((1, kv_heads, cached, head_dim), dtype=dtype) for _ in range(2))
+    mask = torch.ones((1, 1, step, cached), dtype=torch.bool)
+    mask[..., -step:] = torch.ones(step, step, dtype=torch.bool).tril()  # the step's causal corner
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn(module, query, key, value, mask, scaling=head_dim**-0.5)
+        times.append(time.perf_counter() - t0)
+    return 1e3 * statistics.median(times)
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="conf/model/qwen3_vl_4b.yaml", help="a conf/model/*.yaml file")
     ap.add_argument("--tokens", default="1760,7040,13200,105600", help="cached tokens L, comma-separated")
+    ap.add_argument(
+        "--attention-tokens", default="1760,7040,13200", help="cached tokens for the attention figures"
+    )
     ap.add_argument("--step-tokens", type=int, default=220)
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args(argv)
     cfg = yaml.safe_load(Path(args.model).read_text())
     text = cfg["architecture"]["text_config"]
     layers, heads, head_dim = text["num_hidden_layers"], text["num_key_value_heads"], text["head_dim"]
+    query_heads = text["num_attention_heads"]
     dtype = DTYPES[cfg["dtype"]]
     torch.set_num_threads(1)
     per_token = 2 * heads * head_dim * dtype.itemsize * layers  # keys and values, every layer
@@ -79,6 +108,22 @@ def main(argv: list[str] | None = None) -> dict:
             "concat_mb_moved": round((2 * cached + args.step_tokens) * per_token / 2**20, 1),
             "in_place_mb_moved": round(args.step_tokens * per_token / 2**20, 1),
             "concat_vs_in_place": round(concat / in_place, 1),
+        }
+    step = args.step_tokens
+    for cached in (int(x) for x in args.attention_tokens.split(",") if x):
+        plain = attention_ms(
+            sdpa_attention_forward, cached, step, query_heads, heads, head_dim, dtype, args.repeats
+        )
+        folded = attention_ms(streaming_sdpa, cached, step, query_heads, heads, head_dim, dtype, args.repeats)
+        out[f"attention_{cached}"] = {
+            "sdpa_ms_per_layer": round(plain, 2),
+            "folded_ms_per_layer": round(folded, 2),
+            "sdpa_vs_folded": round(plain / folded, 2),
+            # written per step over the layers: the repeated keys and values vs the repeated mask
+            "sdpa_mb_written": round(
+                2 * query_heads * head_dim * cached * dtype.itemsize * layers / 2**20, 1
+            ),
+            "folded_mb_written": round(query_heads // heads * step * cached / 2**20, 1),
         }
     print(json.dumps(out))
     return out

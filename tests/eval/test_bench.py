@@ -28,10 +28,10 @@ def test_bench_prints_one_json_object_with_every_figure(capsys):
     assert all(0 < ms < 1000 for v in host.values() for ms in v.values())
 
 
-def test_kv_bench_prints_both_appends_at_each_length(capsys):
+def test_kv_bench_prints_both_appends_and_both_attentions(capsys):
     from eval.bench import kv
 
-    result = kv.main(["--tokens", "256,4096", "--repeats", "1"])
+    result = kv.main(["--tokens", "256,4096", "--attention-tokens", "512", "--repeats", "1"])
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == result
     # Qwen3-VL-4B: keys and values of 8 heads x 128 in bf16, over 36 layers
     assert result["kv_bytes_per_token"] == 2 * 8 * 128 * 2 * 36
@@ -40,3 +40,8 @@ def test_kv_bench_prints_both_appends_at_each_length(capsys):
         assert figures["concat_ms_per_step"] > 0 and figures["in_place_ms_per_step"] > 0
         assert figures["in_place_mb_moved"] == round(220 * 2 * 8 * 128 * 2 * 36 / 2**20, 1)
     assert result["4096"]["concat_mb_moved"] > 10 * result["4096"]["in_place_mb_moved"]
+    attention = result["attention_512"]
+    assert attention["sdpa_ms_per_layer"] > 0 and attention["folded_ms_per_layer"] > 0
+    # transformers' SDPA writes the 32 query heads' keys and values; folding, the mask 4 times
+    assert attention["sdpa_mb_written"] == round(2 * 32 * 128 * 512 * 2 * 36 / 2**20, 1)
+    assert attention["folded_mb_written"] == round(4 * 220 * 512 / 2**20, 1)
