@@ -27,8 +27,8 @@ so memory stays flat on long videos. Positions keep counting up.
 
 Work per step is kept flat in the stream's length: the token ids of timestamps and instructions
 are memoized by the renderer, a chunk's M-RoPE positions are computed once per chunk shape and
-shifted, the attention mask grows in a doubling buffer on the model's device, and the KV cache
-appends in place (``eval.kv_cache``: no copy of the whole cache per step, as concatenation makes),
+shifted, the attention mask grows in a doubling buffer on the model's device, the KV cache
+appends in place (``eval.kv_cache``: no copy of the whole cache per step, as concatenation makes)
 and attention reads grouped key/value heads as they are (``eval.attention``: no repeated cache).
 A decision reads two rows of the LM head (silence, response), not the vocabulary's; one small
 device-to-host copy per step carries the pair. ``step_timings`` records each step's CPU time,
@@ -320,8 +320,7 @@ class StreamingEngine:
             new_mask: torch.Tensor | int = 1
         else:
             ids = torch.tensor([c + [pad] * (width - len(c)) for c in chunks], dtype=torch.long)
-            new_mask = torch.tensor([[1] * n + [0] * (width - n) for n in lengths], dtype=torch.long)
-            new_mask = new_mask.to(self.device)
+            new_mask = torch.tensor([[1] * n + [0] * (width - n) for n in lengths], device=self.device)
         rows_pos = []
         for b, chunk in enumerate(chunks):
             row = self.rows[b]

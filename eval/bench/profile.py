@@ -158,6 +158,11 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--window", type=int, default=32, help="frame window of the windowed runs")
     ap.add_argument("--max-new-tokens", type=int, default=8)
     args = ap.parse_args(argv)
+    steps = [int(x) for x in args.at.split(",")]
+    if min(steps) < 1:
+        ap.error(
+            f"--at: steps from 1 (a silent step is profiled after at least one before it), got {args.at}"
+        )
     model, renderer, out = build_model(args.model, args.device, args.size)
     with torch.no_grad():
         stream, frames = toy_stream(4, 3, args.size)  # warm-up: kernels, allocator, both paths
@@ -166,7 +171,7 @@ def main(argv: list[str] | None = None) -> dict:
         )
         rows = [
             profile_stream(model, renderer, args.device, args.size, at, window, args.max_new_tokens)
-            for at in (int(x) for x in args.at.split(","))
+            for at in steps
             for window in (None, args.window)
         ]
     out["profiles"] = rows
