@@ -40,6 +40,7 @@ LAUNCHES = (
     "cuLaunchKernelEx",
     "cudaGraphLaunch",
 )
+SYNCING = ("aten::_local_scalar_dense", "aten::nonzero")  # .item() and boolean-mask indexing
 TOP = 8  # ops listed per profiled step
 
 
@@ -61,6 +62,9 @@ def _summary(prof, wall_s: float, cpu_s: float, cuda: bool) -> dict:
         "cpu_ms": round(1e3 * cpu_s, 3),
         **{f"{part}_cpu_ms": v for part, v in ms.items()},
         "host_ms": round(1e3 * wall_s - sum(ms.values()), 3),
+        # ops that read a device value back to the host (a synchronisation on a GPU), countable on CPU
+        # too; on a GPU the step's read of its decision logits adds one
+        "syncing_ops": sum(by_name[n].count for n in SYNCING if n in by_name),
     }
     if cuda:
         device = [
@@ -135,7 +139,7 @@ def profile_stream(
 
 def table(rows: list[dict]) -> str:
     cuda = "gpu_busy_ms" in rows[0]["silent"]
-    head = ["T", "window", "step", "wall ms", "host ms", "model ms", "vision ms", "head ms"]
+    head = ["T", "window", "step", "wall ms", "host ms", "model ms", "vision ms", "head ms", "syncing ops"]
     head += ["GPU busy ms", "launches", "syncs", "device-to-host"] if cuda else []
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
@@ -143,7 +147,7 @@ def table(rows: list[dict]) -> str:
             s = row[kind]
             part = "gpu" if cuda else "cpu"
             cells = [row["steps"], row["window"] or "none", kind, s["wall_ms"], s["host_ms"]]
-            cells += [s[f"model_{part}_ms"], s[f"vision_{part}_ms"], s[f"head_{part}_ms"]]
+            cells += [s[f"model_{part}_ms"], s[f"vision_{part}_ms"], s[f"head_{part}_ms"], s["syncing_ops"]]
             cells += [s["gpu_busy_ms"], s["launches"], s["syncs"], s["device_to_host"]] if cuda else []
             lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines)

@@ -68,6 +68,7 @@ def test_profile_splits_a_silent_and_a_firing_step_on_tiny_cpu(capsys):
         silent, firing = row["silent"], row["firing"]
         for step in (silent, firing):
             assert step["model_cpu_ms"] > 0 and step["host_ms"] > 0 and len(step["top_ops"]) == 8
+            assert step["syncing_ops"] > 0  # the Qwen3-VL forward checks its image placeholders
             assert step["wall_ms"] >= step["model_cpu_ms"] + step["head_cpu_ms"]
         # a firing step decodes its reply: one forward per token after the decision's
         assert firing["model_cpu_ms"] > 2 * silent["model_cpu_ms"]
