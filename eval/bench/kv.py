@@ -34,8 +34,6 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from eval.attention import streaming_sdpa
 from eval.kv_cache import GrowingLayer
 
-DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-
 
 def append_ms(layer_cls, cached: int, step: int, heads: int, head_dim: int, dtype, repeats: int) -> float:
     """Median milliseconds of one ``update`` of ``step`` tokens onto a layer of ``cached`` tokens."""
@@ -87,7 +85,8 @@ def main(argv: list[str] | None = None) -> dict:
     text = cfg["architecture"]["text_config"]
     layers, heads, head_dim = text["num_hidden_layers"], text["num_key_value_heads"], text["head_dim"]
     query_heads = text["num_attention_heads"]
-    dtype = DTYPES[cfg["dtype"]]
+    dtype = getattr(torch, cfg["dtype"])  # as eval.model reads a model config's dtype
+    step = args.step_tokens
     torch.set_num_threads(1)
     per_token = 2 * heads * head_dim * dtype.itemsize * layers  # keys and values, every layer
     out: dict = {
@@ -96,20 +95,19 @@ def main(argv: list[str] | None = None) -> dict:
         "kv_heads": heads,
         "head_dim": head_dim,
         "dtype": cfg["dtype"],
-        "step_tokens": args.step_tokens,
+        "step_tokens": step,
         "kv_bytes_per_token": per_token,
     }
     for cached in (int(x) for x in args.tokens.split(",")):
-        concat = append_ms(DynamicLayer, cached, args.step_tokens, heads, head_dim, dtype, args.repeats)
-        in_place = append_ms(GrowingLayer, cached, args.step_tokens, heads, head_dim, dtype, args.repeats)
+        concat = append_ms(DynamicLayer, cached, step, heads, head_dim, dtype, args.repeats)
+        in_place = append_ms(GrowingLayer, cached, step, heads, head_dim, dtype, args.repeats)
         out[str(cached)] = {
             "concat_ms_per_step": round(layers * concat, 3),
             "in_place_ms_per_step": round(layers * in_place, 3),
-            "concat_mb_moved": round((2 * cached + args.step_tokens) * per_token / 2**20, 1),
-            "in_place_mb_moved": round(args.step_tokens * per_token / 2**20, 1),
+            "concat_mb_moved": round((2 * cached + step) * per_token / 2**20, 1),
+            "in_place_mb_moved": round(step * per_token / 2**20, 1),
             "concat_vs_in_place": round(concat / in_place, 1),
         }
-    step = args.step_tokens
     for cached in (int(x) for x in args.attention_tokens.split(",") if x):
         plain = attention_ms(
             sdpa_attention_forward, cached, step, query_heads, heads, head_dim, dtype, args.repeats

@@ -141,11 +141,11 @@ def table(rows: list[dict]) -> str:
     cuda = "gpu_busy_ms" in rows[0]["silent"]
     head = ["T", "window", "step", "wall ms", "host ms", "model ms", "vision ms", "head ms", "syncing ops"]
     head += ["GPU busy ms", "launches", "syncs", "device-to-host"] if cuda else []
+    part = "gpu" if cuda else "cpu"
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         for kind in ("silent", "firing"):
             s = row[kind]
-            part = "gpu" if cuda else "cpu"
             cells = [row["steps"], row["window"] or "none", kind, s["wall_ms"], s["host_ms"]]
             cells += [s[f"model_{part}_ms"], s[f"vision_{part}_ms"], s[f"head_{part}_ms"], s["syncing_ops"]]
             cells += [s["gpu_busy_ms"], s["launches"], s["syncs"], s["device_to_host"]] if cuda else []
