@@ -31,7 +31,10 @@ shifted, the attention mask grows in a doubling buffer on the model's device, th
 appends in place (``eval.kv_cache``: no copy of the whole cache per step, as concatenation makes)
 and attention reads grouped key/value heads as they are (``eval.attention``: no repeated cache).
 A decision reads two rows of the LM head (silence, response), not the vocabulary's; one small
-device-to-host copy per step carries the pair. ``step_timings`` records each step's CPU time,
+device-to-host copy per step carries the pair, and it is the step's one wait for the device: the
+image features go in at the placeholder positions the engine knows (``eval.image_merge``: no
+``.item()`` or boolean indexing, as the model's own forward runs), and host tensors go up through
+pinned memory without blocking. ``step_timings`` records each step's CPU time,
 language-model time and vision time (``python -m eval.bench``: host_ms_per_step).
 
 Frames are prepared when a row reaches them: ``frame_chunk`` steps at a time, the processor
@@ -60,6 +63,7 @@ from data_builders.frames import stream_frames
 from data_builders.records import Reply, Stream, resolve_video, step_times
 from data_builders.video import FrameCache
 from eval.attention import streaming_attention
+from eval.image_merge import deepstack_at, embed_with_images, placeholder_positions
 from eval.kv_cache import GrowingLayer, growing_cache
 from eval.render import TurnRenderer, timestamp_text
 from rewards.turns import parse_turn
@@ -141,11 +145,11 @@ class _Chunk:
 
 @dataclass
 class _Features:
-    """A step's image features as the model reads them (``mm_encoder_outputs["image"]``): one
-    pooled tensor per row's frame, and per deepstack layer one tensor per row."""
+    """A step's image features: per active row (in row order) its frame's pooled features (a row per
+    placeholder token) and, per deepstack layer, the same rows of that layer's features."""
 
-    pooler_output: tuple[torch.Tensor, ...]
-    deepstack_features: list[tuple[torch.Tensor, ...]]
+    pooled: tuple[torch.Tensor, ...]
+    deepstack: list[tuple[torch.Tensor, ...]]
 
 
 @dataclass
@@ -174,7 +178,7 @@ class StreamingEngine:
             raise ValueError(f"frame_window must be at least 1 step, got {self.cfg.frame_window}")
         self.device = next(model.parameters()).device
         self._pad_id = renderer.tokenizer.pad_token_id
-        self._decision_ids = torch.tensor([renderer.silence_id, renderer.response_id])
+        self._decision_ids = torch.tensor([renderer.silence_id, renderer.response_id], device=self.device)
         self.frames_encoded = 0
         self.generator = torch.Generator().manual_seed(self.cfg.seed)
         #: Relative M-RoPE positions of a chunk, by its shape (length, image span, grid): the
@@ -213,7 +217,7 @@ class StreamingEngine:
             pvs.append(pv)
             grids.append(grid)
         grid = torch.cat(grids)
-        out = self.model.model.get_image_features(torch.cat(pvs).to(self.device), grid.to(self.device))
+        out = self.model.model.get_image_features(self._upload(torch.cat(pvs)), self._upload(grid))
         self.frames_encoded += int(grid.shape[0])
         i = 0
         for key, frames, end in spans:
@@ -239,8 +243,8 @@ class StreamingEngine:
         """Step k's image features of the active rows (prepared by :meth:`_prepare`)."""
         picks = [self._chunks[id(self.rows[b].frames)] for b in active]
         return _Features(
-            pooler_output=tuple(c.pooled[k - c.start] for c in picks),
-            deepstack_features=[
+            pooled=tuple(c.pooled[k - c.start] for c in picks),
+            deepstack=[
                 tuple(c.deepstack[j][k - c.start] for c in picks) for j in range(len(picks[0].deepstack))
             ],
         )
@@ -294,6 +298,13 @@ class StreamingEngine:
         """The attention mask over the cache (rows x cached columns; a view of the buffer)."""
         return self._mask_buf[:, : self._mask_len]
 
+    def _upload(self, t: torch.Tensor) -> torch.Tensor:
+        """A host tensor on the model's device. On a GPU through pinned memory without blocking: a
+        plain copy from pageable memory makes the host wait for every kernel already queued."""
+        if self.device.type == "cuda":
+            return t.pin_memory().to(self.device, non_blocking=True)
+        return t.to(self.device)
+
     def _head(self, hidden: torch.Tensor, decision: bool) -> torch.Tensor:
         """Logits of the hidden states: the whole vocabulary, or with ``decision`` the two decision
         tokens' (silence, response) alone, from those two rows of the head: a silent step needs no
@@ -302,16 +313,45 @@ class StreamingEngine:
         head = self.model.lm_head
         if not decision:
             return head(hidden)
-        ids = self._decision_ids.to(hidden.device)
+        ids = self._decision_ids
         bias = None if head.bias is None else head.bias.index_select(0, ids)
         return torch.nn.functional.linear(hidden, head.weight.index_select(0, ids), bias)
 
+    def _language_model(
+        self, ids: torch.Tensor, pos: torch.Tensor, at: torch.Tensor | None, image: _Features | None
+    ) -> torch.Tensor:
+        """The language model's last hidden states over the step's tokens, the image features merged
+        at the flat positions ``at`` (``eval.image_merge``), appended to the cache."""
+        lm = self.model.model.language_model
+        if image is None:
+            embeds, deepstack = lm.embed_tokens(ids), []
+        else:
+            pooled = torch.cat(image.pooled)
+            if len(at) != len(pooled):
+                raise ValueError(f"{len(at)} image placeholders for {len(pooled)} image feature rows")
+            embeds = embed_with_images(lm, ids, at, pooled)
+            deepstack = [torch.cat(layer) for layer in image.deepstack]
+        with streaming_attention(self.model), deepstack_at(lm, at, deepstack):
+            out = lm(
+                inputs_embeds=embeds,
+                attention_mask=self.mask,
+                position_ids=pos,
+                cache=self.cache,
+                use_cache=True,
+            )
+        return out.last_hidden_state
+
     def _forward(
-        self, chunks: list[list[int]], grids: list[torch.Tensor | None], image=None, decision: bool = False
+        self,
+        chunks: list[list[int]],
+        grids: list[torch.Tensor | None],
+        image: _Features | None = None,
+        decision: bool = False,
     ) -> torch.Tensor:
         """Append right-padded chunks (one per row; empty = pad only) to the cache; returns the
         logits at each row's last real token (rows with no tokens: zeros): the vocabulary's, or
-        with ``decision`` the decision pair's (:meth:`_head`)."""
+        with ``decision`` the decision pair's (:meth:`_head`). Every host tensor goes to the device
+        by :meth:`_upload`; the logits coming back are the step's one wait for the device."""
         lengths = [len(c) for c in chunks]
         width = max(lengths)
         pad = self._pad_id
@@ -320,7 +360,7 @@ class StreamingEngine:
             new_mask: torch.Tensor | int = 1
         else:
             ids = torch.tensor([c + [pad] * (width - len(c)) for c in chunks], dtype=torch.long)
-            new_mask = torch.tensor([[1] * n + [0] * (width - n) for n in lengths], device=self.device)
+            new_mask = self._upload(torch.tensor([[1] * n + [0] * (width - n) for n in lengths]))
         rows_pos = []
         for b, chunk in enumerate(chunks):
             row = self.rows[b]
@@ -335,23 +375,17 @@ class StreamingEngine:
             row.offset += top + 1
         pos = rows_pos[0][:, None] if len(rows_pos) == 1 else torch.stack(rows_pos, dim=1)
         self._append_mask(new_mask, width)
-        kwargs = {"mm_encoder_outputs": {"image": image}} if image is not None else {}
+        at = None
+        if image is not None:
+            at = self._upload(torch.tensor(placeholder_positions(chunks, self.renderer.image_pad_id, width)))
         t0 = time.thread_time()
-        with streaming_attention(self.model):
-            out = self.model.model(
-                input_ids=ids.to(self.device),
-                attention_mask=self.mask,
-                position_ids=pos.to(self.device),
-                cache=self.cache,
-                use_cache=True,
-                **kwargs,
-            )
+        hidden = self._language_model(self._upload(ids), self._upload(pos), at, image)
         if len(chunks) == 1:
-            hidden = out.last_hidden_state[:, lengths[0] - 1]
+            last = hidden[:, lengths[0] - 1]
         else:
-            last = torch.tensor([max(n - 1, 0) for n in lengths], device=self.device)
-            hidden = out.last_hidden_state[torch.arange(len(chunks), device=self.device), last]
-        logits = self._head(hidden, decision).float().cpu()
+            ends = torch.tensor([b * width + max(n - 1, 0) for b, n in enumerate(lengths)])
+            last = hidden.view(-1, hidden.shape[-1]).index_select(0, self._upload(ends))
+        logits = self._head(last, decision).float().cpu()
         self._model_s += time.thread_time() - t0
         if 0 in lengths:
             logits[[b for b, n in enumerate(lengths) if n == 0]] = 0.0

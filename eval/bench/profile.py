@@ -41,6 +41,7 @@ LAUNCHES = (
     "cudaGraphLaunch",
 )
 SYNCING = ("aten::_local_scalar_dense", "aten::nonzero")  # .item() and boolean-mask indexing
+FORWARD = ("model", "head")  # where these read device tensors (the engine's own reads are of host tensors)
 TOP = 8  # ops listed per profiled step
 
 
@@ -50,6 +51,15 @@ def _labelled(name: str, fn):
             return fn(*args, **kwargs)
 
     return run
+
+
+def _inside(event, names: tuple[str, ...]) -> bool:
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name in names:
+            return True
+        parent = parent.cpu_parent
+    return False
 
 
 def _summary(prof, wall_s: float, cpu_s: float, cuda: bool) -> dict:
@@ -62,9 +72,9 @@ def _summary(prof, wall_s: float, cpu_s: float, cuda: bool) -> dict:
         "cpu_ms": round(1e3 * cpu_s, 3),
         **{f"{part}_cpu_ms": v for part, v in ms.items()},
         "host_ms": round(1e3 * wall_s - sum(ms.values()), 3),
-        # ops that read a device value back to the host (a synchronisation on a GPU), countable on CPU
-        # too; on a GPU the step's read of its decision logits adds one
-        "syncing_ops": sum(by_name[n].count for n in SYNCING if n in by_name),
+        # ops in the forward that read a device value back to the host (a synchronisation on a GPU),
+        # countable on CPU too; on a GPU the step's read of its decision logits adds one
+        "syncing_ops": sum(e.name in SYNCING and _inside(e, FORWARD) for e in prof.events()),
     }
     if cuda:
         device = [
@@ -100,8 +110,7 @@ def profile_stream(
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     engine._prepare = _labelled("vision", engine._prepare)
     engine._head = _labelled("head", engine._head)
-    forward = model.model.forward
-    model.model.forward = _labelled("model", forward)
+    engine._language_model = _labelled("model", engine._language_model)
     found: dict[str, dict] = {}
     state: dict = {}
 
@@ -121,10 +130,7 @@ def profile_stream(
             state["t0"] = time.perf_counter()
 
     engine.step_hook = hook
-    try:
-        [result] = engine.run([stream], [frames])
-    finally:
-        del model.model.forward
+    [result] = engine.run([stream], [frames])
     before = [s.latency_s for s in result.steps[max(at - 10, 0) : at]]
     if result.steps[at].fired or not result.steps[at + 1].fired:
         raise RuntimeError(f"step {at} should be silent and step {at + 1} should fire")
