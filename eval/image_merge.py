@@ -1,11 +1,12 @@
 """A streaming step's image features merged at positions the engine knows, with no read from the device.
 
 Qwen3-VL's forward (transformers 5.24) finds a step's image placeholders on the device: it checks
-their count against the features (an ``.item()``), scatters the features into the embeddings by a
-boolean mask, and adds each deepstack layer's features to the hidden states by boolean-mask
-indexing, once to read and once to write (two ``nonzero``). On a GPU each of these makes the host
-wait for the device: 7 times per step in Qwen3-VL-4B (3 deepstack layers), so the host cannot queue
-the rest of the step's layers while the first ones run.
+their count against the features (two ``.item()``: the check, and its error message, formatted
+whether the check fails or not), scatters the features into the embeddings by a boolean mask, and
+adds each deepstack layer's features to the hidden states by boolean-mask indexing, once to read
+and once to write (two ``nonzero``). On a GPU each of these makes the host wait for the device:
+8 times per step in Qwen3-VL-4B (3 deepstack layers), so the host cannot queue the rest of the
+step's layers while the first ones run.
 
 The engine built the step's chunk itself, so it knows where the placeholders are: it uploads their
 flat positions (``row * chunk width + column``) and calls the language model with
