@@ -9,7 +9,7 @@ and once to write (two ``nonzero``). On a GPU each of these makes the host wait 
 step's layers while the first ones run.
 
 The engine built the step's chunk itself, so it knows where the placeholders are: it uploads their
-flat positions (``row * chunk width + column``) and calls the language model with
+flat positions (``row * chunk width + column``, :func:`flat_positions`) and calls the language model with
 
 - the token embeddings, the pooled features copied in at those positions (:func:`embed_with_images`),
 - :func:`deepstack_at` around the call: a forward hook on each of the first deepstack layers adds
@@ -27,19 +27,28 @@ from contextlib import contextmanager
 import torch
 
 
-def placeholder_positions(chunks: Sequence[Sequence[int]], pad_id: int, width: int) -> list[int]:
-    """Flat positions (``row * width + column``) of the ``pad_id`` tokens of right-padded chunks,
-    row by row, in order: the order in which the rows' features are concatenated."""
+def placeholder_columns(chunk: Sequence[int], pad_id: int) -> Sequence[int]:
+    """The columns of ``chunk``'s ``pad_id`` tokens: a ``range`` when they run in one block (a
+    frame's placeholders; empty when there are none), else the list of columns."""
+    if pad_id not in chunk:
+        return range(0)
+    first, n = chunk.index(pad_id), chunk.count(pad_id)
+    if chunk[first + n - 1] == pad_id:
+        return range(first, first + n)
+    return [i for i, t in enumerate(chunk) if t == pad_id]
+
+
+def flat_positions(columns: Sequence[Sequence[int]], width: int) -> list[int]:
+    """Flat positions (``row * width + column``) of each row's columns (:func:`placeholder_columns`
+    of right-padded chunks ``width`` wide), row by row: the order in which the rows' features are
+    concatenated."""
     flat: list[int] = []
-    for b, chunk in enumerate(chunks):
-        if pad_id not in chunk:
-            continue
-        first, n = chunk.index(pad_id), chunk.count(pad_id)
+    for b, cols in enumerate(columns):
         base = b * width
-        if chunk[first + n - 1] == pad_id:  # one contiguous run (a frame's placeholders)
-            flat.extend(range(base + first, base + first + n))
+        if isinstance(cols, range):
+            flat.extend(range(base + cols.start, base + cols.stop))
         else:
-            flat.extend(base + i for i, t in enumerate(chunk) if t == pad_id)
+            flat.extend(base + c for c in cols)
     return flat
 
 

@@ -63,7 +63,7 @@ from data_builders.frames import stream_frames
 from data_builders.records import Reply, Stream, resolve_video, step_times
 from data_builders.video import FrameCache
 from eval.attention import streaming_attention
-from eval.image_merge import deepstack_at, embed_with_images, placeholder_positions
+from eval.image_merge import deepstack_at, embed_with_images, flat_positions, placeholder_columns
 from eval.kv_cache import GrowingLayer, growing_cache
 from eval.render import TurnRenderer, timestamp_text
 from rewards.turns import parse_turn
@@ -256,18 +256,19 @@ class StreamingEngine:
 
     # -- one batched forward ------------------------------------------------------------------
 
-    def _positions(self, chunk: list[int], grid: torch.Tensor | None) -> tuple[torch.Tensor, int]:
+    def _positions(
+        self, chunk: list[int], grid: torch.Tensor | None, images: Sequence[int]
+    ) -> tuple[torch.Tensor, int]:
         """The chunk's 3-row M-RoPE positions from 0 (``get_rope_index`` on the chunk) and their
-        maximum, cached by the chunk's shape: its length, where its image placeholders run, and the
-        image grid."""
+        maximum, cached by the chunk's shape: its length, where its image placeholders run
+        (``images``, :func:`eval.image_merge.placeholder_columns`), and the image grid."""
         pad = self.renderer.image_pad_id
-        if grid is None or pad not in chunk:
+        if grid is None or not images:
             key: tuple = (len(chunk),)
-        else:
-            first, n = chunk.index(pad), chunk.count(pad)
-            key = (len(chunk), first, n, *grid.tolist())
-            if chunk[first + n - 1] != pad:  # not one contiguous run: no shortcut
-                key = (tuple(chunk), *grid.tolist())
+        elif isinstance(images, range):
+            key = (len(chunk), images.start, len(images), *grid.tolist())
+        else:  # not one contiguous run: no shortcut
+            key = (tuple(chunk), *grid.tolist())
         found = self._rope.get(key)
         if found is None:
             t = torch.tensor(chunk)
@@ -361,13 +362,17 @@ class StreamingEngine:
         else:
             ids = torch.tensor([c + [pad] * (width - len(c)) for c in chunks], dtype=torch.long)
             new_mask = self._upload(torch.tensor([[1] * n + [0] * (width - n) for n in lengths]))
+        image_pad = self.renderer.image_pad_id
+        columns = [
+            range(0) if g is None else placeholder_columns(c, image_pad) for c, g in zip(chunks, grids)
+        ]
         rows_pos = []
         for b, chunk in enumerate(chunks):
             row = self.rows[b]
             if not chunk:
                 rows_pos.append(torch.full((3, width), row.offset, dtype=torch.long))
                 continue
-            rel, top = self._positions(chunk, grids[b])
+            rel, top = self._positions(chunk, grids[b], columns[b])
             p = rel + row.offset
             if len(chunk) < width:
                 p = torch.cat([p, p[:, -1:].expand(3, width - len(chunk))], dim=1)
@@ -377,7 +382,7 @@ class StreamingEngine:
         self._append_mask(new_mask, width)
         at = None
         if image is not None:
-            at = self._upload(torch.tensor(placeholder_positions(chunks, self.renderer.image_pad_id, width)))
+            at = self._upload(torch.tensor(flat_positions(columns, width)))
         t0 = time.thread_time()
         hidden = self._language_model(self._upload(ids), self._upload(pos), at, image)
         if len(chunks) == 1:

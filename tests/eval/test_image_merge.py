@@ -9,7 +9,7 @@ from torch.profiler import ProfilerActivity, profile
 from transformers import DynamicCache, Qwen3VLForConditionalGeneration
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
-from eval.image_merge import deepstack_at, embed_with_images, placeholder_positions
+from eval.image_merge import deepstack_at, embed_with_images, flat_positions, placeholder_columns
 from eval.model import qwen3_vl_config
 
 PAD = 7  # the image placeholder id of the test model
@@ -27,10 +27,15 @@ def model():
     return Qwen3VLForConditionalGeneration(qwen3_vl_config(arch)).eval()
 
 
+def placeholder_positions(chunks, width: int) -> list[int]:
+    return flat_positions([placeholder_columns(c, PAD) for c in chunks], width)
+
+
 def test_placeholder_positions_run_row_by_row():
     chunks = [[1, PAD, PAD, PAD, 2], [3, 4], [PAD, 5, PAD]]  # row 1 has no frame; row 2 is split
-    assert placeholder_positions(chunks, PAD, width=5) == [1, 2, 3, 10, 12]
-    assert placeholder_positions([[1, 2]], PAD, width=2) == []
+    assert [placeholder_columns(c, PAD) for c in chunks] == [range(1, 4), range(0), [0, 2]]
+    assert placeholder_positions(chunks, width=5) == [1, 2, 3, 10, 12]
+    assert placeholder_positions([[1, 2]], width=2) == []
 
 
 def _inputs(width: int = 9):
@@ -63,7 +68,7 @@ def test_known_positions_give_the_models_own_hidden_states_without_a_sync(model)
     lm = model.model.language_model
     features = BaseModelOutputWithPooling(pooler_output=tuple(pooled))
     features.deepstack_features = [tuple(layer) for layer in deep]
-    at = torch.tensor(placeholder_positions(chunks, PAD, ids.shape[1]))
+    at = torch.tensor(placeholder_positions(chunks, ids.shape[1]))
 
     def theirs(first, cache, att, image):
         vision = {"mm_encoder_outputs": {"image": features}} if image else {}
