@@ -121,6 +121,9 @@ class EvalConfig:
     """Longest response text, in tokens."""
     frame_window: int | None = bounded(None, ge=1)
     """Keep only the last N steps' frames in the KV cache (null: all)."""
+    compile: bool = False
+    """Run the language model's forward through ``torch.compile``: faster steps once its graphs are
+    built (four, on first use in the process: minutes for a 4B model), for long evaluations."""
     batch_size: int = bounded(8, ge=1)
     """Streams run in lock step by the engine."""
     limit: int | None = bounded(None, ge=1)

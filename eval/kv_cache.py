@@ -40,6 +40,13 @@ class GrowingLayer(DynamicLayer):
     def capacity(self) -> int:
         return self._k.shape[-2] if self.is_initialized else 0
 
+    def reserve(self, needed: int) -> None:
+        """Make room for ``needed`` columns (a no-op before the first append, which sizes the buffer).
+        The engine reserves a step's columns before the forward, so a compiled forward never grows
+        a buffer (``EngineConfig.compile``)."""
+        if self.is_initialized:
+            self._reserve(needed)
+
     def _reserve(self, needed: int) -> None:
         if needed <= self.capacity:
             return
@@ -95,6 +102,13 @@ class GrowingLayer(DynamicLayer):
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         raise NotImplementedError("GrowingLayer holds a fixed batch; build a new cache for another batch")
+
+
+def reserve_columns(cache: DynamicCache, needed: int) -> None:
+    """Room for ``needed`` columns in each ``GrowingLayer`` of ``cache`` (other layers grow as they do)."""
+    for layer in cache.layers:
+        if isinstance(layer, GrowingLayer):
+            layer.reserve(needed)
 
 
 def growing_cache(config) -> DynamicCache:

@@ -112,7 +112,10 @@ def _run_streams(
     render = RenderConfig(**OmegaConf.to_container(cfg.render, resolve=True))
     renderer = TurnRenderer(processor, render, cfg.benchmark.steps_per_second)
     engine_cfg = EngineConfig(
-        threshold=cfg.threshold, max_new_tokens=cfg.max_new_tokens, frame_window=cfg.frame_window
+        threshold=cfg.threshold,
+        max_new_tokens=cfg.max_new_tokens,
+        frame_window=cfg.frame_window,
+        compile=cfg.compile,
     )
     n = 0
     batches = stream_batches(

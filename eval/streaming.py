@@ -34,7 +34,8 @@ A decision reads two rows of the LM head (silence, response), not the vocabulary
 device-to-host copy per step carries the pair, and it is the step's one wait for the device: the
 image features go in at the placeholder positions the engine knows (``eval.image_merge``: no
 ``.item()`` or boolean indexing, as the model's own forward runs), and host tensors go up through
-pinned memory without blocking. ``step_timings`` records each step's CPU time,
+pinned memory without blocking. With ``compile`` the language model's forward runs through
+``torch.compile`` (:func:`compiled_forward`). ``step_timings`` records each step's CPU time,
 language-model time and vision time (``python -m eval.bench``: host_ms_per_step).
 
 Frames are prepared when a row reaches them: ``frame_chunk`` steps at a time, the processor
@@ -64,7 +65,7 @@ from data_builders.records import Reply, Stream, resolve_video, step_times
 from data_builders.video import FrameCache
 from eval.attention import streaming_attention
 from eval.image_merge import deepstack_at, embed_with_images, flat_positions, placeholder_columns
-from eval.kv_cache import GrowingLayer, growing_cache
+from eval.kv_cache import GrowingLayer, growing_cache, reserve_columns
 from eval.render import TurnRenderer, timestamp_text
 from rewards.turns import parse_turn
 
@@ -85,6 +86,9 @@ class EngineConfig:
     seed: int = 0
     frame_chunk: int = 16
     """Frames encoded per vision call (1: strictly one frame per step, as a live camera gives them)."""
+    compile: bool = False
+    """Run the language model's forward through ``torch.compile`` (:func:`compiled_forward`): faster
+    steps once its graphs are built, minutes for a 4B model's on first use in a process."""
 
 
 @dataclass
@@ -123,6 +127,31 @@ class StreamResult:
 def evidence_turn(renderer: TurnRenderer, text: str) -> list[int]:
     """Ids of a memory evidence block appended as its own user turn (before a step's user turn)."""
     return renderer.encode(f"<|im_start|>user\nEvidence:\n{text}<|im_end|>\n")
+
+
+def compiled_forward(lm: torch.nn.Module) -> Callable:
+    """``lm.forward`` through ``torch.compile`` with dynamic shapes, compiled once per model and kept
+    on it, so every engine over the model (one per evaluation batch) reuses its graphs: one per kind
+    of forward, a step with a frame or a one-token step of a reply, for a batch of one and for a
+    batch of more (the cache length, chunk width and batch size are symbolic in each). The engine
+    keeps the rest out of the graphs' guards (docs/design.md): a run's first forward, into an empty
+    cache, runs eagerly; a step's KV columns are reserved before the forward
+    (``eval.kv_cache.reserve_columns``), and neither they nor the attention mask ever fill their
+    buffers (a view of a whole buffer strides as another shape); sizes equal by chance when a graph
+    is traced (a KV buffer and the mask buffer both 256 wide) are not unified ("duck" shapes off),
+    or a later step would fail that guard and recompile."""
+    found = lm.__dict__.get("_streaming_compiled")
+    if found is None:
+        from torch.fx.experimental import _config as shapes_config
+
+        compiled = torch.compile(lm.forward, dynamic=True)
+
+        def run(*args, **kwargs):
+            with shapes_config.patch(use_duck_shape=False):
+                return compiled(*args, **kwargs)
+
+        found = lm.__dict__["_streaming_compiled"] = run
+    return found
 
 
 def decision_probability(logits: torch.Tensor, silence_id: int, response_id: int) -> torch.Tensor:
@@ -286,7 +315,7 @@ class StreamingEngine:
         mask, in a buffer on the model's device that doubles: no copy of the whole mask, to the
         device or within it, at every step."""
         n = self._mask_len
-        if n + width > self._mask_buf.shape[1]:
+        if n + width >= self._mask_buf.shape[1]:  # never full: a full view's strides differ
             buf = self._mask_buf
             grown = buf.new_zeros((buf.shape[0], max(2 * (n + width), 64)))
             grown[:, :n] = buf[:, :n]
@@ -332,8 +361,13 @@ class StreamingEngine:
                 raise ValueError(f"{len(at)} image placeholders for {len(pooled)} image feature rows")
             embeds = embed_with_images(lm, ids, at, pooled)
             deepstack = [torch.cat(layer) for layer in image.deepstack]
+        forward = lm
+        if self.cfg.compile and self.cache.get_seq_length():
+            # the mask already counts the step's columns; one more keeps the buffers from filling
+            reserve_columns(self.cache, self._mask_len + 1)
+            forward = compiled_forward(lm)
         with streaming_attention(self.model), deepstack_at(lm, at, deepstack):
-            out = lm(
+            out = forward(
                 inputs_embeds=embeds,
                 attention_mask=self.mask,
                 position_ids=pos,

@@ -1,4 +1,4 @@
-"""``python -m eval.bench [engine|memory|gpu|profile|kv|recall] [options]``: engine by default; JSON on the last line."""
+"""``python -m eval.bench [engine|memory|gpu|profile|kv|recall|compile] [options]``: engine by default; JSON on the last line."""
 
 import importlib
 import sys
@@ -10,6 +10,7 @@ SUBCOMMANDS = {
     "profile": "eval.bench.profile",
     "kv": "eval.bench.kv",
     "recall": "eval.bench.recall",
+    "compile": "eval.bench.compile",
 }
 
 if __name__ == "__main__":

@@ -110,11 +110,17 @@ def bench_stream(
     batch: int,
     window_steps: int,
     threshold: float,
+    compile: bool = False,
 ) -> dict:
-    cfg = EngineConfig(threshold=threshold, max_new_tokens=8)
+    cfg = EngineConfig(threshold=threshold, max_new_tokens=8, compile=compile)
     stream, frames = toy_stream(1, steps, size)
+    many = [toy_stream(i, steps, size) for i in range(batch)]
+    t0 = time.perf_counter()
     StreamingEngine(model, renderer, cfg).run([stream], [frames[:4]])  # warm-up
+    if compile:  # the batch's graphs too
+        StreamingEngine(model, renderer, cfg).run([s for s, _ in many], [f[:4] for _, f in many])
     _sync(device)
+    warmup_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     naive = NaiveStreamer(model, renderer, threshold=threshold, max_new_tokens=8).run(stream, frames)
     _sync(device)
@@ -124,7 +130,6 @@ def bench_stream(
     _sync(device)
     engine_s = time.perf_counter() - t0
 
-    many = [toy_stream(i, steps, size) for i in range(batch)]
     t0 = time.perf_counter()
     for s, f in many:
         StreamingEngine(model, renderer, cfg).run([s], [f])
@@ -137,7 +142,7 @@ def bench_stream(
 
     long_stream, long_frames = toy_stream(2, window_steps, size)
     _reset_peak(device)
-    window_cfg = EngineConfig(threshold=threshold, max_new_tokens=8, frame_window=32)
+    window_cfg = EngineConfig(threshold=threshold, max_new_tokens=8, frame_window=32, compile=compile)
     [windowed] = StreamingEngine(model, renderer, window_cfg).run([long_stream], [long_frames])
     lat = [s.latency_s for s in windowed.steps]
     early = statistics.median(lat[50:70]) if len(lat) >= 70 else statistics.median(lat[: len(lat) // 2])
@@ -145,6 +150,8 @@ def bench_stream(
     return {
         "steps": steps,
         "threshold": threshold,
+        "compile": compile,
+        "warmup_s": round(warmup_s, 3),
         "fires": sum(s.fired for s in naive.steps),
         "same_decisions": [s.text for s in naive.steps] == [s.text for s in single.steps],
         "naive_s": round(naive_s, 3),
@@ -171,10 +178,16 @@ def bench_stream(
     }
 
 
-def build_model(model_yaml: str, device: str, size: int) -> tuple[object, TurnRenderer, dict]:
+def build_model(
+    model_yaml: str, device: str, size: int, layers: int | None = None
+) -> tuple[object, TurnRenderer, dict]:
     """The model of a ``conf/model/*.yaml`` (a pretrained one with random weights, built on
-    ``device``; float32 on CPU), its renderer at ``size`` x ``size`` frames, and a description."""
+    ``device``; float32 on CPU), its renderer at ``size`` x ``size`` frames, and a description.
+    ``layers`` overrides the language model's depth (the tiny model at a real model's depth)."""
     cfg = yaml.safe_load(Path(model_yaml).read_text())
+    if layers is not None:
+        cfg["architecture"]["text_config"]["num_hidden_layers"] = layers
+        cfg["name"] = f"{cfg['name']}-{layers}-layers"
     if cfg["kind"] == "pretrained":
         cfg.update(random_init=True, init_device=device)
     if device == "cpu":
@@ -213,6 +226,11 @@ def main(argv: list[str] | None = None) -> dict:
         default=1.01,
         help="decision threshold; above 1 the model never fires, which times the decision path alone",
     )
+    ap.add_argument(
+        "--compile",
+        action="store_true",
+        help="stream with the language model compiled (EngineConfig.compile; the warm-up builds its graphs)",
+    )
     args = ap.parse_args(argv)
     model, renderer, out = build_model(args.model, args.device, args.size)
     out["sft"] = bench_sft(model, renderer, args.device, args.steps, args.size, args.repeats)
@@ -226,6 +244,7 @@ def main(argv: list[str] | None = None) -> dict:
             args.batch,
             args.window_steps,
             args.threshold,
+            args.compile,
         )
     print(json.dumps(out))
     return out

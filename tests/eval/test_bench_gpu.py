@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from eval.bench.gpu import main
 
 
-def test_bench_gpu_on_tiny_cpu(capsys):
+@pytest.mark.parametrize("compiled", [False, True])
+def test_bench_gpu_on_tiny_cpu(capsys, compiled):
     out = main(
         [
             "--model",
@@ -27,6 +30,7 @@ def test_bench_gpu_on_tiny_cpu(capsys):
             "--repeats",
             "1",
         ]
+        + ["--compile"] * compiled
     )
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith('{"model": "tiny"')
     assert out["frame_tokens"] == 4
@@ -36,6 +40,7 @@ def test_bench_gpu_on_tiny_cpu(capsys):
     assert stream["steps"] == 8 and stream["window_steps"] == 40
     assert stream["max_decision_logit_diff"] < 1e-4  # float32 on CPU
     assert stream["steps_per_s"] > 0 and stream["batched_stream_steps_per_s"] > 0
+    assert stream["compile"] is compiled and stream["warmup_s"] > 0
 
 
 def test_bench_gpu_command_is_the_gpu_subcommand():
@@ -79,3 +84,16 @@ def test_profile_splits_a_silent_and_a_firing_step_on_tiny_cpu(capsys):
         assert firing["model_cpu_ms"] > 2 * silent["model_cpu_ms"]
     # the window bounds the cache: at step 12 it holds fewer tokens than the whole stream's
     assert rows[3]["cache_tokens"] < rows[2]["cache_tokens"]
+
+
+def test_compile_bench_compares_eager_and_compiled_steps(capsys):
+    from eval.bench.compile import main as compile_bench
+
+    out = compile_bench(["--steps", "6", "--batch", "2", "--window", "3", "--repeats", "1"])
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == out
+    assert list(out["cases"]) == ["silent_batch1", "silent_batch2", "firing_batch1", "firing_batch2"]
+    for name, case in out["cases"].items():
+        assert case["same_decisions"] and case["max_decision_logit_diff"] < 1e-4  # float32 on CPU
+        assert case["fires"] == (0 if name.startswith("silent") else 6 * case["rows"])
+        assert case["eager_step_ms"] > 0 and case["compiled_step_ms"] > 0
+    assert out["layers"] == 2 and out["graphs"] <= 4

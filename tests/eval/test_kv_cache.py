@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicLayer
 
-from eval.kv_cache import MIN_CAPACITY, GrowingLayer, growing_cache
+from eval.kv_cache import MIN_CAPACITY, GrowingLayer, growing_cache, reserve_columns
 
 
 def _steps(n: int, width: int, seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -63,3 +63,21 @@ def test_growing_cache_replaces_every_full_attention_layer(tiny_model_and_proces
     cache = growing_cache(model.config)
     assert len(cache.layers) == model.config.text_config.num_hidden_layers
     assert all(type(layer) is GrowingLayer for layer in cache.layers)
+
+
+def test_reserved_columns_are_appended_without_growing(tiny_model_and_processor):
+    """The engine reserves a step's columns before a compiled forward: no buffer grows inside it."""
+    model, _ = tiny_model_and_processor
+    cache = growing_cache(model.config)
+    reserve_columns(cache, 1000)  # before the first append: nothing to size yet
+    assert all(layer.capacity == 0 for layer in cache.layers)
+    for layer in cache.layers:
+        layer.update(*_steps(1, 30)[0])
+    reserve_columns(cache, 700)
+    buffers = [layer._k.data_ptr() for layer in cache.layers]
+    assert [layer.capacity for layer in cache.layers] == [700] * len(cache.layers)
+    for k, v in _steps(22, 30):
+        for layer in cache.layers:
+            layer.update(k, v)
+    assert [layer._k.data_ptr() for layer in cache.layers] == buffers
+    assert all(layer.get_seq_length() == 690 for layer in cache.layers)

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from data_builders.records import HistoryEntry, Target, load_streams, write_jsonl
-from eval import score
+from eval import score, streaming
 from eval.run import evaluate, load_config
 from eval.runners import get_runner
 from eval.store import PredictionLog
-from eval.streaming import StepDecision, StreamResult
+from eval.streaming import StepDecision, StreamResult, compiled_forward
 
 ROOT = Path(__file__).resolve().parents[2]
 # The untrained tiny model sits near P(response) = 0.47: at 0.47 it fires on about half the steps.
@@ -71,6 +71,28 @@ def test_p3i_run_writes_predictions_and_the_metrics_eval_score_prints(
     assert set(metrics["per_task"]) == {s.task for s in streams if s.targets}
     assert len(list((out / "timelines").glob("*.png"))) == 4
     assert (out / "config.yaml").exists()
+
+
+def test_compiled_run_writes_the_eager_run_s_predictions(tiny_checkpoint, toy_dir, tmp_path, monkeypatch):
+    """``compile=true`` reaches the engine (its language model compiled) and changes no prediction."""
+    compiled_models = []
+
+    def spy(lm):
+        compiled_models.append(lm)
+        return compiled_forward(lm)
+
+    monkeypatch.setattr(streaming, "compiled_forward", spy)
+    rows = {}
+    for flag in ("false", "true"):
+        out = tmp_path / flag
+        argv = [f"out_dir={out}", f"threshold={FIRING}", "limit=3", "batch_size=3", f"compile={flag}"]
+        evaluate(load_config(overrides(tiny_checkpoint, toy_dir / "records.jsonl", tmp_path, *argv)))
+        rows[flag] = PredictionLog(out / "predictions.jsonl").rows()
+        assert bool(compiled_models) == (flag == "true")
+    assert len(rows["true"]) == 3 and sum(sum(r["fired"]) for r in rows["true"]) > 0
+    for eager, compiled in zip(rows["false"], rows["true"], strict=True):
+        assert eager["fired"] == compiled["fired"] and eager["replies"] == compiled["replies"]
+        assert max(abs(a - b) for a, b in zip(eager["p_response"], compiled["p_response"])) < 1e-5
 
 
 def test_egoserve_subtype_comes_from_the_leading_tag():

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
+import torch
+from torch._dynamo.utils import counters
 
 from data_builders.config import RenderConfig
 from data_builders.frames import stream_frames
@@ -106,6 +110,29 @@ def test_compaction_in_place_changes_no_decision(setup, monkeypatch):
     assert [s.text for s in a.steps] == [s.text for s in b.steps]
     assert _max_logit_diff(a, b) < 1e-5
     assert 2 * kept < 1.1 * masked.cache_length()  # evicted frames left the compacted cache
+
+
+def test_compiled_forward_streams_the_same_in_four_graphs(setup):
+    """``EngineConfig.compile``: the eager engine's decisions and replies, logits within 1e-4, for one
+    stream and a batch, firing and windowed (compaction included); the graphs a run needs are built
+    once, four of them (a frame step and a reply token, for a batch of one and of more), and a
+    second run builds none."""
+    model, renderer, streams, frames = setup
+    torch._dynamo.reset()
+    counters.clear()
+    cfg = EngineConfig(threshold=0.47, max_new_tokens=4, frame_window=6)
+    compiled_cfg = dataclasses.replace(cfg, compile=True)
+    for rows in (slice(0, 1), slice(0, 3)):
+        eager = StreamingEngine(model, renderer, cfg).run(streams[rows], frames[rows])
+        compiled = StreamingEngine(model, renderer, compiled_cfg).run(streams[rows], frames[rows])
+        for a, b in zip(eager, compiled, strict=True):
+            assert 0 < sum(s.fired for s in a.steps) < 40
+            assert [s.text for s in a.steps] == [s.text for s in b.steps]
+            assert _max_logit_diff(a, b) < 1e-4
+            assert a.tokens == b.tokens
+    assert counters["stats"]["unique_graphs"] == 4
+    StreamingEngine(model, renderer, compiled_cfg).run(streams, frames)
+    assert counters["stats"]["unique_graphs"] == 4
 
 
 def test_a_silent_step_reads_two_rows_of_the_head(setup):
