@@ -130,12 +130,14 @@ def evidence_turn(renderer: TurnRenderer, text: str) -> list[int]:
 
 
 def compiled_forward(lm: torch.nn.Module) -> Callable:
-    """``lm.forward`` through ``torch.compile`` with dynamic shapes, compiled once per model and kept
-    on it, so every engine over the model (one per evaluation batch) reuses its graphs: one per kind
-    of forward, a step with a frame or a one-token step of a reply, for a batch of one and for a
-    batch of more (the cache length, chunk width and batch size are symbolic in each). The engine
-    keeps the rest out of the graphs' guards (docs/design.md): a run's first forward, into an empty
-    cache, runs eagerly; a step's KV columns are reserved before the forward
+    """``lm.forward`` through ``torch.compile`` with dynamic shapes, kept on the model for every
+    engine over it (one per evaluation batch). Its graphs, one per kind of forward (a step with a
+    frame or a one-token step of a reply, for a batch of one and for a batch of more; the cache
+    length, chunk width and batch size are symbolic in each), are built once per process: another
+    model of the same architecture (the next checkpoint) reuses them.
+
+    The engine keeps the rest out of the graphs' guards (docs/design.md): a run's first forward,
+    into an empty cache, runs eagerly; a step's KV columns are reserved before the forward
     (``eval.kv_cache.reserve_columns``), and neither they nor the attention mask ever fill their
     buffers (a view of a whole buffer strides as another shape); sizes equal by chance when a graph
     is traced (a KV buffer and the mask buffer both 256 wide) are not unified ("duck" shapes off),
