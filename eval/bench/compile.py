@@ -1,7 +1,7 @@
 """The streaming engine with its language model eager and compiled (``EngineConfig.compile``).
 
     python -m eval.bench compile                                  # tiny model, CPU: ~1-2 min on 2 cores
-    python -m eval.bench compile --layers 36                      # tiny widths at the 4B's depth: ~15 min
+    python -m eval.bench compile --layers 36                      # tiny widths at the 4B's depth: ~18 min
     python -m eval.bench compile --model conf/model/qwen3_vl_4b.yaml --device cuda --size 448
 
 Four cases over toy streams with a ``--window``-frame window: silent (threshold above 1) and firing
