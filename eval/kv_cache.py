@@ -41,14 +41,10 @@ class GrowingLayer(DynamicLayer):
         return self._k.shape[-2] if self.is_initialized else 0
 
     def reserve(self, needed: int) -> None:
-        """Make room for ``needed`` columns (a no-op before the first append, which sizes the buffer).
-        The engine reserves a step's columns before the forward, so a compiled forward never grows
-        a buffer (``EngineConfig.compile``)."""
-        if self.is_initialized:
-            self._reserve(needed)
-
-    def _reserve(self, needed: int) -> None:
-        if needed <= self.capacity:
+        """Make room for ``needed`` columns (nothing before the first append, which sizes the buffer).
+        Appending reserves its columns; the engine also reserves a step's before the forward, so a
+        compiled forward never grows a buffer (``EngineConfig.compile``)."""
+        if not self.is_initialized or needed <= self.capacity:
             return
         size = max(needed, 2 * self.capacity, MIN_CAPACITY)
         for name in ("_k", "_v"):
@@ -62,7 +58,7 @@ class GrowingLayer(DynamicLayer):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         n, m = self.length, key_states.shape[-2]
-        self._reserve(n + m)
+        self.reserve(n + m)
         self._k[..., n : n + m, :] = key_states
         self._v[..., n : n + m, :] = value_states
         self.length = n + m

@@ -43,7 +43,7 @@ def append_ms(layer_cls, cached: int, step: int, heads: int, head_dim: int, dtyp
         shape = (1, heads, cached, head_dim)
         layer.update(torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype))
         if isinstance(layer, GrowingLayer):  # the buffer has room and its pages are mapped, as in
-            layer._reserve(cached + step)  # a running stream (a window reuses its buffer)
+            layer.reserve(cached + step)  # a running stream (a window reuses its buffer)
             layer._k.zero_()
             layer._v.zero_()
         new = torch.ones((1, heads, step, head_dim), dtype=dtype)
