@@ -50,6 +50,7 @@ object, as in a GRPO group) are prepared once and their features reused for ever
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -129,12 +130,23 @@ def evidence_turn(renderer: TurnRenderer, text: str) -> list[int]:
     return renderer.encode(f"<|im_start|>user\nEvidence:\n{text}<|im_end|>\n")
 
 
+def _language_model_forward(lm: torch.nn.Module, **inputs):
+    return lm.forward(**inputs)
+
+
+@functools.cache
+def _compiled_language_model_forward() -> Callable:
+    return torch.compile(_language_model_forward, dynamic=True)
+
+
 def compiled_forward(lm: torch.nn.Module) -> Callable:
-    """``lm.forward`` through ``torch.compile`` with dynamic shapes, kept on the model for every
-    engine over it (one per evaluation batch). Its graphs, one per kind of forward (a step with a
-    frame or a one-token step of a reply, for a batch of one and for a batch of more; the cache
-    length, chunk width and batch size are symbolic in each), are built once per process: another
-    model of the same architecture (the next checkpoint) reuses them.
+    """``lm.forward(**inputs)`` through ``torch.compile`` with dynamic shapes. One compiled function
+    serves every model of the process, the model an argument of it (its weights inputs of the
+    graphs, never constants): a copy of a model with other weights (GRPO's policy after an update,
+    the next checkpoint) runs its own, with the graphs already built for that architecture. The
+    graphs, one per kind of forward (a step with a frame or a one-token step of a reply, for a batch
+    of one and for a batch of more; the cache length, chunk width and batch size are symbolic in
+    each), are built once per process.
 
     The engine keeps the rest out of the graphs' guards (docs/design.md): a run's first forward,
     into an empty cache, runs eagerly; a step's KV columns are reserved before the forward
@@ -142,18 +154,15 @@ def compiled_forward(lm: torch.nn.Module) -> Callable:
     buffers (a view of a whole buffer strides as another shape); sizes equal by chance when a graph
     is traced (a KV buffer and the mask buffer both 256 wide) are not unified ("duck" shapes off),
     or a later step would fail that guard and recompile."""
-    found = lm.__dict__.get("_streaming_compiled")
-    if found is None:
-        from torch.fx.experimental import _config as shapes_config
+    from torch.fx.experimental import _config as shapes_config
 
-        compiled = torch.compile(lm.forward, dynamic=True)
+    compiled = _compiled_language_model_forward()
 
-        def run(*args, **kwargs):
-            with shapes_config.patch(use_duck_shape=False):
-                return compiled(*args, **kwargs)
+    def run(**inputs):
+        with shapes_config.patch(use_duck_shape=False):
+            return compiled(lm, **inputs)
 
-        found = lm.__dict__["_streaming_compiled"] = run
-    return found
+    return run
 
 
 def decision_probability(logits: torch.Tensor, silence_id: int, response_id: int) -> torch.Tensor:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import numpy as np
@@ -116,7 +117,7 @@ def test_compiled_forward_streams_the_same_in_four_graphs(setup):
     """``EngineConfig.compile``: the eager engine's decisions and replies, logits within 1e-4, for one
     stream and a batch, firing and windowed (compaction included); the graphs a run needs are built
     once, four of them (a frame step and a reply token, for a batch of one and of more), and a
-    second run builds none."""
+    second run builds none, nor does a copy of the model with other weights, which runs its own."""
     model, renderer, streams, frames = setup
     torch._dynamo.reset()
     counters.clear()
@@ -132,6 +133,16 @@ def test_compiled_forward_streams_the_same_in_four_graphs(setup):
             assert a.tokens == b.tokens
     assert counters["stats"]["unique_graphs"] == 4
     StreamingEngine(model, renderer, compiled_cfg).run(streams, frames)
+    assert counters["stats"]["unique_graphs"] == 4
+    # a copy of the compiled model with other weights (GRPO's policy, a ref model) runs its own
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        other.model.language_model.norm.weight.mul_(2.0)
+    eager = StreamingEngine(other, renderer, cfg).run(streams[:3], frames[:3])
+    compiled = StreamingEngine(other, renderer, compiled_cfg).run(streams[:3], frames[:3])
+    before = StreamingEngine(model, renderer, cfg).run(streams[:3], frames[:3])
+    assert max(_max_logit_diff(a, b) for a, b in zip(eager, compiled, strict=True)) < 1e-4
+    assert min(_max_logit_diff(a, b) for a, b in zip(eager, before, strict=True)) > 0.1
     assert counters["stats"]["unique_graphs"] == 4
 
 
