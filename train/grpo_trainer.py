@@ -237,6 +237,7 @@ class GRPOLoop:
                     cfg.temperature,
                     cfg.max_new_tokens,
                     seed,
+                    compile=cfg.compile_rollouts,
                 )
                 out.append((j, rollouts))
         return out

@@ -84,13 +84,14 @@ def rollout_group(
     temperature: float,
     max_new_tokens: int,
     seed: int,
+    compile: bool = False,
 ) -> tuple[list[Rollout], StreamingEngine]:
-    """G sampled rollouts of one window, batched; the frame array is shared by every row."""
-    engine = StreamingEngine(
-        model,
-        renderer,
-        EngineConfig(sample=True, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed),
+    """G sampled rollouts of one window, batched; the frame array is shared by every row. With
+    ``compile`` the engine's language model runs compiled (``EngineConfig.compile``)."""
+    cfg = EngineConfig(
+        sample=True, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, compile=compile
     )
+    engine = StreamingEngine(model, renderer, cfg)
     results = engine.run(
         [window.stream] * num_generations,
         [window.frames] * num_generations,

@@ -331,3 +331,45 @@ def test_updates_pass_over_every_window_once_per_epoch(setup, tmp_path):
     assert [id(w) for w in again._windows_for(1)] == epoch[3:6]
     second = [id(w) for step in range(n, 2 * n) for w in loop._windows_for(step)]  # epochs 3..5
     assert sorted(second[:n]) == sorted(id(w) for w in windows) and second[: len(epoch)] != epoch
+
+
+def test_compiled_rollouts_sample_what_eager_ones_do_as_the_weights_change(setup, tmp_path):
+    """``grpo.compile_rollouts``: two updates (the first moves the weights) give the eager run's
+    rewards, losses and gradient norms (their rollouts sampled the same decisions and replies); the
+    rollouts' graphs (a frame step and a reply token, for the group's batch)
+    are built at the first update and serve the second, whose weights differ."""
+    import copy
+    import dataclasses
+
+    from torch._dynamo.utils import counters
+
+    from train.grpo_config import GRPOSettings
+    from train.grpo_trainer import GRPOLoop
+
+    model, renderer, windows = setup
+    reward = build_reward({"weights": {"prs": 1.0, "redundancy": 1.0}, "redundancy": {"lambda": 0.2}})
+    settings = GRPOSettings(
+        windows_per_step=2, num_generations=2, max_new_tokens=4, learning_rate=1e-3, temperature=5.0
+    )
+    torch._dynamo.reset()
+    counters.clear()
+    rows, graphs, moved = {}, [], 0.0
+    for compiled in (False, True):
+        policy = copy.deepcopy(model)
+        start = [p.detach().clone() for p in policy.parameters()]
+        cfg = dataclasses.replace(settings, compile_rollouts=compiled)
+        loop = GRPOLoop(cfg, policy, None, renderer, reward, windows, tmp_path / str(compiled))
+        rows[compiled] = []
+        for step in range(2):
+            loop.step = step
+            rows[compiled].append(loop.update())
+            graphs.append(counters["stats"]["unique_graphs"])
+            if step == 0:
+                moved = max(float((p.detach() - q).abs().max()) for p, q in zip(policy.parameters(), start))
+    assert moved > 1e-4  # the second update's rollouts run other weights than the first's
+    assert graphs == [0, 0, 2, 2]
+    for eager, compiled in zip(rows[False], rows[True], strict=True):
+        assert eager["grad_norm"] > 0.1 and eager["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+        assert eager["loss"] == pytest.approx(compiled["loss"], abs=1e-6)
+        for key in eager.keys() - {"loss", "rollout_s", "reward_s", "update_s"}:
+            assert eager[key] == pytest.approx(compiled[key], rel=1e-5, abs=1e-7), key

@@ -1,5 +1,6 @@
 """GRPO over 2 processes (``accelerate launch``, DeepSpeed on CPU, gloo): the update equals the
-one-process update over the same windows, under ZeRO-2 and ZeRO-3; SIGUSR1 to one rank makes every
+one-process update over the same windows, under ZeRO-2 and under ZeRO-3 with compiled rollouts
+(``grpo.compile_rollouts``: the graphs run the weights ZeRO-3 gathers); SIGUSR1 to one rank makes every
 rank save its part and exit 75, and the rerun continues from that checkpoint.
 
 The runs use ``loss_type=dapo`` and ``scale_rewards=batch``: both normalize by totals over every
@@ -102,10 +103,10 @@ def test_two_processes_equal_one_process_under_zero2_and_zero3(toy, tmp_path):
     moved = max_difference(weights(single / "final"), start)
     assert moved > 5e-4  # the updates changed the weights: the comparison below means something
     figures = {}
-    for stage in ("zero2", "zero3"):
+    for stage, compiled in (("zero2", "false"), ("zero3", "true")):
         run = tmp_path / stage
         out = subprocess.run(
-            grpo(accelerate(stage), toy, run, "grpo.max_steps=2"),
+            grpo(accelerate(stage), toy, run, "grpo.max_steps=2", f"grpo.compile_rollouts={compiled}"),
             cwd=ROOT,
             capture_output=True,
             text=True,
