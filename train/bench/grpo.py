@@ -3,10 +3,14 @@ split of one update between rollout, reward and policy update.
 
     python -m train.bench grpo                      # JSON on the last line
     python -m train.bench grpo --windows 8 --group 4 --threads 2
+    python -m train.bench grpo --compile            # adds the rollouts with the model compiled
 
 ``shared``: the G rollouts of a window use one frame array, so each frame goes through the vision
 tower once per window; ``unshared``: every rollout gets its own copy and its frames are encoded G
-times. ``frames_encoded`` counts what the vision tower saw.
+times. ``frames_encoded`` counts what the vision tower saw. ``--compile`` adds ``compiled``: the
+shared rollouts with the language model compiled (``grpo.compile_rollouts``), timed on a second
+pass (``compile_s``: the first, which builds the graphs), whether they sampled the same tokens as the
+eager ones (same seeds), and ``compiled_speedup`` over an eager pass run just before it.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from train.bench.sft import ROOT
 from train.grpo_config import GRPOSettings, reward_spec
 
 
-def bench_grpo(windows: int, group: int, threads: int) -> dict:
+def bench_grpo(windows: int, group: int, threads: int, compile: bool = False) -> dict:
     from data_builders.config import RenderConfig
     from data_builders.frames import stream_frames
     from data_builders.records import load_streams, write_jsonl
@@ -56,19 +60,36 @@ def bench_grpo(windows: int, group: int, threads: int) -> dict:
             "threads": threads,
         }
         model.eval()
-        for name, share in (("shared", True), ("unshared", False)):
-            encoded, t0 = 0, time.perf_counter()
+
+        def roll(share: bool, compiled: bool = False) -> tuple[float, int, list]:
+            """Every window's G rollouts: seconds, frames encoded, the tokens fed."""
+            encoded, tokens, t0 = 0, [], time.perf_counter()
             for j, w in enumerate(pool):
                 rows = [w.frames] * group if share else [w.frames.copy() for _ in range(group)]
-                engine = StreamingEngine(
-                    model, renderer, EngineConfig(sample=True, max_new_tokens=16, seed=j)
-                )
+                engine_cfg = EngineConfig(sample=True, max_new_tokens=16, seed=j, compile=compiled)
+                engine = StreamingEngine(model, renderer, engine_cfg)
                 with torch.no_grad():
-                    engine.run([w.stream] * group, rows)
+                    tokens += [r.tokens for r in engine.run([w.stream] * group, rows)]
                 encoded += engine.frames_encoded
-            elapsed = time.perf_counter() - t0
+            return time.perf_counter() - t0, encoded, tokens
+
+        eager_tokens = []
+        for name, share in (("shared", True), ("unshared", False)):
+            elapsed, encoded, tokens = roll(share)
+            eager_tokens = eager_tokens or tokens
             out[name] = {"windows_per_s": round(len(pool) / elapsed, 3), "frames_encoded": encoded}
         out["sharing_speedup"] = round(out["shared"]["windows_per_s"] / out["unshared"]["windows_per_s"], 3)
+        if compile:
+            compile_s, _, _ = roll(True, compiled=True)
+            eager_s, _, _ = roll(True)  # warm, as the compiled pass is
+            compiled_s, _, tokens = roll(True, compiled=True)
+            out["compiled"] = {
+                "windows_per_s": round(len(pool) / compiled_s, 3),
+                "eager_windows_per_s": round(len(pool) / eager_s, 3),
+                "compile_s": round(compile_s, 1),
+                "same_tokens": tokens == eager_tokens,
+            }
+            out["compiled_speedup"] = round(eager_s / compiled_s, 3)
         loop_cfg = GRPOSettings(
             learning_rate=1e-4,
             windows_per_step=len(pool),

@@ -3,6 +3,7 @@
     python -m train.bench sft                       # tiny model, toy windows, CPU; JSON on the last line
     python -m train.bench sft --steps 20 --batch 8 --threads 2
     python -m train.bench grpo                      # rollouts with / without frame sharing (train/bench/grpo.py)
+    python -m train.bench grpo --compile            # ... and with the language model compiled
     python -m train.bench memory                    # step memory, full vs selected logits (train/bench/memory.py)
 
 One step is what the SFT trainer does per batch: forward over a padded batch of rendered toy windows
@@ -122,6 +123,11 @@ def main(argv: list[str] | None = None) -> None:
         help="grpo: rollouts per window (default 4); memory: GRPO rows (default 2)",
     )
     ap.add_argument(
+        "--compile",
+        action="store_true",
+        help="grpo: also roll out with the language model compiled (grpo.compile_rollouts)",
+    )
+    ap.add_argument(
         "--params", choices=["all", "merger"], default="all", help="memory-variant: gradients computed"
     )
     ap.add_argument("--frames", type=int, default=8, help="memory: 448 x 448 frames in the window")
@@ -147,7 +153,7 @@ def _memory_variant(args) -> dict:
 def _grpo(args) -> dict:
     from train.bench.grpo import bench_grpo
 
-    return bench_grpo(args.windows, args.group or 4, args.threads)
+    return bench_grpo(args.windows, args.group or 4, args.threads, args.compile)
 
 
 #: ``python -m train.bench WHAT``: the benchmark behind each name.
