@@ -18,6 +18,7 @@ the last line.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import time
@@ -46,7 +47,7 @@ def bench_case(
     model, renderer, device: str, rows, threshold: float, window: int, max_new: int, repeats: int
 ) -> dict:
     eager = EngineConfig(threshold=threshold, max_new_tokens=max_new, frame_window=window)
-    compiled = EngineConfig(threshold=threshold, max_new_tokens=max_new, frame_window=window, compile=True)
+    compiled = dataclasses.replace(eager, compile=True)
     compile_s, _, _ = _run(model, renderer, device, compiled, rows)
     times: dict[str, list[float]] = {"eager": [], "compiled": []}
     for _ in range(repeats):

@@ -17,6 +17,7 @@ stream. Times are medians; ratios come from one run, so they hold on a shared ma
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import time
@@ -142,7 +143,7 @@ def bench_stream(
 
     long_stream, long_frames = toy_stream(2, window_steps, size)
     _reset_peak(device)
-    window_cfg = EngineConfig(threshold=threshold, max_new_tokens=8, frame_window=32, compile=compile)
+    window_cfg = dataclasses.replace(cfg, frame_window=32)
     [windowed] = StreamingEngine(model, renderer, window_cfg).run([long_stream], [long_frames])
     lat = [s.latency_s for s in windowed.steps]
     early = statistics.median(lat[50:70]) if len(lat) >= 70 else statistics.median(lat[: len(lat) // 2])
