@@ -165,6 +165,14 @@ def compiled_forward(lm: torch.nn.Module) -> Callable:
     return run
 
 
+def compiled_graphs() -> int:
+    """Graphs ``torch.compile`` has built in this process so far: ``compiled_forward`` needs four at
+    most, so a count that grows over a run means something recompiles."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
 def decision_probability(logits: torch.Tensor, silence_id: int, response_id: int) -> torch.Tensor:
     """P(</Response>) from the two decision logits (last dim = vocabulary)."""
     pair = torch.stack([logits[..., silence_id], logits[..., response_id]], dim=-1).float()

@@ -49,6 +49,7 @@ import torch
 from data_builders.progress import Progress
 from eval.checkpoints import COMPLETE_MARKER, write_render
 from eval.render import TurnRenderer
+from eval.streaming import compiled_graphs
 from eval.tracking import flatten
 from rewards.grpo import step_rewards
 from train.grpo_config import check_choices
@@ -346,6 +347,8 @@ class GRPOLoop:
         row.update(
             rollout_s=t_rollout, reward_s=t_reward, update_s=time.perf_counter() - t0 - t_rollout - t_reward
         )
+        if cfg.compile_rollouts:
+            row["rollout_graphs"] = compiled_graphs()
         return row
 
     @staticmethod
