@@ -193,7 +193,9 @@ def _train(cfg: DictConfig, out: Path, resume: str | None) -> Path:
     if "wandb" in trainer.args.report_to and trainer.is_world_process_zero():
         import wandb
 
-        wandb.finish()  # flushes the summary (offline runs too) before the demo's evaluation starts
+        # ends the run before the demo's evaluation starts; W&B's service writes and closes the
+        # offline run's file after this returns (tests wait for its exit record: offline_run)
+        wandb.finish()
     return final
 
 

@@ -167,14 +167,18 @@ def test_lora_trains_adapters_decision_rows_and_merger(toy_data, tmp_path):
 
 
 @pytest.mark.slow
-def test_wandb_offline_logs_the_loss_parts(toy_data, tmp_path, monkeypatch):
+def test_wandb_offline_logs_the_loss_parts(toy_data, tmp_path, monkeypatch, offline_run):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     train(sft_cfg(toy_data, tmp_path / "run", "logger=wandb"))
-    runs = list((tmp_path / "run" / "wandb").glob("offline-run-*"))
-    assert len(runs) == 1
-    [record] = runs[0].glob("run-*.wandb")  # the offline run's protobuf log: keys are stored as text
-    data = record.read_bytes()
-    for key in ("train/loss_decision", "train/loss_text", "train/recall_response", "train/fire_rate"):
-        assert key.encode() in data, key
-    assert b"train/tokens_per_s" in data and b"train/learning_rate" in data
+    [folder] = (tmp_path / "run" / "wandb").glob("offline-run-*")
+    # W&B's service closes the run's file after wandb.finish() returns: wait for its exit record
+    # (reading the file at once found only its 7-byte header in 3 of 4 full-suite runs)
+    found = offline_run(folder)
+    assert found["ended"]
+    rows = [row for row in found["history"] if "train/loss_decision" in row]
+    assert len(rows) == 2  # logging_steps=1, max_steps=2
+    for key in ("train/loss_text", "train/recall_response", "train/fire_rate", "train/tokens_per_s"):
+        assert all(key in row for row in rows), key
+    assert all(row["train/learning_rate"] > 0 for row in rows)
+    assert [round(r["train/loss_decision"], 2) for r in rows] == pytest.approx([7.06, 5.69], abs=0.02)
