@@ -344,3 +344,27 @@ def test_a_dead_writers_debris_goes_once_its_lock_is_free_a_live_ones_stays(tmp_
     assert not [*out.glob(".staging-*"), *cache.rglob("*.tmp")]
     assert len(list(cache.rglob("*.npy"))) == 3  # two clips at the stage's budget, one at the held writer's
     assert len(load_streams(out)) == 2
+
+
+def test_a_clip_that_starts_before_zero_is_refused_by_the_build(tmp_path, mp4):
+    mp4(tmp_path / "videos/pm.mp4", 30)
+    rows = [
+        {"id": "ok", "video": "pm.mp4", "clip_start": 0.0, "clip_end": 20.0, "trigger": None},
+        {"id": "early", "video": "pm.mp4", "clip_start": -2.0, "clip_end": 20.0, "trigger": None},
+    ]
+    ann = tmp_path / "clips.json"
+    ann.write_text(json.dumps(rows))
+    report = build_source(
+        "propermem", tmp_path / "out", annotations=ann, videos=tmp_path / "videos", max_error_rate=1.0
+    )
+    assert [s.id for s in report.records] == ["propermem-ok"]
+    [error] = [e for e in report.errors if e.scope == "record"]
+    assert (error.source_file, error.record) == (str(ann), "early")
+    assert "field 'clip_start': a clip starts at 0 s or later on its record's clock, got -2.0" in error.reason
+    # a records file holding such a clip (written by hand, or by an older build) is refused on reading
+    bad = json.loads((tmp_path / "out/records.jsonl").read_text()) | {"clip_start": -2.0}
+    (tmp_path / "bad.jsonl").write_text(json.dumps(bad) + "\n")
+    with pytest.raises(
+        RecordError, match=r"bad.jsonl, record propermem-ok, field 'clip_start': a clip starts"
+    ):
+        load_streams(tmp_path / "bad.jsonl")
