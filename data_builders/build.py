@@ -21,7 +21,8 @@ Stages, in order (each source module only does the first):
 5. **Write** ``records.jsonl``, parquet shards, ``stats.json`` and ``errors.jsonl`` (video paths
    rewritten relative to ``out``, or absolute) into a staging folder inside ``out``, and move them
    into ``out`` only when the build succeeded: a crash, a full disk or a failed build leaves the
-   previous build as it was. A build over ``max_error_rate`` puts its files in ``out/failed_build/``
+   previous build as it was (the staging folder of a build killed outright is removed by the next
+   one). A build over ``max_error_rate`` puts its files in ``out/failed_build/``
    (so its ``errors.jsonl`` can be read) and raises.
 
 Tolerances that keep data: a target up to :data:`CLAMP_TOLERANCE` (1 s) past the clip end is moved
@@ -61,7 +62,7 @@ from data_builders.video import VideoError, VideoInfo, probe_video
 from data_builders.video_index import AmbiguousVideo, VideoIndex
 
 log = logging.getLogger("data_builders")
-#: Re-exported: the mixture stage and the experiments write through the same staged writer.
+#: Re-exported: the experiments write through the same staged writer.
 __all__ = [
     "BuildFailed",
     "BuildReport",

@@ -109,8 +109,8 @@ def mix_main(cfg: DictConfig) -> None:
     _logging()
     mixture = typed(MixtureConfig, OmegaConf.to_container(cfg.data, resolve=True), "data")
     try:
-        summary = build_mixture(mixture)
-    except BuildFailed as exc:
+        summary = build_mixture(mixture)  # holds data.dir's output lock, as a build holds its out
+    except (BuildFailed, OutputLocked) as exc:
         print(f"mixture failed: {exc}", file=sys.stderr)
         sys.exit(1)
     print(json.dumps(summary, sort_keys=True))

@@ -6,6 +6,9 @@
 - :func:`id_file_name`: a record id as a file name that cannot climb out of its folder.
 - :class:`OutputLock`: an exclusive lock on an output folder; a second run on the same folder stops
   at once, naming the process that holds it.
+- :class:`WriterLock` / :func:`remove_dead_writes`: a writer holds a lock on the temporary file or
+  folder it fills, so what a killed writer left behind (its lock is free) can be told from, and
+  removed without touching, what a live one is still writing (its lock is held).
 """
 
 from __future__ import annotations
@@ -14,14 +17,19 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import platform
 import re
+import shutil
+import stat
+import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
+log = logging.getLogger("data_builders")
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 LOCK_FILE = ".lock"
 
@@ -120,3 +128,94 @@ class OutputLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+class WriterLock:
+    """An exclusive lock (``fcntl.flock``) a writer holds on the temporary file or folder it is
+    filling, from its creation until it was moved into place or removed: :meth:`release` after
+    that. The OS drops it when the writer dies, so :func:`remove_dead_writes` removes a path only
+    once its writer is gone, never while it is still writing.
+
+    ``create`` makes the path and returns it; it is called again in the rare case that a cleanup
+    removed the path between its creation and the lock (until it is locked, a new path cannot be
+    told from a dead writer's).
+    """
+
+    def __init__(self, create: Callable[[], Path], tries: int = 100):
+        for _ in range(tries):
+            path = create()
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            except FileNotFoundError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:  # a file system without locks: no cleanup can take it either
+                pass
+            if _names(path, fd):
+                self.path, self._fd = path, fd
+                return
+            os.close(fd)
+        raise OSError(f"{path}: removed by another process {tries} times before it could be locked")
+
+    @classmethod
+    def file(cls, path: str | Path) -> WriterLock:
+        """A lock on a temporary file ``path`` (created empty, or kept as it is if it exists)."""
+        path = Path(path)
+
+        def create() -> Path:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644))
+            return path
+
+        return cls(create)
+
+    @classmethod
+    def folder(cls, parent: str | Path, prefix: str) -> WriterLock:
+        """A lock on a new folder ``<parent>/<prefix><random>``."""
+        return cls(lambda: Path(tempfile.mkdtemp(prefix=prefix, dir=parent)))
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _names(path: Path, fd: int) -> bool:
+    """Whether ``path`` still names the file or folder open as ``fd``."""
+    try:
+        return os.path.samestat(os.fstat(fd), os.lstat(path))
+    except FileNotFoundError:
+        return False
+
+
+def remove_dead_writes(paths: Iterable[Path]) -> list[Path]:
+    """Remove each temporary file or folder of ``paths`` whose :class:`WriterLock` is free: its
+    writer died (killed, out of memory) before it could move it into place or clean
+    up. A path whose lock is held belongs to a live writer and is left alone, as is a symlink.
+    Each removal is logged; returns the removed paths."""
+    removed = []
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:  # gone meanwhile, a symlink, unreadable
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # held: its writer is alive (or the file system has no locks)
+                continue
+            if not _names(path, fd):  # moved into place (or replaced) since it was listed
+                continue
+            try:
+                if stat.S_ISDIR(os.fstat(fd).st_mode):
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
+            except OSError as exc:
+                log.warning("cannot remove %s, left by a writer that died: %s", path, exc)
+                continue
+        finally:
+            os.close(fd)
+        log.info("removed %s, left by a writer that died", path)
+        removed.append(path)
+    return removed

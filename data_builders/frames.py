@@ -15,7 +15,9 @@ One rule, used by the frames stage, SFT, GRPO and evaluation alike:
   stage wrote, under ``paths.frame_cache_dir``.
 
 The stage spreads clips over ``workers`` processes with a progress bar. Unreadable videos are
-listed (file and reason) and make the stage fail after every other clip is cached.
+listed (file and reason) and make the stage fail after every other clip is cached. It first removes
+the temp files of cache entries whose writer died mid-write (a killed frames stage or training
+run: the entry's lock is free), naming each in the log; a live writer's are left alone.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from data_builders.config import RenderConfig
+from data_builders.files import remove_dead_writes
 from data_builders.progress import Progress
 from data_builders.records import Stream, load_streams, resolve_video, step_times
 from data_builders.video import FrameCache, VideoError, load_frames
@@ -114,6 +117,7 @@ def cache_frames(
     records file); returns a summary. Raises ``RuntimeError`` listing the videos that could not be
     decoded, after caching all the others; ``ValueError`` for bad options, before any work."""
     check_frames_options(steps_per_second, workers)
+    remove_dead_writes(sorted(Path(cache).glob("*/*.tmp")))
     render = render or RenderConfig()
     jobs = clip_jobs(data)
     failed: list[tuple[str, str]] = []

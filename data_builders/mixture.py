@@ -11,6 +11,14 @@ records, so a rebuild is identical. Splits are assigned per video from a hash of
 records that share a ``Stream.video_key`` or the same video file form one group (union-find), so no
 video is in two splits, even across sources built from the same clips.
 Duplicate record ids across sources are rejected.
+
+A mixture is replaced whole or not at all: every split is written into a staging folder inside
+``dir`` first, and only then swapped in for the old mixture (:func:`_swap_in`), so a kill, Ctrl-C
+or full disk mid-way leaves the old mixture as it was, never a new split beside old ones (which
+would put a video in two splits). ``mixture.json`` is written last: a folder without it holds a
+replacement cut short (the splits of one mixture only), which the next ``mix`` run replaces. The stage holds ``dir``'s output lock
+(:class:`~data_builders.files.OutputLock`, as a build holds its ``out``), so a second ``mix`` or a
+build into the same folder stops at once, naming the holder.
 """
 
 from __future__ import annotations
@@ -25,11 +33,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data_builders.build import BuildFailed, write_outputs
+from data_builders.files import OutputLock, write_text_atomic
+from data_builders.outputs import BuildFailed, commit, staging_dir, write_files
 from data_builders.records import Stream, load_streams, resolve_video
 from data_builders.schema import bounded
 
 log = logging.getLogger("data_builders")
+#: Lists the split folders of the old and the new mixture while one replaces the other.
+SWAP_FILE = "mixture.swap.json"
 
 
 @dataclass
@@ -131,6 +142,49 @@ def _records_path(cfg: MixtureConfig, name: str, share: SourceShare) -> Path:
     return path / "records.jsonl" if path.is_dir() else path
 
 
+def _plain_split(name: str) -> bool:
+    return (
+        bool(name)
+        and not name.startswith(".")
+        and "/" not in name
+        and name not in ("mixture.json", SWAP_FILE)
+    )
+
+
+def _old_splits(out: Path) -> list[str]:
+    """The split folders of the mixture already in ``out``: those of its ``mixture.json``, and of
+    the :data:`SWAP_FILE` a replacement cut short left."""
+    names: set[str] = set()
+    for record in (out / "mixture.json", out / SWAP_FILE):
+        try:
+            names |= set(json.loads(record.read_text())["splits"])
+        except FileNotFoundError:
+            continue
+        except (ValueError, KeyError, TypeError) as exc:
+            raise BuildFailed(
+                f"{record}: not a mixture summary ({exc}); remove it or choose another data.dir"
+            ) from None
+    return sorted(n for n in names if isinstance(n, str) and _plain_split(n))
+
+
+def _swap_in(staging: Path, out: Path, splits: list[str], summary: str) -> None:
+    """Replace the mixture in ``out`` with the splits written in ``staging``, all of them or none.
+
+    The folders of both mixtures are first listed in :data:`SWAP_FILE`; then the old mixture's
+    ``mixture.json`` and every one of its splits are moved into ``staging`` (removed with it), the new
+    splits are moved in, and ``mixture.json`` is written last. Cut short anywhere, ``out`` holds
+    splits of one mixture only (never a video in two splits) and no ``mixture.json``; the next
+    ``mix`` run replaces whatever the list names."""
+    old = _old_splits(out)
+    write_text_atomic(out / SWAP_FILE, json.dumps({"splits": sorted({*old, *splits})}) + "\n")
+    for name in ["mixture.json", *old, *splits]:
+        if (out / name).exists():
+            os.replace(out / name, staging / f".old-{name}")
+    commit(staging, out)
+    write_text_atomic(out / "mixture.json", summary)
+    (out / SWAP_FILE).unlink()
+
+
 def build_mixture(cfg: MixtureConfig, out: str | Path | None = None) -> dict[str, Any]:
     """Sample, split and write the mixture; returns the summary also written to ``mixture.json``."""
     out = Path(out or cfg.dir or "")
@@ -141,6 +195,12 @@ def build_mixture(cfg: MixtureConfig, out: str | Path | None = None) -> dict[str
     if abs(sum(cfg.splits.values()) - 1.0) > 1e-6 or any(v < 0 for v in cfg.splits.values()):
         raise BuildFailed(
             f"mixture {cfg.name}: split shares must be >= 0 and sum to 1, got {dict(cfg.splits)}"
+        )
+    bad = [k for k in cfg.splits if not _plain_split(k)]
+    if bad:
+        raise BuildFailed(
+            f"mixture {cfg.name}: split names must be plain folder names (not hidden, no '/', not "
+            f"mixture.json or {SWAP_FILE}), got {bad}"
         )
     if cfg.total is not None:
         counts: dict[str, int | None] = dict(
@@ -181,15 +241,16 @@ def build_mixture(cfg: MixtureConfig, out: str | Path | None = None) -> dict[str
         "sources": summary_sources,
         "splits": {},
     }
-    for split, streams in by_split.items():
-        split_dir = out / split
-        rel = [
-            Stream.from_dict({**s.to_dict(), "video": os.path.relpath(s.video, os.path.abspath(split_dir))})
-            for s in streams
-        ]
-        write_outputs(split_dir, rel, steps_per_second=cfg.steps_per_second)
-        summary["splits"][split] = {"records": len(rel), "videos": len({s.video_key for s in rel})}
-    (out / "mixture.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    with OutputLock(out, f"data_builders mix data={cfg.name}"), staging_dir(out) as tmp:
+        for split, streams in by_split.items():
+            split_dir = os.path.abspath(out / split)  # where the split will be once it is moved in
+            rel = [
+                Stream.from_dict({**s.to_dict(), "video": os.path.relpath(s.video, split_dir)})
+                for s in streams
+            ]
+            write_files(tmp / split, rel, steps_per_second=cfg.steps_per_second)
+            summary["splits"][split] = {"records": len(rel), "videos": len({s.video_key for s in rel})}
+        _swap_in(tmp, out, list(by_split), json.dumps(summary, indent=1, sort_keys=True) + "\n")
     log.info(
         "mixture %s: %d records -> %s (%s)",
         cfg.name,

@@ -4,7 +4,9 @@
 ``errors.jsonl`` into a hidden staging folder inside ``out`` and then moves each file into ``out``
 with one rename (:func:`commit`): a crash or a full disk while writing leaves ``out`` as it was,
 and no file in ``out`` is ever half written. The build driver (``data_builders.build``) and the
-mixture stage both write this way.
+mixture stage (``data_builders.mixture``, all its splits in one staging folder) both write this way.
+A staging folder is held by its writer (:class:`~data_builders.files.WriterLock`); the next writer
+into ``out`` removes those whose writer was killed before it could clean up.
 """
 
 from __future__ import annotations
@@ -12,11 +14,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from data_builders.files import WriterLock, remove_dead_writes
 from data_builders.records import Stream, write_jsonl, write_parquet
 from data_builders.registry import ConversionError
 from data_builders.stats import compute_stats
@@ -56,22 +58,33 @@ def write_files(
     return files
 
 
+#: Prefix of the staging folders inside ``out``.
+STAGING_PREFIX = ".staging-"
+
+
 @contextmanager
 def staging_dir(out: Path) -> Iterator[Path]:
     """A fresh hidden folder inside ``out`` (created if needed) for a build's files; removed on
-    exit, whatever happened (and ``out`` too, when this created it and it is still empty)."""
+    exit, whatever happened (and ``out`` too, when this created it and it is still empty).
+
+    The folder is held with a :class:`~data_builders.files.WriterLock` while it is in use, and the
+    staging folders in ``out`` whose lock is free (their writer was killed before its cleanup ran)
+    are removed, each named in the log; a live writer's staging folder is left alone."""
     created = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".staging-", dir=out))
+        held = WriterLock.folder(out, STAGING_PREFIX)
     except (FileExistsError, NotADirectoryError):
         raise BuildFailed(f"out={out} exists and is not a folder") from None
     except OSError as exc:
         raise BuildFailed(f"cannot write into out={out}: {exc}") from None
+    tmp = held.path
     try:
+        remove_dead_writes(p for p in sorted(out.glob(STAGING_PREFIX + "*")) if p != tmp)
         yield tmp
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        held.release()
         if created and out.is_dir() and not any(out.iterdir()):
             out.rmdir()
 

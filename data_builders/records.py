@@ -100,6 +100,20 @@ def _number(value: Any, name: str) -> float:
     return value
 
 
+def check_clip_start(value: Any) -> float:
+    """A record's ``clip_start``: a number of seconds, 0 or more. The steps, targets and replies of a
+    clip are times from its start on, and a reply before 0 s is refused (:class:`Prediction`), so a
+    clip starting earlier could be run but never scored."""
+    start = _number(value, "clip_start")
+    if start < 0:
+        raise RecordError(
+            f"a clip starts at 0 s or later on its record's clock, got {start} (its steps and replies "
+            "would be negative times, which no prediction may hold)",
+            field="clip_start",
+        )
+    return start
+
+
 def _text(value: Any, name: str, *, optional: bool = False) -> str | None:
     if value is None and optional:
         return None
@@ -230,7 +244,7 @@ class Stream:
             task = _text(_require(data, "task"), "task")
             if task not in TASKS:
                 raise RecordError(f"unknown task {task!r} (known: {', '.join(sorted(TASKS))})", field="task")
-            clip_start = _number(_require(data, "clip_start"), "clip_start")
+            clip_start = check_clip_start(_require(data, "clip_start"))
             clip_end = _number(_require(data, "clip_end"), "clip_end")
             if clip_end <= clip_start:
                 raise RecordError(

@@ -44,6 +44,8 @@ from pathlib import Path
 
 import numpy as np
 
+from data_builders.files import WriterLock
+
 BACKENDS = ("decord", "pyav")
 #: Default frame pixel budget (448 x 448): a Qwen3-VL frame of ~196 visual tokens after merging.
 DEFAULT_MAX_PIXELS = 448 * 448
@@ -422,6 +424,7 @@ class FrameCache:
         times = [float(t) for t in times]
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_suffix(f".{os.getpid()}.tmp")
+        held = WriterLock.file(tmp)  # a frames stage removes the temp file only once its writer died
         try:
             if times:
                 _write_npy(tmp, _frames(path, times, max_pixels, backend, info), len(times))
@@ -431,6 +434,7 @@ class FrameCache:
             os.replace(tmp, target)
         finally:
             tmp.unlink(missing_ok=True)
+            held.release()
         if not times:
             return np.load(target, allow_pickle=False)
         return np.load(target, allow_pickle=False, mmap_mode="c")

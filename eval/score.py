@@ -42,6 +42,7 @@ from data_builders.records import (
     TASKS,
     RecordError,
     Target,
+    check_clip_start,
     iter_jsonl,
     load_predictions,
     load_streams,
@@ -76,6 +77,8 @@ def _gt_from_row(row: object) -> GroundTruth:
         task = row.get("task")
         if task not in TASKS:
             raise RecordError(f"missing or unknown task {task!r}", field="task")
+        if row.get("clip_start") is not None:  # a full stream record: its clip must be scorable
+            check_clip_start(row["clip_start"])
         targets = row.get("targets")
         if not isinstance(targets, list):
             raise RecordError("missing or not a list", field="targets")
@@ -107,9 +110,10 @@ def load_ground_truth(path: str | Path) -> list[GroundTruth]:
 
 def load_paired(gt_path: str | Path, pred_path: str | Path, allow_missing: bool = False):
     """Ground truth and predictions from files, paired by id (see ``eval.scoring.pair``)."""
+    truth = load_ground_truth(gt_path)  # read first: a record nothing could be scored on is named as such
     predictions = {p.id: p.replies for p in load_predictions(pred_path)}
     return pair(
-        load_ground_truth(gt_path),
+        truth,
         predictions,
         allow_missing=allow_missing,
         gt_file=str(gt_path),

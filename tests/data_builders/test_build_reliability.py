@@ -4,6 +4,7 @@ errors naming the file, the line and the reason (or the option), never a bare ex
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -272,3 +273,98 @@ def _info():
     from data_builders.video import VideoInfo
 
     return VideoInfo(duration=30.0, fps=30.0, n_frames=900, width=16, height=16)
+
+
+# A writer of a build folder (``build``) or of the frame cache (``frames``) stopped in the middle of
+# its write: ``die`` is killed there by SIGKILL (nothing of it runs after), ``hold`` says "writing" and
+# waits there until its stdin is closed, then finishes.
+WRITER = """
+import os, signal, sys
+import data_builders.build as build, data_builders.video as video
+from data_builders.config import RenderConfig
+from data_builders.frames import clip_jobs, stream_frames
+from data_builders.video import FrameCache
+mode, what, out, cache = sys.argv[1:]
+def stop():
+    if mode == "die":
+        os.kill(os.getpid(), signal.SIGKILL)
+    print("writing", flush=True)
+    sys.stdin.read()
+if what == "build":
+    real_files = build.write_files
+    def write_files(*args, **kwargs):
+        files = real_files(*args, **kwargs)
+        stop()
+        return files
+    build.write_files = write_files
+    build.build_source("toy", out, options={"n": 2, "seed": 0}, workers=1)
+else:
+    real_npy = video._write_npy
+    def write_npy(tmp, frames, n):
+        tmp.write_bytes(b"cut")
+        stop()
+        real_npy(tmp, frames, n)
+    video._write_npy = write_npy
+    _, path, stream = clip_jobs(out)[0]
+    render = RenderConfig(max_pixels=4096 if mode == "hold" else 1024)
+    stream_frames(stream, path, render, 1.0, FrameCache(cache))
+"""
+
+
+def test_a_dead_writers_debris_goes_once_its_lock_is_free_a_live_ones_stays(tmp_path, caplog):
+    from data_builders.frames import cache_frames
+
+    out, cache = tmp_path / "toy", tmp_path / "frames"
+    build_source("toy", out, options={"n": 2, "seed": 0}, workers=1)
+
+    def writer(mode, what):
+        cmd = [sys.executable, "-c", WRITER, mode, what, str(out), str(cache)]
+        return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    live = [writer("hold", "build"), writer("hold", "frames")]
+    try:
+        assert [proc.stdout.readline() for proc in live] == ["writing\n", "writing\n"]
+        held = {*out.glob(".staging-*"), *cache.rglob("*.tmp")}
+        assert len(held) == 2  # a staging folder and a cache entry being written
+        for proc in [writer("die", "build"), writer("die", "frames")]:
+            assert proc.wait(timeout=120) == -9
+        dead = {*out.glob(".staging-*"), *cache.rglob("*.tmp")} - held
+        assert sorted(p.suffix for p in dead) == ["", ".tmp"]  # their staging folder and cut cache entry
+        with caplog.at_level(logging.INFO, logger="data_builders"):
+            build_source("toy", out, options={"n": 2, "seed": 0}, workers=1)
+            summary = cache_frames(out, cache, workers=1, progress=False)
+        assert summary["failed"] == 0 and summary["clips"] == 2
+        assert {*out.glob(".staging-*"), *cache.rglob("*.tmp")} == held  # the dead writers' files are gone
+        removed = [r.getMessage() for r in caplog.records if "left by a writer that died" in r.getMessage()]
+        assert sorted(removed) == sorted(f"removed {p}, left by a writer that died" for p in dead)
+    finally:
+        for proc in live:
+            proc.stdin.close()
+    assert [proc.wait(timeout=120) for proc in live] == [0, 0]  # the live writers finished their files
+    assert not [*out.glob(".staging-*"), *cache.rglob("*.tmp")]
+    assert len(list(cache.rglob("*.npy"))) == 3  # two clips at the stage's budget, one at the held writer's
+    assert len(load_streams(out)) == 2
+
+
+def test_a_clip_that_starts_before_zero_is_refused_by_the_build(tmp_path, mp4):
+    mp4(tmp_path / "videos/pm.mp4", 30)
+    rows = [
+        {"id": "ok", "video": "pm.mp4", "clip_start": 0.0, "clip_end": 20.0, "trigger": None},
+        {"id": "early", "video": "pm.mp4", "clip_start": -2.0, "clip_end": 20.0, "trigger": None},
+    ]
+    ann = tmp_path / "clips.json"
+    ann.write_text(json.dumps(rows))
+    report = build_source(
+        "propermem", tmp_path / "out", annotations=ann, videos=tmp_path / "videos", max_error_rate=1.0
+    )
+    assert [s.id for s in report.records] == ["propermem-ok"]
+    [error] = [e for e in report.errors if e.scope == "record"]
+    assert (error.source_file, error.record) == (str(ann), "early")
+    assert "field 'clip_start': a clip starts at 0 s or later on its record's clock, got -2.0" in error.reason
+    # a records file holding such a clip (written by hand, or by an older build) is refused on reading
+    bad = json.loads((tmp_path / "out/records.jsonl").read_text()) | {"clip_start": -2.0}
+    (tmp_path / "bad.jsonl").write_text(json.dumps(bad) + "\n")
+    with pytest.raises(
+        RecordError, match=r"bad.jsonl, record propermem-ok, field 'clip_start': a clip starts"
+    ):
+        load_streams(tmp_path / "bad.jsonl")

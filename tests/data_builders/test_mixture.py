@@ -169,3 +169,134 @@ def test_apportion_and_split_are_deterministic():
     )
     shares = [split_of(f"v{i}", 0, {"train": 0.9, "val": 0.1}) for i in range(1000)]
     assert 850 < shares.count("train") < 950
+
+
+def _mix_cmd(
+    built, out, seed, splits=("data.splits.train=0.5", "data.splits.val=0.25", "+data.splits.test=0.25")
+):
+    return [
+        "mix",
+        "data=mix_p3i",
+        f"data.root={built}",
+        f"data.dir={out}",
+        f"data.seed={seed}",
+        "data.total=20",
+        *splits,
+    ]
+
+
+def _split_files(out):
+    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def _videos_by_split(out):
+    splits = json.loads((out / "mixture.json").read_text())["splits"]
+    return {
+        name: {(out / name / s.video).resolve() for s in load_streams(out / name / "records.jsonl")}
+        for name in splits
+    }
+
+
+# Runs the mix command and dies by SIGKILL, with no chance to clean up: ``write`` when the second
+# split starts to be written (the first, train, is written by then); ``swap`` when the first new
+# split has been moved into the mixture folder.
+KILLED_MIX = """
+import os, signal, sys
+import data_builders.mixture as mixture, data_builders.outputs as outputs
+from data_builders.__main__ import main
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+calls = []
+real = outputs.write_files
+def write_files(*args, **kwargs):
+    calls.append(args[0])
+    if len(calls) == 2:
+        die()
+    return real(*args, **kwargs)
+def commit(staging, out):
+    first = sorted(p for p in staging.iterdir() if not p.name.startswith("."))[0]
+    os.replace(first, out / first.name)
+    die()
+if sys.argv[1] == "write":
+    for module in (outputs, mixture):
+        if hasattr(module, "write_files"):
+            module.write_files = write_files
+else:
+    mixture.commit = commit
+main(sys.argv[2:])
+"""
+
+
+def test_a_mixture_rebuild_killed_after_train_leaves_the_old_mixture_whole(tmp_path, built):
+    out = tmp_path / "mix"
+    run = [sys.executable, "-m", "data_builders"]
+    first = subprocess.run([*run, *_mix_cmd(built, out, 0)], capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    old = _split_files(out)
+    old_videos = _videos_by_split(out)
+    assert {k: len(v) for k, v in old_videos.items()} == {"train": 4, "val": 2, "test": 2}  # 8 videos
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_MIX, "write", *_mix_cmd(built, out, 1)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert killed.returncode == -9, killed.stderr
+    # the rebuild died mid-way: no video in two splits, and the old mixture is there, file for file
+    videos = _videos_by_split(out)
+    shared = {(a, b): len(videos[a] & videos[b]) for a in videos for b in videos if a < b}
+    assert shared == {("test", "train"): 0, ("test", "val"): 0, ("train", "val"): 0}
+    assert {k: v for k, v in _split_files(out).items() if not k.startswith(".")} == {
+        k: v for k, v in old.items() if not k.startswith(".")
+    }
+    # killed in the swap itself: the splits there are the new mixture's only, and no mixture.json
+    # says it is complete
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_MIX, "swap", *_mix_cmd(built, out, 1)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert killed.returncode == -9, killed.stderr
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == [
+        "mixture.swap.json",
+        "test",
+    ]
+    assert (out / "test/records.jsonl").read_bytes() != old["test/records.jsonl"]  # the new one's
+    # a rerun builds the new mixture whole, and fewer splits leave no split of either behind
+    again = subprocess.run(
+        [*run, *_mix_cmd(built, out, 1, ["data.splits={train: 0.5, val: 0.5}"])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert again.returncode == 0, again.stderr
+    videos = _videos_by_split(out)
+    assert sorted(videos) == ["train", "val"] and not (out / "test").exists()
+    assert not videos["train"] & videos["val"] and len(videos["train"] | videos["val"]) == 8
+    assert not (out / "mixture.swap.json").exists()
+    # each killed run's staging folder went with the next run, which said so
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".staging-")]
+    assert [
+        killed.stderr.count("left by a writer that died"),
+        again.stderr.count("left by a writer that died"),
+    ] == [1, 1]
+
+
+def test_mix_stops_on_a_folder_another_run_holds(tmp_path, built):
+    from data_builders.files import OutputLock
+
+    out = tmp_path / "mix"
+    with OutputLock(out, "data_builders build source=shot2story"):
+        proc = subprocess.run(
+            [sys.executable, "-m", "data_builders", *_mix_cmd(built, out, 0)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert proc.returncode == 1
+    assert (
+        f"{out} is in use by another run" in proc.stderr
+        and "data_builders build source=shot2story" in proc.stderr
+    )
+    assert not (out / "train").exists() and not (out / "mixture.json").exists()

@@ -153,3 +153,31 @@ def test_an_unwritable_per_sample_path_keeps_the_metrics(tmp_path):
     )
     assert out.returncode == 2 and "cannot write --per-sample" in out.stderr
     assert json.loads(out.stdout.splitlines()[-1])["prs_b"] == 100.0
+
+
+def test_a_clip_that_starts_before_zero_is_refused_before_it_runs_and_as_ground_truth(
+    tiny_checkpoint, toy_dir, tmp_path, capsys
+):
+    [base] = load_streams(toy_dir / "records.jsonl")[:1]
+    early = replace(base, clip_start=-2.0, video=str((toy_dir / base.video).resolve()))
+    write_jsonl(tmp_path / "early.jsonl", [early])
+    out = tmp_path / "out"
+    cfg = load_config(overrides(tiny_checkpoint, tmp_path / "early.jsonl", tmp_path, f"out_dir={out}"))
+    with pytest.raises(
+        RecordError, match=rf"early.jsonl, record {base.id}, field 'clip_start': a clip starts at 0"
+    ):
+        evaluate(cfg)
+    assert not out.exists()  # refused before anything ran or was written
+    # the scorer refuses the same record as ground truth, naming it, not the replies made at its steps
+    write_jsonl(tmp_path / "pred.jsonl", [{"id": base.id, "replies": [{"time": -2.0, "text": "Warning"}]}])
+    args = [
+        "--protocol",
+        "p3i",
+        "--gt",
+        str(tmp_path / "early.jsonl"),
+        "--pred",
+        str(tmp_path / "pred.jsonl"),
+    ]
+    assert score.main(args) == 2
+    err = capsys.readouterr().err
+    assert f"file {tmp_path / 'early.jsonl'}, record {base.id}, field 'clip_start': a clip starts at 0" in err
