@@ -43,7 +43,7 @@ from eval.memory import build_memory
 from eval.model import load_model_and_processor
 from eval.render import TurnRenderer
 from eval.runners import get_runner, prediction_rows
-from eval.store import PredictionLog
+from eval.store import PredictionLog, PredictionWriteError
 from eval.streaming import EngineConfig, stream_batches
 from eval.sweep import fingerprint, point_dir, reuse_rows, sibling_passes, write_summary
 from eval.tracking import format_table, make_logger, plot_timelines
@@ -219,7 +219,7 @@ def _main(cfg: DictConfig) -> None:
     try:
         cfg = validate(cfg, EvalConfig)
         metrics = evaluate(cfg, sweep=HydraConfig.get().mode == RunMode.MULTIRUN)
-    except (ValueError, OutputLocked, FileNotFoundError) as exc:  # RecordError, ConfigValueError too
+    except (ValueError, OutputLocked, FileNotFoundError, PredictionWriteError) as exc:  # RecordError too
         print(f"eval.run: {exc}", file=sys.stderr)
         sys.exit(2)
     print(json.dumps(metrics))
