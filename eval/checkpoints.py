@@ -8,10 +8,16 @@ training stages write, ``final/`` and GRPO's ``best/`` included, also holds ``re
 ``eval.watch`` read back so a model is evaluated on the frames it learned from.
 
     python -m eval.run checkpoint=runs/sft_4b/final      # composes with render.* from final/render.json
+
+A checkpoint's weights are identified by :func:`weights_fingerprint` (sha256 of its weight files):
+``eval.run`` records it in an evaluation's ``config.yaml`` and ``eval.watch`` in its ledger, so new
+weights at the same path (a retrain into the same run dir) are never answered with, or mixed into,
+an evaluation of the old ones.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -25,6 +31,10 @@ log = logging.getLogger(__name__)
 COMPLETE_MARKER = "COMPLETE"
 RENDER_FILE = "render.json"
 RENDER_KEYS = tuple(f.name for f in fields(RenderConfig))
+#: The files of a model dir that decide its outputs: weights (full, sharded or a LoRA adapter) and
+#: the architecture. Optimizer, scheduler, RNG and trainer state do not.
+WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json", "config.json", "adapter_config.json")
+_HASH_BLOCK = 1 << 24
 
 
 def complete_checkpoints(run_dir: str | Path) -> list[Path]:
@@ -87,6 +97,38 @@ def checkpoint_step(checkpoint: str | Path) -> int | None:
     if progress.is_file():
         return int(json.loads(progress.read_text())["done"])
     return None
+
+
+def weight_files(model: str | Path) -> dict[str, list[int]]:
+    """``{name: [size, mtime_ns]}`` of a model dir's :data:`WEIGHT_FILES` (a stat, no reading)."""
+    found = {p for pattern in WEIGHT_FILES for p in Path(model).glob(pattern) if p.is_file()}
+    return {p.name: [(st := p.stat()).st_size, st.st_mtime_ns] for p in sorted(found)}
+
+
+def weights_fingerprint(checkpoint: str | Path, known: dict | None = None) -> dict[str, Any]:
+    """``{"sha256": hex, "files": {name: [size, mtime_ns]}}`` of the model that ``checkpoint`` loads
+    (:func:`model_dir`; :func:`fingerprint_dir` of that dir)."""
+    return fingerprint_dir(model_dir(checkpoint), known)
+
+
+def fingerprint_dir(model: str | Path, known: dict | None = None) -> dict[str, Any]:
+    """One sha256 over every weight file's name, size and bytes in ``model``, with the files' stat.
+    It reads the whole of each file (0.9 GB/s on one core here: ~10 s for a 4B model, whose loading
+    reads the same bytes), so any two models differ, a retrain with other data or seed included.
+    ``known``, a fingerprint taken earlier, is returned as is while every file keeps its size and
+    modification time (the trainer writes a file whole, which sets a new one), so a watcher that
+    polls never re-reads an unchanged checkpoint."""
+    model = Path(model)
+    files = weight_files(model)
+    if known is not None and known.get("files") == files and known.get("sha256"):
+        return {"sha256": known["sha256"], "files": files}
+    digest = hashlib.sha256()
+    for name, (size, _) in files.items():
+        digest.update(f"{name}\0{size}\0".encode())
+        with (model / name).open("rb") as fh:
+            while block := fh.read(_HASH_BLOCK):
+                digest.update(block)
+    return {"sha256": digest.hexdigest(), "files": files}
 
 
 def write_render(checkpoint: str | Path, render: RenderConfig | Any) -> Path:

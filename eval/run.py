@@ -15,14 +15,20 @@
 ``evaluate(cfg)`` does all of it and returns the metrics dict (used by ``make demo``);
 ``eval.runners.evaluate_model`` runs the same streaming and scoring on a model in memory, with no
 files (GRPO's held-out evaluation and ``keep_best``). The resolved
-config is written once to ``<out>/config.yaml``; resuming with a config that would change the
-decisions fails instead of mixing predictions. Prints a per-task table, then the metrics as one
+config is written once to ``<out>/config.yaml``, with ``weights``: the sha256 of the checkpoint's
+weight files (``eval.checkpoints.weights_fingerprint``). Resuming with a config that would change the
+decisions fails instead of mixing predictions; a folder holding an evaluation of other weights at the
+same path (a retrain into the same run dir, finished or killed part way) is moved whole to
+``<out>/superseded/<its sha256[:12]>/`` and the checkpoint is evaluated afresh, so the numbers printed
+are always the current weights'. Prints a per-task table, then the metrics as one
 JSON object on the last line.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import sys
 from pathlib import Path
 
@@ -32,23 +38,33 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from data_builders.config import RenderConfig
-from data_builders.files import OutputLock, OutputLocked, write_text_atomic
+from data_builders.files import LOCK_FILE, OutputLock, OutputLocked, write_text_atomic
 from data_builders.progress import Progress, console
 from data_builders.records import RecordError, Stream, load_streams, write_jsonl
 from data_builders.schema import validate
 from data_builders.video import FrameCache
-from eval.checkpoints import check_render, checkpoint_step, model_dir, render_overrides, run_dir_of
+from eval.checkpoints import (
+    check_render,
+    checkpoint_step,
+    model_dir,
+    render_overrides,
+    run_dir_of,
+    weights_fingerprint,
+)
 from eval.config import EvalConfig, quiet_libraries
 from eval.memory import build_memory
 from eval.model import load_model_and_processor
 from eval.render import TurnRenderer
 from eval.runners import get_runner, prediction_rows
-from eval.store import PredictionLog
+from eval.store import PredictionLog, PredictionWriteError
 from eval.streaming import EngineConfig, stream_batches
 from eval.sweep import fingerprint, point_dir, reuse_rows, sibling_passes, write_summary
 from eval.tracking import format_table, make_logger, plot_timelines
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
+#: Where an output folder keeps the evaluations of weights the checkpoint no longer holds.
+SUPERSEDED = "superseded"
+log = logging.getLogger("eval.run")
 
 
 def load_config(overrides: list[str] | None = None) -> DictConfig:
@@ -83,17 +99,48 @@ def records_path(cfg: DictConfig) -> Path:
     return Path(cfg.data.dir) / cfg.split / "records.jsonl"
 
 
-def _start_dir(out: Path, cfg: DictConfig) -> None:
-    """Write the resolved config once; a resume must not change anything that decides."""
+def _settings(plain: dict) -> dict:
+    return fingerprint({k: v for k, v in plain.items() if k != "weights"})
+
+
+def _start_dir(out: Path, recorded: dict) -> None:
+    """Write the resolved config (with the weights' sha256) once; a resume must not change anything
+    that decides, and an evaluation of other weights is set aside (:func:`_set_aside`), not resumed."""
     saved = out / "config.yaml"
-    plain = OmegaConf.to_container(cfg, resolve=True)
     if saved.exists():
         old = OmegaConf.to_container(OmegaConf.load(saved))
-        if fingerprint(old) != fingerprint(plain) or old["threshold"] != plain["threshold"]:
+        if _settings(old) != _settings(recorded) or old["threshold"] != recorded["threshold"]:
             raise ValueError(f"{out} holds a run with another config ({saved}); pick another out_dir")
-        return
+        if old.get("weights") == recorded["weights"]:
+            return
+        _set_aside(out, old.get("weights"), recorded)
     out.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(OmegaConf.create(plain), saved)
+    OmegaConf.save(OmegaConf.create(recorded), saved)
+
+
+def _set_aside(out: Path, old: str | None, recorded: dict) -> Path:
+    """Move the evaluation in ``out`` (of weights ``old``) to ``out/superseded/<old[:12]>/``, its
+    ``config.yaml`` last: a crash part way leaves that file, and the next run moves the rest."""
+    label = old[:12] if old else "unfingerprinted"
+    dest, n = out / SUPERSEDED / label, 2
+    while dest.exists():
+        dest, n = out / SUPERSEDED / f"{label}-{n}", n + 1
+    dest.mkdir(parents=True)
+    moved = sorted(p for p in out.iterdir() if p.name not in (LOCK_FILE, SUPERSEDED, "config.yaml"))
+    for p in [*moved, out / "config.yaml"]:
+        os.replace(p, dest / p.name)
+    held = f"weights sha256 {old[:12]}" if old else "weights it recorded no fingerprint of"
+    new = recorded["weights"][:12] if recorded["weights"] else None
+    log.warning(
+        "%s held an evaluation of %s; %s now holds sha256 %s: moved that evaluation to %s, "
+        "evaluating the new weights afresh",
+        out,
+        held,
+        recorded["checkpoint"],
+        new,
+        dest,
+    )
+    return dest
 
 
 def _run_streams(
@@ -177,13 +224,15 @@ def _evaluate_into(
     out: Path, base: Path, cfg: DictConfig, streams: list[Stream], path: Path, sweep: bool
 ) -> tuple[dict, list[str], list[list], tuple[int, int]]:
     bench, runner = cfg.benchmark, get_runner(cfg.benchmark.protocol)
-    _start_dir(out, cfg)
+    weights = weights_fingerprint(cfg.checkpoint)["sha256"] if cfg.checkpoint is not None else None
+    recorded = OmegaConf.to_container(cfg, resolve=True) | {"weights": weights}
+    _start_dir(out, recorded)
     write_jsonl(out / "gt.jsonl", [runner.gt_row(s) for s in streams])
     log = PredictionLog(out / "predictions.jsonl")
     done = log.done_ids()
     reused = 0
     if sweep:
-        passes = sibling_passes(base, out, cfg)
+        passes = sibling_passes(base, out, recorded)  # points of these weights only
         todo = [s for s in streams if s.id not in done]
         for row in reuse_rows(todo, passes, cfg.threshold, cfg.sweep_mode, bench.steps_per_second).values():
             log.append(row)
@@ -199,7 +248,7 @@ def _evaluate_into(
     tracker = make_logger(
         cfg.logger,
         f"{checkpoint_name(cfg)}/{bench.name}" + (f"@{cfg.threshold:g}" if sweep else ""),
-        OmegaConf.to_container(cfg, resolve=True),
+        recorded,
         group=run_dir.name if run_dir is not None else None,
         run_dir=run_dir,
     )
@@ -219,7 +268,7 @@ def _main(cfg: DictConfig) -> None:
     try:
         cfg = validate(cfg, EvalConfig)
         metrics = evaluate(cfg, sweep=HydraConfig.get().mode == RunMode.MULTIRUN)
-    except (ValueError, OutputLocked, FileNotFoundError) as exc:  # RecordError, ConfigValueError too
+    except (ValueError, OutputLocked, FileNotFoundError, PredictionWriteError) as exc:  # RecordError too
         print(f"eval.run: {exc}", file=sys.stderr)
         sys.exit(2)
     print(json.dumps(metrics))

@@ -7,15 +7,48 @@
 A record's line is written whole and synced to disk as soon as its stream finishes, so after a
 SIGKILL the file holds every finished record and at most one partial last line (no newline yet).
 :meth:`PredictionLog.done_ids` truncates that partial line, so the rerun redoes exactly the records
-without a complete line.
+without a complete line. A write that fails (a full disk) is cut back off at once and raises
+:class:`PredictionWriteError`, naming the file and the free space: the file stays whole lines, and
+the same command resumes once there is room.
+
+The file is read as ``eval.score`` reads predictions: a line that is not JSON anywhere but at the end
+(where a kill leaves it), or a second line for an id, is a :class:`~data_builders.records.RecordError`
+naming the file and the line or id, never scored.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
+
+from data_builders.records import RecordError, iter_jsonl
+
+
+def _size(n: int) -> str:
+    """Bytes as GiB, MiB or KiB (one decimal)."""
+    for unit, power in (("GiB", 30), ("MiB", 20)):
+        if n >= 2**power:
+            return f"{n / 2**power:.1f} {unit}"
+    return f"{n / 2**10:.1f} KiB"
+
+
+class PredictionWriteError(OSError):
+    """A prediction line could not be written (a full disk, mostly); the file was left as it was."""
+
+    def __init__(self, path: Path, record: str, kept: int, cause: OSError):
+        try:
+            free = f"{_size(shutil.disk_usage(path.parent).free)} free in {path.parent}"
+        except OSError:
+            free = f"free space in {path.parent} unknown"
+        super().__init__(
+            f"cannot append record {record} to {path} ({free}; is the disk full?): {cause}. "
+            f"The {kept} record(s) before it are kept; free some space and rerun the same command to resume"
+        )
+        self.errno, self.path = cause.errno, path
 
 
 class PredictionLog:
@@ -44,10 +77,28 @@ class PredictionLog:
         return len(data) - keep
 
     def rows(self) -> list[dict[str, Any]]:
+        """Every line, in file order; bad JSON names the file and line, a repeated id the first line."""
         if not self.path.exists():
             return []
-        with self.path.open(encoding="utf-8") as fh:
-            return [json.loads(line) for line in fh if line.strip()]
+        out, seen = [], {}
+        for lineno, row in iter_jsonl(self.path):
+            rid = row.get("id") if isinstance(row, dict) else None
+            if not isinstance(rid, str) or not rid:
+                raise RecordError(
+                    f"expected an object with a string id, got {row!r:.80}",
+                    file=self.path,
+                    record=f"line {lineno}",
+                )
+            if rid in seen:
+                raise RecordError(
+                    f"duplicate id (first seen on line {seen[rid]}, again on line {lineno})",
+                    file=self.path,
+                    record=rid,
+                    field="id",
+                )
+            seen[rid] = lineno
+            out.append(row)
+        return out
 
     def done_ids(self) -> set[str]:
         """Ids with a complete line (after :meth:`repair`)."""
@@ -56,8 +107,20 @@ class PredictionLog:
 
     def append(self, row: dict[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        line = json.dumps(row, ensure_ascii=False) + "\n"
-        with self.path.open("a", encoding="utf-8") as fh:
-            fh.write(line)
-            fh.flush()
-            os.fsync(fh.fileno())
+        data = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            start = os.lseek(fd, 0, os.SEEK_END)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            except OSError as exc:
+                with contextlib.suppress(OSError):  # else the next done_ids() cuts it
+                    os.ftruncate(fd, start)
+                    os.fsync(fd)
+                kept = self.path.read_bytes()[:start].count(b"\n")
+                raise PredictionWriteError(self.path, row.get("id"), kept, exc) from exc
+        finally:
+            os.close(fd)

@@ -7,11 +7,16 @@
 Every ``poll_s`` seconds the watcher lists the run's complete checkpoints
 (``eval.checkpoints.complete_checkpoints``: ``checkpoint-<step>`` dirs holding ``COMPLETE``, so a
 checkpoint still being written is never read) and runs ``eval.run.evaluate`` on each one not yet in
-``<run_dir>/eval_watch.json``, with ``checkpoint=<that dir>`` and ``step=<its training step>``, into
-``<run_dir>/eval/<benchmark>/<checkpoint-N>/`` (or ``<out_dir>/<checkpoint-N>/``). A result is recorded
-(atomically: write, fsync, rename) only after its evaluation finished, so a killed watcher redoes at
-most the checkpoint it was on, and that one resumes from its ``predictions.jsonl``; a restarted watcher
-evaluates nothing twice. A checkpoint that the trainer's ``save_total_limit`` deleted before its
+``<run_dir>/eval_watch.json`` with the weights it holds now, with ``checkpoint=<that dir>`` and
+``step=<its training step>``, into ``<run_dir>/eval/<benchmark>/<checkpoint-N>/`` (or
+``<out_dir>/<checkpoint-N>/``). A result is recorded (atomically: write, fsync, rename) only after its
+evaluation finished, so a killed watcher redoes at most the checkpoint it was on, and that one resumes
+from its ``predictions.jsonl``; a restarted watcher evaluates nothing twice. Each entry holds the
+sha256 of the weights it evaluated (``eval.checkpoints.fingerprint_dir``; a poll re-reads a file only
+when its size or modification time changed): a new run in the same dir (``train.resume=none``)
+writes other weights under the same ``checkpoint-<step>`` names, so they are evaluated again, the old
+entry kept in the new one's ``superseded`` list (and ``eval.run`` moves the old evaluation's files to
+``superseded/``). A checkpoint that the trainer's ``save_total_limit`` deleted before its
 evaluation finished is recorded as ``deleted``. Run one watcher per run dir and benchmark.
 
 W&B: with ``logger_from_run=true`` (default) the evaluations go to the training run's project and
@@ -39,7 +44,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from data_builders.progress import console
 from data_builders.schema import validate
-from eval.checkpoints import COMPLETE_MARKER, complete_checkpoints, render_overrides
+from eval.checkpoints import COMPLETE_MARKER, complete_checkpoints, fingerprint_dir, render_overrides
 from eval.config import EvalConfig
 
 log = logging.getLogger("eval.watch")
@@ -98,9 +103,23 @@ def ledger_key(cfg: DictConfig, checkpoint: Path) -> str:
 
 
 def pending(cfg: DictConfig, run_dir: Path) -> list[Path]:
-    """Complete checkpoints of ``run_dir`` not yet in the ledger for this benchmark, oldest first."""
+    """Complete checkpoints of ``run_dir`` not yet in the ledger for this benchmark with the weights
+    they hold now, oldest first."""
     done = read_ledger(run_dir)
-    return [c for c in complete_checkpoints(run_dir) if ledger_key(cfg, c) not in done]
+    todo = []
+    for checkpoint in complete_checkpoints(run_dir):
+        key = ledger_key(cfg, checkpoint)
+        entry = done.get(key)
+        known = (entry or {}).get("weights")
+        if not known or entry.get("status") != "done":  # never evaluated (or recorded no weights)
+            todo.append(checkpoint)
+            continue
+        now = fingerprint_dir(checkpoint, known)
+        if now["sha256"] != known["sha256"]:
+            todo.append(checkpoint)
+        elif now["files"] != known["files"]:  # same bytes, rewritten or copied: no need to re-read
+            record(run_dir, key, entry | {"weights": now})
+    return todo
 
 
 def run_logger(cfg: DictConfig, run_dir: Path) -> dict:
@@ -144,7 +163,15 @@ def evaluate_checkpoint(
 ) -> dict:
     """Evaluate one checkpoint and record it; returns the ledger entry."""
     point = checkpoint_config(cfg, run_dir, checkpoint)
-    entry = {"checkpoint": str(checkpoint), "step": point.step, "out_dir": point.out_dir}
+    key = ledger_key(cfg, checkpoint)
+    before = read_ledger(run_dir).get(key)
+    weights = fingerprint_dir(checkpoint, (before or {}).get("weights"))
+    entry = {"checkpoint": str(checkpoint), "step": point.step, "out_dir": point.out_dir, "weights": weights}
+    if before is not None:  # an evaluation of other weights under this name (a retrain): kept
+        entry["superseded"] = [
+            {k: v for k, v in before.items() if k != "superseded"},
+            *before.get("superseded", []),
+        ]
     log.info("evaluating %s (step %d) on %s", checkpoint, point.step, cfg.benchmark.name)
     t0 = time.time()
     try:
@@ -157,7 +184,7 @@ def evaluate_checkpoint(
         entry["status"] = "deleted"
     entry["seconds"] = round(time.time() - t0, 1)
     entry["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    record(run_dir, ledger_key(cfg, checkpoint), entry)
+    record(run_dir, key, entry)
     return entry
 
 

@@ -3,7 +3,10 @@ nothing written outside its folder, no silently wrong number."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -14,8 +17,9 @@ import pytest
 from data_builders.files import OutputLock, OutputLocked
 from data_builders.records import RecordError, load_streams, write_jsonl
 from data_builders.schema import ConfigValueError
-from eval import score
+from eval import score, store
 from eval.run import evaluate, load_config
+from eval.store import PredictionLog, PredictionWriteError
 from eval.watch import load_config as watch_config
 from eval.watch import watch
 
@@ -181,3 +185,84 @@ def test_a_clip_that_starts_before_zero_is_refused_before_it_runs_and_as_ground_
     assert score.main(args) == 2
     err = capsys.readouterr().err
     assert f"file {tmp_path / 'early.jsonl'}, record {base.id}, field 'clip_start': a clip starts at 0" in err
+
+
+def test_a_duplicate_or_torn_prediction_line_is_refused_naming_the_file(
+    tiny_checkpoint, toy_dir, tmp_path, capsys
+):
+    """eval.run scores its predictions.jsonl as ``eval.score`` would: a duplicate id is an error in
+    both (it was scored last-wins, PRS-B 0 -> 50 here), a torn line not at the end names file and line."""
+    out = tmp_path / "out"
+    cfg = load_config(
+        overrides(
+            tiny_checkpoint, toy_dir / "records.jsonl", tmp_path, f"out_dir={out}", "limit=2", "timelines=0"
+        )
+    )
+    first = evaluate(cfg)
+    assert first["prs_b"] == 0.0  # the untrained model stays silent at 0.5
+    pred = out / "predictions.jsonl"
+    rows = [json.loads(line) for line in pred.read_text().splitlines()]
+    stream = next(s for s in load_streams(toy_dir / "records.jsonl")[:2] if s.targets)
+    target = stream.targets[0]
+    better = {**next(r for r in rows if r["id"] == stream.id)}
+    better["replies"] = [{"time": target.time, "text": target.label or target.content, "category": None}]
+    with pred.open("a") as fh:
+        fh.write(json.dumps(better) + "\n")
+    before = pred.read_text()
+    with pytest.raises(RecordError, match=rf"file {pred}, record {stream.id}, field 'id': duplicate id"):
+        evaluate(cfg)
+    assert pred.read_text() == before  # nothing cut or rewritten
+    args = ["--protocol", "p3i", "--gt", str(out / "gt.jsonl"), "--pred", str(pred)]
+    capsys.readouterr()
+    assert score.main(args) == 2 and "duplicate id" in capsys.readouterr().err  # the same verdict
+
+    lines = before.splitlines(keepends=True)
+    pred.write_text(lines[0][:40] + "\n" + lines[1])  # a torn line, then a whole one
+    with pytest.raises(RecordError, match=rf"file {pred}, record line 1: invalid JSON"):
+        evaluate(cfg)
+    assert pred.read_text() == lines[0][:40] + "\n" + lines[1]
+
+
+class _DiskFillsUp:
+    """``eval.store``'s ``os`` with a disk that is full at its ``fail_at``-th fsync of the predictions
+    file: the kernel kept part of that line, and fsync reports ENOSPC (space is freed after it)."""
+
+    def __init__(self, fail_at: int):
+        self.fail_at, self.calls = fail_at, 0
+
+    def __getattr__(self, name):
+        return getattr(os, name)
+
+    def fsync(self, fd: int) -> None:
+        self.calls += 1
+        if self.calls == self.fail_at:
+            size = os.fstat(fd).st_size
+            os.ftruncate(fd, size - 30)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        os.fsync(fd)
+
+
+def test_a_full_disk_in_predictions_names_the_file_and_a_resume_equals_an_uninterrupted_run(
+    tiny_checkpoint, toy_dir, tmp_path, monkeypatch
+):
+    common = overrides(
+        tiny_checkpoint, toy_dir / "records.jsonl", tmp_path, "limit=2", "batch_size=1", "timelines=0"
+    )
+    ref = tmp_path / "ref"
+    evaluate(load_config([*common, f"out_dir={ref}"]), echo=False)
+    out = tmp_path / "out"
+    pred = out / "predictions.jsonl"
+    monkeypatch.setattr(store, "os", _DiskFillsUp(fail_at=2))
+    with pytest.raises(PredictionWriteError) as err:
+        evaluate(load_config([*common, f"out_dir={out}"]), echo=False)
+    message = str(err.value)
+    assert f"cannot append record toy-0-00001 to {pred}" in message
+    assert re.search(rf"[0-9.]+ [KMG]iB free in {out}; is the disk full\?", message)
+    assert "No space left on device" in message
+    assert "1 record(s) before it are kept" in message and err.value.errno == errno.ENOSPC
+    assert pred.read_text().count("\n") == 1 and pred.read_text().endswith("\n")  # sound: no torn line
+    assert [r["id"] for r in PredictionLog(pred).rows()] == ["toy-0-00000"]
+    monkeypatch.undo()
+    evaluate(load_config([*common, f"out_dir={out}"]), echo=False)  # space freed: the same command
+    assert (out / "metrics.json").read_text() == (ref / "metrics.json").read_text()
+    assert PredictionLog(pred).rows() == PredictionLog(ref / "predictions.jsonl").rows()
