@@ -219,9 +219,19 @@ def _run(cfg: DictConfig, out: Path | None, signals: SignalFlag) -> Path:
     return final
 
 
-@hydra.main(
-    config_path=str(Path(__file__).resolve().parents[1] / "conf"), config_name="grpo", version_base="1.3"
-)
+CONF = str(Path(__file__).resolve().parents[1] / "conf")
+
+
+def compose_config(overrides: list[str] | None = None) -> DictConfig:
+    """``conf/grpo.yaml`` composed with command-line style ``overrides`` and validated (for the demo
+    and tests: ``run(compose_config([f"init={sft}", "grpo.max_steps=1"]))``)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        return validate(compose(config_name="grpo", overrides=list(overrides or [])), GRPOConfig)
+
+
+@hydra.main(config_path=CONF, config_name="grpo", version_base="1.3")
 def _main(cfg: DictConfig) -> None:
     try:
         cfg = validate(cfg, GRPOConfig)
