@@ -137,3 +137,14 @@ def test_a_start_checkpoint_with_tensors_removed_is_refused(stage, tiny_checkpoi
             )
     run_dir = tmp_path / ("grpo" if stage == "grpo" else "sft2")
     assert not (run_dir / "final").exists() and not list(run_dir.glob("checkpoint-*"))
+
+
+def test_a_damaged_init_stops_grpo_before_it_writes_anything(tiny_checkpoint, toy_mixture, tmp_path):
+    """A truncated ``model.safetensors`` (a copy cut short) is named with the reason before the run
+    writes its config or loads a model."""
+    init = sft_like(tiny_checkpoint, tmp_path / "sft" / "final", max_pixels=4096)
+    weights = init / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100_000])
+    with pytest.raises(ValueError, match=re.escape(f"{weights}: truncated: its header describes ")):
+        run(grpo_cfg(init, toy_mixture, tmp_path), tmp_path / "grpo")
+    assert not (tmp_path / "grpo" / "config.yaml").exists()
