@@ -8,6 +8,13 @@ training stages write, ``final/`` and GRPO's ``best/`` included, also holds ``re
 ``eval.watch`` read back so a model is evaluated on the frames it learned from.
 
     python -m eval.run checkpoint=runs/sft_4b/final      # composes with render.* from final/render.json
+    python -m train.grpo init=runs/sft_4b/final          # GRPO trains on those frames too
+
+A checkpoint's files are data: :func:`check_checkpoint` parses every one a run reads (``config.json``,
+the safetensors headers, ``render.json``, ``trainer_state.json``) before the first step, and
+:func:`check_loaded_weights` refuses weights that do not fit the config; both raise
+:class:`CheckpointError`, naming the file and the reason. ``render.json`` is read with plain JSON and
+checked against ``RenderConfig``: a ``${...}`` in it is refused, never resolved.
 
 A checkpoint's weights are identified by :func:`weights_fingerprint` (sha256 of its weight files):
 ``eval.run`` records it in an evaluation's ``config.yaml`` and ``eval.watch`` in its ledger, so new
@@ -23,9 +30,10 @@ import logging
 import re
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 from data_builders.config import RenderConfig
+from data_builders.schema import ConfigValueError, check_bounds
 
 log = logging.getLogger(__name__)
 COMPLETE_MARKER = "COMPLETE"
@@ -35,6 +43,31 @@ RENDER_KEYS = tuple(f.name for f in fields(RenderConfig))
 #: the architecture. Optimizer, scheduler, RNG and trainer state do not.
 WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json", "config.json", "adapter_config.json")
 _HASH_BLOCK = 1 << 24
+RENDER_TYPES = get_type_hints(RenderConfig)
+WEIGHTS_FILE = "model.safetensors"
+WEIGHTS_INDEX = "model.safetensors.index.json"
+#: Keys of a load report :func:`check_loaded_weights` names at most, per kind.
+SHOWN_KEYS = 5
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file (or folder) that cannot be used as it is: the message names it and the reason."""
+
+    def __init__(self, path: str | Path, reason: str):
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")
+
+
+def read_json(path: str | Path) -> Any:
+    """A checkpoint's JSON file, parsed as plain data; a damaged one raises :class:`CheckpointError`."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(path, f"not valid JSON ({exc})") from None
+    except OSError as exc:
+        raise CheckpointError(path, f"cannot be read ({exc.strerror or exc})") from None
 
 
 def complete_checkpoints(run_dir: str | Path) -> list[Path]:
@@ -86,16 +119,16 @@ def checkpoint_step(checkpoint: str | Path) -> int | None:
     path = Path(checkpoint)
     state = path / "trainer_state.json"
     if state.is_file():
-        return int(json.loads(state.read_text()).get("global_step", 0))
+        return _step_in(state, "global_step", default=0)
     m = re.fullmatch(r"checkpoint-(\d+)", path.name)
     if m:
         return int(m.group(1))
     best = path / "best.json"
     if best.is_file():
-        return int(json.loads(best.read_text())["step"])
+        return _step_in(best, "step")
     progress = path.parent / "progress.json"
     if progress.is_file():
-        return int(json.loads(progress.read_text())["done"])
+        return _step_in(progress, "done")
     return None
 
 
@@ -131,6 +164,14 @@ def fingerprint_dir(model: str | Path, known: dict | None = None) -> dict[str, A
     return {"sha256": digest.hexdigest(), "files": files}
 
 
+def _step_in(path: Path, key: str, default: int | None = None) -> int:
+    data = read_json(path)
+    value = data.get(key, default) if isinstance(data, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise CheckpointError(path, f"{key} must be a step count (an integer of at least 0), got {value!r}")
+    return value
+
+
 def write_render(checkpoint: str | Path, render: RenderConfig | Any) -> Path:
     """Save the render block a checkpoint was trained with (a dataclass or a config mapping)."""
     values = asdict(render) if isinstance(render, RenderConfig) else {k: render[k] for k in RENDER_KEYS}
@@ -142,19 +183,62 @@ def write_render(checkpoint: str | Path, render: RenderConfig | Any) -> Path:
 
 def saved_render(checkpoint: str | Path) -> dict[str, Any] | None:
     """The render block a checkpoint (or a run dir) was trained with: ``render.json`` in it, else the
-    ``render`` block of its run's ``config.yaml`` (the dir itself or its parent); None if neither."""
+    ``render`` block of its run's ``config.yaml`` (the dir itself or its parent); None if neither.
+    Read as data and checked (:func:`render_values`): a damaged file raises :class:`CheckpointError`."""
     path = Path(checkpoint)
     if (path / RENDER_FILE).is_file():
-        return json.loads((path / RENDER_FILE).read_text())
+        return render_values(read_json(path / RENDER_FILE), path / RENDER_FILE)
     for run in (path, path.parent):
         config = run / "config.yaml"
         if config.is_file():
             import yaml
 
-            block = (yaml.safe_load(config.read_text()) or {}).get("render")
+            try:
+                loaded = yaml.safe_load(config.read_text(encoding="utf-8")) or {}
+            except (UnicodeDecodeError, yaml.YAMLError) as exc:
+                raise CheckpointError(config, f"not valid YAML ({exc})") from None
+            block = loaded.get("render") if isinstance(loaded, dict) else None
             if isinstance(block, dict):
-                return {k: block[k] for k in RENDER_KEYS if k in block}
+                return render_values({k: block[k] for k in RENDER_KEYS if k in block}, config)
     return None
+
+
+def render_values(values: Any, source: str | Path) -> dict[str, Any]:
+    """``values`` (a saved render block, read from ``source``) checked against ``RenderConfig``:
+    known keys, each of its field's type and within bounds. A string holding ``${`` is refused: the
+    block becomes config overrides, and an interpolation there would be resolved (an environment
+    variable's value copied into the evaluation's config, its W&B run and its logs)."""
+    if not isinstance(values, dict):
+        raise CheckpointError(
+            source, f"expected a JSON object of {', '.join(RENDER_KEYS)}, got {type(values).__name__}"
+        )
+    unknown = sorted(set(values) - set(RENDER_KEYS))
+    if unknown:
+        raise CheckpointError(
+            source, f"unknown render key(s) {', '.join(map(str, unknown))}; known: {', '.join(RENDER_KEYS)}"
+        )
+    for key, value in values.items():
+        want = RENDER_TYPES[key]
+        if isinstance(value, str) and "${" in value:
+            raise CheckpointError(
+                source,
+                f"{key} is an interpolation ('${{...}}'); a checkpoint's render block is read as data, never resolved",
+            )
+        if isinstance(value, bool) or not isinstance(value, want):
+            raise CheckpointError(
+                source, f"{key} must be {want.__name__}, got {type(value).__name__} {value!r}"
+            )
+    from data_builders.video import BACKENDS
+
+    if values.get("video_backend", BACKENDS[0]) not in BACKENDS:
+        raise CheckpointError(
+            source, f"video_backend {values['video_backend']!r} is not one of {', '.join(BACKENDS)}"
+        )
+    try:
+        check_bounds(RenderConfig(**values), RenderConfig)
+    except ConfigValueError as exc:
+        raise CheckpointError(source, str(exc)) from None
+    return dict(values)
 
 
 def _is_sweep(value: str) -> bool:
@@ -197,3 +281,101 @@ def check_render(checkpoint: str | Path | None, render: Any) -> None:
             {k: v for k, (_, v) in differs.items()},
             {k: e for k, (e, _) in differs.items()},
         )
+
+
+def check_checkpoint(checkpoint: str | Path) -> Path:
+    """Every file of ``checkpoint`` (a checkpoint or a run dir) that a run reads, checked before its
+    first step: ``config.json`` and ``render.json`` parse, each safetensors file's header is whole
+    and covers the file, ``trainer_state.json`` holds a step. Returns the model dir (:func:`model_dir`);
+    a damaged file raises :class:`CheckpointError` naming it, so nothing is streamed or trained first."""
+    path = Path(checkpoint)
+    model = model_dir(path)
+    check_model_files(model)
+    for folder in dict.fromkeys((path, model)):  # a run dir: its config.yaml and its final/
+        saved_render(folder)
+        checkpoint_step(folder)
+    return model
+
+
+def check_model_files(model: str | Path) -> None:
+    """A local model dir's ``config.json`` (a JSON object) and safetensors weights (one file or an
+    index and its shards, each header whole), before ``from_pretrained`` reads them."""
+    model = Path(model)
+    config = read_json(model / "config.json")
+    if not isinstance(config, dict):
+        raise CheckpointError(model / "config.json", f"expected a JSON object, got {type(config).__name__}")
+    if (model / WEIGHTS_INDEX).is_file():
+        index = read_json(model / WEIGHTS_INDEX)
+        shards = index.get("weight_map") if isinstance(index, dict) else None
+        if not isinstance(shards, dict) or not shards:
+            raise CheckpointError(model / WEIGHTS_INDEX, "no weight_map of tensor names to shard files")
+        for shard in sorted(set(map(str, shards.values()))):
+            if not (model / shard).is_file():
+                raise CheckpointError(model / shard, f"missing (listed in {WEIGHTS_INDEX})")
+            safetensors_header(model / shard)
+    elif (model / WEIGHTS_FILE).is_file():
+        safetensors_header(model / WEIGHTS_FILE)
+    else:
+        raise CheckpointError(
+            model, f"no {WEIGHTS_FILE} (nor {WEIGHTS_INDEX}): only safetensors weights are loaded"
+        )
+
+
+def safetensors_header(path: str | Path) -> dict[str, Any]:
+    """The header of a safetensors file (tensor name -> dtype, shape, data offsets), checked to be
+    whole: an 8-byte length, that much JSON, and tensor data reaching no further than the file."""
+    path = Path(path)
+    size = path.stat().st_size
+    with path.open("rb") as fh:
+        head = fh.read(8)
+        if len(head) < 8:
+            raise CheckpointError(path, f"{size} bytes: too short for a safetensors header")
+        length = int.from_bytes(head, "little")
+        if length > size - 8:
+            raise CheckpointError(
+                path,
+                f"header length {length} runs past the end of the file ({size} bytes): not safetensors, or cut short",
+            )
+        raw = fh.read(length)
+    try:
+        header = json.loads(raw)
+        end = max(
+            (int(t["data_offsets"][1]) for name, t in header.items() if name != "__metadata__"), default=0
+        )
+    except (UnicodeDecodeError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+        raise CheckpointError(
+            path, "the safetensors header is not a JSON map of tensors with data_offsets"
+        ) from None
+    if 8 + length + end > size:
+        raise CheckpointError(
+            path, f"truncated: its header describes {8 + length + end} bytes, the file holds {size}"
+        )
+    return header
+
+
+def check_loaded_weights(path: str | Path, info: dict[str, Any]) -> None:
+    """Refuse a load whose report (``from_pretrained(..., output_loading_info=True)``) has missing,
+    unexpected or mismatched keys: the model would run with those weights filled at random (or the
+    checkpoint's ignored). The message names the folder, the counts and the first keys of each kind."""
+    problems = []
+    for kind in ("missing", "unexpected"):
+        keys = sorted(info.get(f"{kind}_keys") or ())
+        if keys:
+            problems.append(f"{len(keys)} {kind} ({_first(keys)})")
+    mismatched = sorted(info.get("mismatched_keys") or ())
+    if mismatched:
+        shown = [f"{k}: checkpoint {tuple(a)} vs model {tuple(b)}" for k, a, b in mismatched]
+        problems.append(f"{len(mismatched)} mismatched ({_first(shown)})")
+    problems += [str(m) for m in info.get("error_msgs") or ()]
+    if problems:
+        raise CheckpointError(
+            path,
+            "its weights do not fit its config.json: "
+            + "; ".join(problems)
+            + " (a checkpoint of another model or size, or a damaged one; nothing is filled at random)",
+        )
+
+
+def _first(items: list[str]) -> str:
+    more = len(items) - SHOWN_KEYS
+    return ", ".join(items[:SHOWN_KEYS]) + (f", ... {more} more" if more > 0 else "")

@@ -8,7 +8,9 @@ their configs also carry the true architecture, so ``model.random_init=true`` bu
 architecture with random weights (GPU benchmarks, no download).
 
 Either way ``</Silence>`` and ``</Response>`` become special tokens, the embeddings are resized to
-fit them, and the vision tower can be frozen.
+fit them, and the vision tower can be frozen. A checkpoint's weights must fit its ``config.json``
+exactly: missing, unexpected or mismatched tensors stop the load (``eval.checkpoints``), for
+``eval.run``, GRPO's ``init=`` and SFT's ``model.path`` alike.
 
     python -m eval.model model=tiny            # build (or reuse) the tiny checkpoint, print its size
 """
@@ -24,6 +26,7 @@ from typing import Any
 
 import torch
 
+from eval.checkpoints import check_loaded_weights, check_model_files
 from rewards.turns import RESPONSE, SILENCE
 
 log = logging.getLogger(__name__)
@@ -231,10 +234,19 @@ def load_model_and_processor(cfg: Mapping[str, Any], cache_dir: str | Path | Non
             raise ValueError(
                 f"model {cfg.get('name')!r}: set model.path to a hub id or a local checkpoint dir"
             )
+        if Path(path).is_dir():  # a local checkpoint (else a hub id): its files checked first
+            check_model_files(path)
         processor = AutoProcessor.from_pretrained(str(path), trust_remote_code=trust)
-        model = AutoModelForImageTextToText.from_pretrained(
-            str(path), dtype=dtype, trust_remote_code=trust, attn_implementation=attn
+        # mismatched shapes are reported, not raised, so that every kind of misfit is refused alike
+        model, report = AutoModelForImageTextToText.from_pretrained(
+            str(path),
+            dtype=dtype,
+            trust_remote_code=trust,
+            attn_implementation=attn,
+            output_loading_info=True,
+            ignore_mismatched_sizes=True,
         )
+        check_loaded_weights(path, report)
         ids = add_decision_tokens(processor.tokenizer)
         if max(ids) >= model.get_input_embeddings().weight.shape[0]:
             model.resize_token_embeddings(len(processor.tokenizer), mean_resizing=False)

@@ -44,6 +44,8 @@ from data_builders.records import RecordError, Stream, load_streams, write_jsonl
 from data_builders.schema import validate
 from data_builders.video import FrameCache
 from eval.checkpoints import (
+    CheckpointError,
+    check_checkpoint,
     check_render,
     checkpoint_step,
     model_dir,
@@ -194,6 +196,8 @@ def evaluate(cfg: DictConfig, sweep: bool = False, echo: bool = True) -> dict:
     quiet_libraries()
     bench = cfg.benchmark
     get_runner(bench.protocol).check(bench)  # e.g. a judge without its URL fails here, not after streaming
+    if cfg.checkpoint is not None:
+        check_checkpoint(cfg.checkpoint)  # a damaged file fails here, naming it, not after streaming
     check_render(cfg.checkpoint, cfg.render)
     path = records_path(cfg)
     streams = load_streams(path)[: cfg.limit]
@@ -277,7 +281,11 @@ def _main(cfg: DictConfig) -> None:
 def main() -> None:
     """The command line, with a checkpoint's saved render block added as overrides before Hydra
     composes (``eval.checkpoints.render_overrides``)."""
-    sys.argv[1:] = render_overrides(sys.argv[1:])
+    try:
+        sys.argv[1:] = render_overrides(sys.argv[1:])
+    except CheckpointError as exc:  # a damaged render.json: its name and why, not a traceback
+        print(f"eval.run: {exc}", file=sys.stderr)
+        sys.exit(2)
     _main()
 
 

@@ -44,7 +44,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from data_builders.progress import console
 from data_builders.schema import validate
-from eval.checkpoints import COMPLETE_MARKER, complete_checkpoints, fingerprint_dir, render_overrides
+from eval.checkpoints import (
+    COMPLETE_MARKER,
+    CheckpointError,
+    complete_checkpoints,
+    fingerprint_dir,
+    render_overrides,
+)
 from eval.config import EvalConfig
 
 log = logging.getLogger("eval.watch")
@@ -232,7 +238,11 @@ def _main(cfg: DictConfig) -> None:
 
 def main() -> None:
     """The command line, composed at the render block the watched run trains with."""
-    sys.argv[1:] = render_overrides(sys.argv[1:], key="run_dir")
+    try:
+        sys.argv[1:] = render_overrides(sys.argv[1:], key="run_dir")
+    except CheckpointError as exc:  # a damaged render block: its file and why, not a traceback
+        print(f"eval.watch: {exc}", file=sys.stderr)
+        sys.exit(2)
     _main()
 
 

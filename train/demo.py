@@ -93,8 +93,8 @@ def _ran(progress: dict | None, unit: str) -> str:
 
 
 def run_demo(cfg: DictConfig) -> dict:
+    from train.grpo import compose_config as grpo_config
     from train.grpo import run as run_grpo
-    from train.grpo_config import GRPOConfig
     from train.grpo_trainer import BEST_FILE
     from train.sft import compose_config as sft_config
     from train.sft import train as run_sft
@@ -153,22 +153,15 @@ def run_demo(cfg: DictConfig) -> dict:
         f"({time.time() - t0:.0f} s)"
     )
 
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        grpo_cfg = validate(
-            compose(
-                config_name="grpo",
-                overrides=[
-                    f"paths.root_dir={cfg.paths.root_dir}",
-                    f"data.dir={data_dir}",
-                    f"init={sft}",
-                    f"grpo.output_dir={run_dir / 'grpo'}",
-                    *cfg.demo.grpo_overrides,
-                ],
-            ),
-            GRPOConfig,
-        )
+    grpo_cfg = grpo_config(
+        [
+            f"paths.root_dir={cfg.paths.root_dir}",
+            f"data.dir={data_dir}",
+            f"init={sft}",
+            f"grpo.output_dir={run_dir / 'grpo'}",
+            *cfg.demo.grpo_overrides,
+        ]
+    )
     grpo = run_grpo(grpo_cfg, run_dir / "grpo")
     summary["grpo"] = _evaluate(cfg, run_dir, test, "grpo", grpo)
     picked = grpo / BEST_FILE

@@ -33,6 +33,7 @@ from omegaconf.errors import OmegaConfBaseException
 from data_builders.files import OutputLock
 from data_builders.progress import console
 from data_builders.schema import validate
+from eval.checkpoints import CheckpointError, check_checkpoint, check_render, model_dir, render_overrides
 from rewards.grpo import build_reward
 from train.grpo_config import GRPOConfig, check_choices, reward_spec
 from train.run_dir import (
@@ -73,13 +74,16 @@ def run(cfg: DictConfig, out: Path | None = None) -> Path:
 
 
 def check_config(cfg: DictConfig) -> object:
-    """What can fail without loading anything, checked first: the start point and the reward (its
-    factories validate their options); returns the reward function."""
+    """What can fail without loading anything, checked first: the start point (the init checkpoint's
+    files, ``eval.checkpoints.check_checkpoint``) and the reward (its factories validate their
+    options); returns the reward function."""
     if cfg.init is None:
         raise ValueError(
             "GRPO needs init=<SFT checkpoint dir> (the model it improves), or init=random to start from "
             "the model config as it is"
         )
+    if cfg.init != "random":
+        check_checkpoint(cfg.init)  # every file it holds (a damaged one named), before anything loads
     check_choices(cfg.grpo)
     try:
         return build_reward(reward_spec(cfg.reward))
@@ -118,7 +122,10 @@ def _run(cfg: DictConfig, out: Path | None, signals: SignalFlag) -> Path:
         write_run_info(out, cfg)
     resume = resolve_resume(g.resume, out)
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
-    start = resume or (cfg.init if cfg.init != "random" else None)
+    init = cfg.init if cfg.init != "random" else None
+    if init:
+        check_render(init, cfg.render)  # warns when render=... overrides the frames it was trained on
+    start = resume or (model_dir(init) if init else None)
     if start:
         model_cfg |= {"kind": "pretrained", "path": str(start), "random_init": False}
     if not parallel.is_main:  # rank 0 first: it may build the model's files (model=tiny) in the cache
@@ -184,13 +191,15 @@ def _run(cfg: DictConfig, out: Path | None, signals: SignalFlag) -> Path:
         loop.load_state(resume)
         log.info("resumed from %s at update %d", resume, loop.step)
     log.info(
-        "%d windows (%d with a target), %d updates of %d windows x %d rollouts, %d process(es)",
+        "%d windows (%d with a target), %d updates of %d windows x %d rollouts, %d process(es); frames "
+        "at max_pixels=%d",
         len(windows),
         sum(bool(w.targets) for w in windows),
         g.max_steps,
         g.windows_per_step,
         g.num_generations,
         parallel.world,
+        render_cfg.max_pixels,
     )
     if signals.received is not None:  # during start-up: nothing trained, nothing to save
         raise Preempted(None, g.requeue_exit_code)
@@ -219,15 +228,27 @@ def _run(cfg: DictConfig, out: Path | None, signals: SignalFlag) -> Path:
     return final
 
 
-@hydra.main(
-    config_path=str(Path(__file__).resolve().parents[1] / "conf"), config_name="grpo", version_base="1.3"
-)
+CONF = str(Path(__file__).resolve().parents[1] / "conf")
+
+
+def compose_config(overrides: list[str] | None = None) -> DictConfig:
+    """``conf/grpo.yaml`` composed with command-line style ``overrides`` and validated (for the demo
+    and tests: ``run(compose_config([f"init={sft}", "grpo.max_steps=1"]))``), at the render block the
+    ``init`` checkpoint was trained with, as on the command line."""
+    from hydra import compose, initialize_config_dir
+
+    overrides = render_overrides(list(overrides or []), key="init")
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        return validate(compose(config_name="grpo", overrides=overrides), GRPOConfig)
+
+
+@hydra.main(config_path=CONF, config_name="grpo", version_base="1.3")
 def _main(cfg: DictConfig) -> None:
     try:
         cfg = validate(cfg, GRPOConfig)
         if not cfg.entry.target:
             check_config(cfg)
-    except (ValueError, OmegaConfBaseException) as exc:
+    except (ValueError, FileNotFoundError, OmegaConfBaseException) as exc:  # CheckpointError too
         print(f"train.grpo: {exc}", file=sys.stderr)
         sys.exit(2)
     out = _output_dir(cfg)
@@ -267,12 +288,19 @@ def renamed_keys(argv: list[str]) -> list[str]:
 
 
 def main() -> None:
-    """The command line; renamed keys refused, a sweep's swept keys noted (``train.sweeps``)."""
+    """The command line; renamed keys refused, a sweep's swept keys noted (``train.sweeps``), and the
+    ``init`` checkpoint's render block added as overrides (``eval.checkpoints.render_overrides``: the
+    frames it was trained on; an explicit ``render`` override wins, with a warning)."""
     renamed = renamed_keys(sys.argv[1:])
     if renamed:
         print("train.grpo: " + "; ".join(renamed), file=sys.stderr)
         sys.exit(2)
     note_swept_keys(sys.argv[1:])
+    try:
+        sys.argv[1:] = render_overrides(sys.argv[1:], key="init")
+    except CheckpointError as exc:  # a damaged render.json: its name and why, not a traceback
+        print(f"train.grpo: {exc}", file=sys.stderr)
+        sys.exit(2)
     _main()
 
 

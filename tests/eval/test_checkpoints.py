@@ -47,6 +47,8 @@ def test_a_4b_run_trains_and_evaluates_at_one_frame_budget(tmp_path):
     write_render(final, RenderConfig(**sft["render"]))  # what train.sft writes next to the weights
     evaluated, _ = _job("eval.run", f"checkpoint={final}")
     assert evaluated["render"] == sft["render"]
+    improved, _ = _job("train.grpo", f"init={final}")  # the README's command: model group tiny (toy)
+    assert improved["render"] == sft["render"]
     untrained, _ = _job("eval.run")  # no checkpoint: the model group's (tiny) render
     assert untrained["render"]["max_pixels"] == 4096
     explicit, err = _job("eval.run", f"checkpoint={final}", "render=toy")
