@@ -42,6 +42,7 @@ from train.run_dir import (
     SignalFlag,
     resolve_resume,
     retire_nonfinite,
+    set_aside_previous_run,
     write_progress,
     write_run_info,
 )
@@ -121,6 +122,8 @@ def _run(cfg: DictConfig, out: Path | None, signals: SignalFlag) -> Path:
     if parallel.is_main:
         write_run_info(out, cfg)
     resume = resolve_resume(g.resume, out)
+    if parallel.is_main and resume is None:
+        set_aside_previous_run(out, keep=cfg.init if cfg.init != "random" else None)
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
     init = cfg.init if cfg.init != "random" else None
     if init:

@@ -21,6 +21,10 @@ Both training stages share the run control here:
   the last healthy one.
 - :func:`resolve_resume` refuses an unexpected fresh start: a run dir holding checkpoints of which
   none is complete, or a finished run (``final/``), is an error unless ``resume=none`` says so.
+- :func:`set_aside_previous_run`: a fresh start (``resume=none``) in a run dir that holds an earlier
+  run's checkpoints moves them, ``final/`` and ``best/`` into ``superseded/<time>/`` first, so no old
+  ``COMPLETE`` marker stands beside the new run's files (a watcher or ``resume=auto`` would take an
+  old run's checkpoint for the new run's).
 """
 
 from __future__ import annotations
@@ -117,6 +121,36 @@ def checkpoint_dirs(run_dir: str | Path) -> list[Path]:
         (int(m.group(1)), p) for p in run_dir.iterdir() if (m := re.fullmatch(r"checkpoint-(\d+)", p.name))
     ]
     return [p for _, p in sorted(found) if p.is_dir()]
+
+
+#: What a run leaves in its run dir besides its config and logs: set aside whole by a fresh start.
+RUN_OUTPUTS = ("final", "best", "progress.json")
+
+
+def set_aside_previous_run(run_dir: str | Path, keep: str | Path | None = None) -> Path | None:
+    """Before a fresh start in ``run_dir``: move an earlier run's ``checkpoint-<step>`` dirs and
+    :data:`RUN_OUTPUTS` into ``<run_dir>/superseded/<UTC time>/`` (nothing is deleted); returns that
+    folder, or None when there was nothing to move. ``keep`` (the start checkpoint, when it lies in
+    ``run_dir``) stays where it is."""
+    run_dir = Path(run_dir)
+    keep_at = Path(keep).resolve() if keep else None
+    found = [*checkpoint_dirs(run_dir), *(run_dir / n for n in RUN_OUTPUTS if (run_dir / n).exists())]
+    found = [p for p in found if keep_at is None or not keep_at.is_relative_to(p.resolve())]
+    if not found:
+        return None
+    dest = run_dir / "superseded" / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    while dest.exists():
+        dest = dest.with_name(dest.name + "+")
+    dest.mkdir(parents=True)
+    for path in found:
+        path.rename(dest / path.name)
+    log.warning(
+        "%s: a fresh start (resume=none) in a run dir holding an earlier run: its %s moved to %s",
+        run_dir,
+        ", ".join(p.name for p in found),
+        dest,
+    )
+    return dest
 
 
 def rotate_checkpoints(run_dir: str | Path, keep: int | None) -> list[Path]:

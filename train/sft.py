@@ -44,6 +44,7 @@ from train.run_dir import (
     is_write_failure,
     resolve_resume,
     retire_nonfinite,
+    set_aside_previous_run,
     write_progress,
     write_run_info,
 )
@@ -145,6 +146,8 @@ def train(cfg: DictConfig) -> Path:
     out = Path(t.output_dir)
     resume = resolve_resume(t.resume, out)
     lock = OutputLock(out, "train.sft").acquire() if int(os.environ.get("RANK", "0")) == 0 else None
+    if lock is not None and resume is None:
+        set_aside_previous_run(out, keep=cfg.model.get("path"))
     try:
         return _train(cfg, out, resume)
     finally:

@@ -23,6 +23,7 @@ from train.run_dir import (
     checkpoint_dirs,
     resolve_resume,
     rotate_checkpoints,
+    set_aside_previous_run,
 )
 from train.sft import build_trainer, compose_config, train
 
@@ -167,3 +168,30 @@ def test_sft_refuses_to_restart_a_run_dir_it_cannot_resume(toy_data, tmp_path):
     _checkpoints(run, {5: False})
     with pytest.raises(UnexpectedFreshStart):
         train(compose_config(sft_overrides(toy_data, run, "train.max_steps=1")))
+
+
+def test_a_fresh_start_sets_the_earlier_run_aside(toy_data, tmp_path):
+    """resume=none in a run dir of an earlier run (checkpoint-4 and -8 complete, final/): a 2-step
+    retrain. Left in place, the old checkpoint-8 would stay the newest complete one, which
+    resume=auto and eval.watch would take for the new run's."""
+    run = tmp_path / "run"
+    _checkpoints(run, {4: True, 8: True})
+    (run / "final").mkdir()
+    (run / "final" / "marker").write_text("old")
+    final = train(compose_config(sft_overrides(toy_data, run, "train.max_steps=2", "train.resume=none")))
+    assert complete_checkpoints(run) == [run / "checkpoint-2"]
+    assert resolve_resume("auto", run) == str(run / "checkpoint-2")
+    assert not (final / "marker").exists()
+    [aside] = (run / "superseded").iterdir()
+    assert sorted(p.name for p in aside.iterdir()) == ["checkpoint-4", "checkpoint-8", "final"]
+    assert (aside / "final" / "marker").read_text() == "old"  # moved whole, nothing deleted
+    assert complete_checkpoints(aside) == [aside / "checkpoint-4", aside / "checkpoint-8"]
+
+
+def test_a_fresh_start_keeps_its_own_start_checkpoint(tmp_path):
+    run = tmp_path / "run"
+    _checkpoints(run, {4: True})
+    (run / "final").mkdir()
+    aside = set_aside_previous_run(run, keep=run / "final")  # e.g. GRPO init= the run's own final/
+    assert (run / "final").is_dir() and [p.name for p in aside.iterdir()] == ["checkpoint-4"]
+    assert set_aside_previous_run(tmp_path / "empty") is None
