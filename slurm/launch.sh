@@ -20,6 +20,8 @@
 #   NUM_PROCESSES  NUM_MACHINES x GPUS_PER_NODE (one training process per GPU)
 #   MAIN_ADDR      first host of $SLURM_JOB_NODELIST (rank 0 of the rendezvous)
 #   MAIN_PORT      $MAIN_PORT if set, else 20000 + job id mod 20000 (a requeued job keeps its id)
+#                  (each node's "accelerate launch" joins one torch rendezvous at MAIN_ADDR:MAIN_PORT, as
+#                  machine $SLURM_NODEID of NUM_MACHINES; nothing writes the environment to disk)
 #   NCCL / torch   NCCL_DEBUG=WARN, TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (a failed collective ends the job
 #                  instead of hanging it), OMP_NUM_THREADS = CPUs per task / GPUs; each overridable by
 #                  setting it before sbatch

@@ -1,7 +1,8 @@
 """A fake Slurm cluster for the sbatch scripts (fixture ``cluster``): ``srun``, ``scontrol``, ``scancel``,
 ``accelerate`` and ``python`` stand-ins first on PATH, and the environment Slurm gives a batch job (2 nodes x 4 GPUs).
 
-The fake ``srun`` runs its command once per node in turn with that node's ``SLURM_NODEID``; the fake
+The fake ``srun`` runs its command once per node, all nodes at once as Slurm does (the nodes of a real
+launch rendezvous with each other), each with its own ``SLURM_NODEID``, and exits with the worst status; the fake
 launchers record their exact argv (NUL-separated) and a few environment variables per node, then
 behave as ``FAKE_MODE`` says: ``ok`` (exit 0), ``exit75`` (the requeue status), ``fail`` (exit 1), or
 ``wait`` (block until the fake ``scancel`` delivers USR1 to them, then exit 1 like torch's elastic
@@ -36,10 +37,15 @@ ENV_KEYS = (
 SRUN = r"""#!/bin/bash
 printf '%s\0' "$@" > "$FAKE_LOG/srun.args"
 while [[ $1 == -* ]]; do shift; done
-worst=0
+pids=()
 for ((node = 0; node < SLURM_NNODES; node++)); do
+  SLURM_NODEID=$node SLURM_PROCID=$node SLURM_LOCALID=0 "$@" &
+  pids+=($!)
+done
+worst=0
+for pid in "${pids[@]}"; do
   status=0
-  SLURM_NODEID=$node SLURM_PROCID=$node "$@" || status=$?
+  wait "$pid" || status=$?
   if ((status > worst)); then worst=$status; fi
 done
 exit "$worst"
@@ -103,13 +109,14 @@ class FakeCluster:
         path = self.log / f"{tool}.calls"
         return path.read_text().splitlines() if path.exists() else []
 
-    def sbatch(self, script: str, *args: str, **env: str) -> subprocess.Popen:
-        """Run ``slurm/<script>`` the way sbatch does: a copy in a spool dir, started from there."""
+    def sbatch(self, script: str, *args: str, cwd: Path | None = None, **env: str) -> subprocess.Popen:
+        """Run ``slurm/<script>`` the way sbatch does: a copy in a spool dir, started from ``cwd`` (sbatch
+        starts it in the submit dir; the spool dir by default, where a path relative to it would fail)."""
         copy = self.spool / script
         shutil.copy(ROOT / "slurm" / script, copy)
         return subprocess.Popen(
             ["bash", str(copy), *args],
-            cwd=self.spool,
+            cwd=cwd or self.spool,
             env={**self.env, **env},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -43,6 +43,8 @@ def launch_line(config: str, module: str, rank: int, args: list[str]) -> list[st
         HEAD,
         "--main_process_port",
         str(PORT),
+        "--deepspeed_multinode_launcher",
+        "standard",
         "-m",
         module,
         *args,
@@ -256,6 +258,42 @@ def test_outside_slurm_the_scripts_refuse(cluster):
     del c.env["SLURM_JOB_ID"]
     rc, out = finish(c.sbatch("sft.sh"))
     assert rc != 0 and "sbatch" in out and not (c.log / "srun.args").exists()
+
+
+@pytest.mark.parametrize(
+    ("config", "flags"),
+    [
+        ("conf/accelerate/zero2.yaml", []),
+        ("conf/accelerate/zero3.yaml", []),
+        ("pdsh.yaml", ["--deepspeed_multinode_launcher", "standard"]),  # what the scripts pass
+    ],
+    ids=["zero2", "zero3", "own-config-from-the-scripts"],
+)
+def test_a_multinode_deepspeed_launch_is_one_torch_rendezvous(tmp_path, config, flags):
+    """How ``accelerate launch`` resolves machine 1 of 2 with the project's DeepSpeed configs (used
+    directly) or a config of one's own that names DeepSpeed's pdsh runner (through the scripts'
+    flag): torch's launcher joins node rank 1 to one 2-node rendezvous. No DeepSpeed runner command is
+    built (that runner drops the machine rank, starts a separate world per node and copies the whole
+    environment into .deepspeed_env); tests/slurm/test_multinode_launch.py runs the real thing."""
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+    from accelerate.utils.launch import prepare_deepspeed_cmd_env
+
+    if config == "pdsh.yaml":
+        text = (ROOT / "conf/accelerate/zero2.yaml").read_text()
+        (tmp_path / config).write_text(text.replace("launcher: standard", "launcher: pdsh"))
+        config = str(tmp_path / config)
+    argv = launch_line(config, "train.sft", 1, ["x=1"])[1:]
+    argv = [a for a in argv if a not in ("--deepspeed_multinode_launcher", "standard")]
+    argv[argv.index("-m") : argv.index("-m")] = flags
+    argv[argv.index("--num_processes") + 1] = "2"
+    args, _, _ = _validate_launch_command(launch_command_parser().parse_args(argv))
+    assert args.use_deepspeed and args.deepspeed_multinode_launcher == "standard"
+    args.deepspeed_fields_from_accelerate_config = []  # set by launch_command itself
+    runner, _ = prepare_deepspeed_cmd_env(args)
+    assert runner is None, runner
+    assert (args.nnodes, args.node_rank, args.nproc_per_node) == ("2", 1, "1")
+    head = getattr(args, "rdzv_endpoint", None) or f"{args.master_addr}:{args.master_port}"
+    assert head == f"{HEAD}:{PORT}"  # the head node of the job, from --main_process_ip / _port
 
 
 def shellcheck() -> str:
