@@ -47,6 +47,11 @@ TASKS: frozenset[str] = frozenset(
         "proactive_narration",
         "timed_qa",
         "clue_then_respond",
+        # the public benchmarks (eval/protocols/): the benchmark's own task is in meta["benchmark_task"]
+        "ovo",
+        "streamingbench_proactive",
+        "proactivevideoqa",
+        "estp",
     }
 )
 

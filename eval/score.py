@@ -52,6 +52,7 @@ from eval.chat_client import ChatFatal
 from eval.egoserve_files import EventGroup, detect_release, read_release, release_pairs
 from eval.egoserve_preds import RESPONSE_NAME
 from eval.judge import config_from_args
+from eval.protocols import OFFICIAL_FORMATS
 from eval.scoring import (
     CONTENT_SCORERS,
     PROTOCOLS,
@@ -152,6 +153,12 @@ def run(args: argparse.Namespace) -> tuple[dict, list[dict]]:
             config_from_args(settings)  # a missing URL or model fails before any reading
         except ValueError as exc:
             raise RecordError(str(exc)) from None
+    if args.protocol in OFFICIAL_FORMATS:  # a public benchmark, on its own release and prediction files
+        for given, what in ((args.gt, "ground-truth"), (args.pred, "prediction")):
+            if not Path(given).exists():
+                raise RecordError(f"{what} file does not exist", file=given)
+        result, rows = OFFICIAL_FORMATS[args.protocol].score(Path(args.gt), Path(args.pred), args)
+        return {"protocol": args.protocol, **result}, rows
     if args.protocol != "egoserve":
         return score(args.protocol, load_paired(args.gt, args.pred, args.allow_missing), settings)
     result, rows = score_egoserve_events(egoserve_groups_from_files(args, settings), settings)
@@ -183,7 +190,7 @@ def settings_from_args(args: argparse.Namespace) -> ScoreSettings:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m eval.score", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--protocol", required=True, choices=sorted(PROTOCOLS))
+    parser.add_argument("--protocol", required=True, choices=sorted({*PROTOCOLS, *OFFICIAL_FORMATS}))
     parser.add_argument(
         "--gt", required=True, action="append", help="ground truth (EgoServe: repeat with --pred)"
     )
@@ -195,6 +202,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--tolerance", type=float, default=None, help="seconds (EgoServe delta, ProPerMem tol)"
     )
     parser.add_argument("--dataset", choices=sorted(TOLERANCE_S), default=None)
+    parser.add_argument(
+        "--model", default=None, help="the model's key in a prediction file holding several (StreamingBench)"
+    )
     parser.add_argument("--per-sample", default=None, help="write one JSON line per sample here")
     parser.add_argument("--allow-missing", action="store_true", help="score a missing prediction as silence")
     parser.add_argument("--embedding-model", default=None, help="sentence-embedding model folder")
