@@ -4,11 +4,13 @@ nothing written outside its folder, no silently wrong number."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from data_builders.files import OutputLock, OutputLocked
@@ -153,3 +155,29 @@ def test_an_unwritable_per_sample_path_keeps_the_metrics(tmp_path):
     )
     assert out.returncode == 2 and "cannot write --per-sample" in out.stderr
     assert json.loads(out.stdout.splitlines()[-1])["prs_b"] == 100.0
+
+
+@pytest.mark.parametrize("case", ["clip_past_the_end", "extreme_aspect_ratio"])
+def test_eval_run_names_the_video_and_record_it_cannot_read(tiny_checkpoint, toy_dir, tmp_path, case):
+    from data_builders.synthetic.toy import write_mp4
+    from data_builders.video import VideoError
+
+    base = load_streams(toy_dir / "records.jsonl")[0]
+    if case == "clip_past_the_end":  # a 20 s toy video, a clip to 26 s: never padded with its last frame
+        video = (toy_dir / base.video).resolve()
+        bad = replace(base, id="late-clip", video=str(video), clip_end=26.0)
+        message = (
+            r"frames asked up to 25\.000 s but the video lasts 20\.000 s.*"
+            r"\(record late-clip, clip 0\.000-26\.000 s\)"
+        )
+    else:  # 16 x 4000 px: the image processor refuses it
+        video = tmp_path / "tall.mp4"
+        write_mp4(video, [np.full((4000, 16, 3), 90, np.uint8)] * 4, fps=1)
+        bad = replace(base, id="tall-clip", video=str(video), clip_end=4.0, targets=[])
+        message = (
+            r"frames of 16 x 4000 px have an aspect ratio of 250:1; the model's image processor takes at "
+            r"most 200:1 \(record tall-clip, clip 0\.000-4\.000 s\)"
+        )
+    write_jsonl(tmp_path / "bad.jsonl", [bad])
+    with pytest.raises(VideoError, match=rf"^{re.escape(str(video))}: {message}"):
+        evaluate(load_config(overrides(tiny_checkpoint, tmp_path / "bad.jsonl", tmp_path)), echo=False)
