@@ -22,6 +22,7 @@ naming the cache folder: the entries written are whole, so a rerun decodes only 
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 from concurrent.futures import CancelledError, ProcessPoolExecutor, as_completed
@@ -130,6 +131,9 @@ def cache_frames(
     n_frames = cached = 0
     full: FrameCacheError | None = None
     bar = Progress(len(jobs), "frames", unit="clip") if progress else None
+    # the workers are forked: garbage PyAV objects of this process (a build's probes) must be freed
+    # here, where their decoder threads live; a worker collecting one hangs for good
+    gc.collect()
     with ProcessPoolExecutor(max_workers=workers) as pool:
         futures = [
             pool.submit(_cache_one, str(cache), path, stream, render, steps_per_second)
