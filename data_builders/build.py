@@ -58,7 +58,7 @@ from data_builders.registry import (
     get_source,
     record_reason,
 )
-from data_builders.video import VideoError, VideoInfo, probe_video
+from data_builders.video import PAST_END_SLACK_S, VideoError, VideoInfo, probe_video
 from data_builders.video_index import AmbiguousVideo, VideoIndex
 
 log = logging.getLogger("data_builders")
@@ -74,7 +74,8 @@ __all__ = [
 ]
 
 #: Slack (s) when checking that a clip ends inside its video: container durations are rounded.
-DURATION_SLACK = 0.5
+#: Decoding allows frames as far past the end (``data_builders.video.PAST_END_SLACK_S``).
+DURATION_SLACK = PAST_END_SLACK_S
 #: A target at most this many seconds past the clip end is moved to the end (and counted).
 CLAMP_TOLERANCE = 1.0
 #: Counts every build reports in ``stats.json`` (``conversion``), zero or not.

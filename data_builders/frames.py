@@ -14,17 +14,20 @@ One rule, used by the frames stage, SFT, GRPO and evaluation alike:
   stream's frames (:func:`stream_frames` with ``window``), so every stage reads the entry the frames
   stage wrote, under ``paths.frame_cache_dir``.
 
-The stage spreads clips over ``workers`` processes with a progress bar. Unreadable videos are
-listed (file and reason) and make the stage fail after every other clip is cached. It first removes
-the temp files of cache entries whose writer died mid-write (a killed frames stage or training
-run: the entry's lock is free), naming each in the log; a live writer's are left alone.
+The stage spreads clips over ``workers`` processes with a progress bar. Unreadable videos, and
+clips that run past the end of their video, are listed (file, record, clip and reason) and make the
+stage fail after every other clip is cached. A disk that runs out of space stops the stage at once,
+naming the cache folder: the entries written are whole, so a rerun decodes only the rest. The stage
+first removes the temp files of cache entries whose writer died mid-write (a killed frames stage or
+training run: the entry's lock is free), naming each in the log; a live writer's are left alone.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import CancelledError, ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +37,7 @@ from data_builders.config import RenderConfig
 from data_builders.files import remove_dead_writes
 from data_builders.progress import Progress
 from data_builders.records import Stream, load_streams, resolve_video, step_times
-from data_builders.video import FrameCache, VideoError, load_frames
+from data_builders.video import FrameCache, FrameCacheError, VideoError, load_frames
 
 log = logging.getLogger("data_builders")
 
@@ -55,14 +58,20 @@ def stream_frames(
     """``(N, H, W, 3)`` uint8 frames of a stream's steps, or of steps ``window = [start, end)``.
 
     Through ``cache`` the whole stream is decoded once (one entry per clip, whatever the window) and
-    a hit is memory-mapped, so a window reads only its own frames from disk."""
-    frames = load_frames(
-        video_path,
-        stream_file_times(stream, steps_per_second),
-        max_pixels=render.max_pixels,
-        backend=render.video_backend,
-        cache=cache,
-    )
+    a hit is memory-mapped, so a window reads only its own frames from disk. A
+    :class:`~data_builders.video.VideoError` names the file, the record and its clip."""
+    try:
+        frames = load_frames(
+            video_path,
+            stream_file_times(stream, steps_per_second),
+            max_pixels=render.max_pixels,
+            backend=render.video_backend,
+            cache=cache,
+        )
+    except VideoError as exc:
+        offset = f", video_offset {stream.video_offset:g} s" if stream.video_offset else ""
+        clip = f"clip {stream.clip_start:.3f}-{stream.clip_end:.3f} s{offset}"
+        raise VideoError(exc.path, f"{exc.reason} (record {stream.id}, {clip})") from None
     if window is None:
         return frames
     return np.ascontiguousarray(frames[window[0] : window[1]])
@@ -115,28 +124,48 @@ def cache_frames(
 ) -> dict[str, Any]:
     """Fill the frame cache ``cache`` (``paths.frame_cache_dir``) for ``data`` (a build dir or a
     records file); returns a summary. Raises ``RuntimeError`` listing the videos that could not be
-    decoded, after caching all the others; ``ValueError`` for bad options, before any work."""
+    decoded, after caching all the others; ``RuntimeError`` naming the cache folder at once when its
+    disk cannot take an entry (:class:`~data_builders.video.FrameCacheError`); ``ValueError`` for
+    bad options, before any work."""
     check_frames_options(steps_per_second, workers)
     remove_dead_writes(sorted(Path(cache).glob("*/*.tmp")))
     render = render or RenderConfig()
     jobs = clip_jobs(data)
     failed: list[tuple[str, str]] = []
-    n_frames = 0
+    n_frames = cached = 0
+    full: FrameCacheError | None = None
     bar = Progress(len(jobs), "frames", unit="clip") if progress else None
+    # the workers are forked: garbage PyAV objects of this process (a build's probes) must be freed
+    # here, where their decoder threads live; a worker collecting one hangs for good
+    gc.collect()
     with ProcessPoolExecutor(max_workers=workers) as pool:
         futures = [
             pool.submit(_cache_one, str(cache), path, stream, render, steps_per_second)
             for _, path, stream in jobs
         ]
         for fut in as_completed(futures):
-            path, n, err = fut.result()
+            try:
+                path, n, err = fut.result()
+            except CancelledError:
+                continue
+            except FrameCacheError as exc:  # the disk is full: stop, the clips in flight finish
+                full = full or exc
+                for other in futures:
+                    other.cancel()
+                continue
             n_frames += n
+            cached += err is None
             if err:
                 failed.append((path, err))
             if bar is not None:
                 bar.update(1)
     if bar is not None:
         bar.close()
+    if full is not None:
+        raise RuntimeError(
+            f"{full}. {cached} of {len(jobs)} clips are cached; make room and run the frames stage "
+            "again: it decodes only the clips not cached yet"
+        )
     summary = {"clips": len(jobs), "frames": n_frames, "failed": len(failed), "cache": str(cache)}
     if failed:
         for path, err in sorted(failed):

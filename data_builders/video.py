@@ -19,11 +19,19 @@ frame-cache stage (through :class:`FrameCache`).
   other file is read with PyAV (``pyav``), which also serves when decord is missing or fails. decord
   returns wrong frames, silently, from MPEG-TS/PS files (it seeks by a timestamp it got wrong: one
   second off with B-frames) and rotates mp4 but not mkv, so both back ends return the same frames
-  only this way.
+  only this way. decord also scrambles some narrow frames (1 to 72 px wide: an ``(H, W, 4..96)``
+  array of misplaced bytes); every frame it returns is checked against the probed size, and a file
+  whose frames do not match is read with PyAV instead (logged, naming the file).
 - **Broken files** raise :class:`VideoError` naming the file and the reason: missing, empty, not a
   video, undecodable, or ending more than :data:`END_SLACK_S` before the duration its header states
   when later frames are asked (the message gives the last good frame's time). A failed read leaves
   nothing in the frame cache.
+- **Past the end.** Frames asked more than :data:`PAST_END_SLACK_S` after the end of a complete
+  video raise :class:`VideoError` (the last time asked and the video's duration): a clip that runs
+  past its video is never padded with the last frame.
+- **Aspect ratio.** A video, or a frame sized to the pixel budget, longer than
+  :data:`MAX_ASPECT_RATIO` times its width (or wider than that times its height) raises
+  :class:`VideoError`: the model's image processor refuses such frames.
 
 >>> import tempfile, pathlib
 >>> read_frames(pathlib.Path(tempfile.gettempdir()) / "no-such-video.mp4", [0.0])
@@ -35,7 +43,9 @@ data_builders.video.VideoError: ...no-such-video.mp4: file does not exist
 from __future__ import annotations
 
 import bisect
+import errno
 import hashlib
+import logging
 import math
 import os
 from collections.abc import Iterator, Sequence
@@ -46,12 +56,24 @@ import numpy as np
 
 from data_builders.files import WriterLock
 
+log = logging.getLogger("data_builders")
+
 BACKENDS = ("decord", "pyav")
 #: Default frame pixel budget (448 x 448): a Qwen3-VL frame of ~196 visual tokens after merging.
 DEFAULT_MAX_PIXELS = 448 * 448
 #: A stream may end this many seconds before its stated duration (audio outlasting the video, a
 #: rounded header) before it counts as truncated.
 END_SLACK_S = 1.0
+#: Frames may be asked this many seconds past the end of the video (its stated duration, or its
+#: last frame's end if later): container durations are rounded. The build allows a clip to end as
+#: far past the probed duration (``data_builders.build.DURATION_SLACK``).
+PAST_END_SLACK_S = 0.5
+#: The longest side of a frame may be at most this many times its shortest (Qwen-VL image
+#: processors refuse frames beyond 200:1).
+MAX_ASPECT_RATIO = 200
+#: errno values that mean the frame cache's disk cannot take a write (full, over quota, read-only,
+#: not writable): :class:`FrameCacheError` names the folder.
+_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EFBIG})
 #: Containers decord reads right (checked frame by frame against PyAV); others go to PyAV.
 DECORD_FORMATS = frozenset({"mov,mp4,m4a,3gp,3g2,mj2", "matroska,webm"})
 _EPS = 1e-6  # seconds: timestamps within this of a requested time count as at it
@@ -64,6 +86,12 @@ class VideoError(RuntimeError):
         self.path = str(path)
         self.reason = reason
         super().__init__(f"{self.path}: {reason}")
+
+
+class FrameCacheError(RuntimeError):
+    """The frame cache could not be written (a full disk, ...): the message names the folder, the
+    entry and the video. Entries already in the cache are complete (each is renamed into place only
+    once written whole) and a partial one is deleted, so a rerun redoes only what is missing."""
 
 
 @dataclass(frozen=True)
@@ -150,6 +178,7 @@ def probe_video(path: str | Path, check_end: bool = True) -> VideoInfo:
         width, height = stream.width, stream.height
         if rotation % 180:
             width, height = height, width
+        _check_aspect(path, width, height)
         info = VideoInfo(duration, fps, n_frames, width, height, rotation, start, container.format.name)
         if check_end:
             last = None
@@ -178,11 +207,30 @@ def _ends_early(info: VideoInfo, last: float | None, asked: float | None = None)
 
 
 def _check_end(path: Path, info: VideoInfo, last: float, asked: float) -> None:
-    """Raise when a frame is asked after the stream's end and the stream ends before its stated
-    duration: serving the last frame there would pass a truncated file off as a still scene."""
+    """Raise when a frame is asked after the stream's end: from a stream that ends before its stated
+    duration (serving the last frame there would pass a truncated file off as a still scene), or
+    more than :data:`PAST_END_SLACK_S` past the end of a complete one (a clip that runs past its
+    video would be padded with its last frame)."""
     end = last + 1.0 / info.fps
     if asked > end + END_SLACK_S and end < info.duration - END_SLACK_S:
         raise VideoError(path, _ends_early(info, last, asked))
+    if asked > max(end, info.duration) + PAST_END_SLACK_S:
+        raise VideoError(
+            path,
+            f"frames asked up to {asked:.3f} s but the video lasts {info.duration:.3f} s (its last frame "
+            f"ends at {end:.3f} s): the clip runs past the end of the video",
+        )
+
+
+def _check_aspect(path: Path, width: int, height: int, budget: str = "") -> None:
+    """Raise for a frame the model's image processor refuses (beyond :data:`MAX_ASPECT_RATIO`)."""
+    ratio = max(width, height) / max(1, min(width, height))
+    if ratio > MAX_ASPECT_RATIO:
+        raise VideoError(
+            path,
+            f"frames of {width} x {height} px{budget} have an aspect ratio of {ratio:.0f}:1; the model's "
+            f"image processor takes at most {MAX_ASPECT_RATIO}:1",
+        )
 
 
 def fit_pixels(height: int, width: int, max_pixels: int) -> tuple[int, int]:
@@ -204,14 +252,21 @@ def _pick(frame_times: Sequence[float], times: Sequence[float]) -> list[int]:
 
 
 class _DecordFailed(Exception):
-    """decord is missing or could not read the file: PyAV reads it instead."""
+    """decord is missing or could not read the file right: PyAV reads it instead (logged, unless
+    decord is not installed)."""
+
+    def __init__(self, reason: str, warn: bool = True):
+        super().__init__(reason)
+        self.warn = warn
 
 
 def _decord_groups(path: Path, info: VideoInfo, times: Sequence[float]) -> Iterator[tuple[list[int], object]]:
     """(indices into ``times``, full-size RGB frame) per distinct frame, in file order."""
     try:
         import decord
-
+    except ImportError:
+        raise _DecordFailed("decord is not installed", warn=False) from None
+    try:
         reader = decord.VideoReader(str(path), ctx=decord.cpu(0), num_threads=1)
         n = len(reader)
         if n == 0:
@@ -231,6 +286,10 @@ def _decord_groups(path: Path, info: VideoInfo, times: Sequence[float]) -> Itera
             frame = reader[p].asnumpy()
         except Exception as exc:
             raise _DecordFailed(str(exc)) from None
+        if frame.shape != (info.height, info.width, 3):  # scrambled (narrow frames): never served
+            raise _DecordFailed(
+                f"decord returned frames of shape {frame.shape}, not ({info.height}, {info.width}, 3)"
+            )
         yield serves[p], frame
 
 
@@ -288,6 +347,7 @@ def _frames(
     """(indices into ``times``, upright resized frame) per distinct frame; every index comes once,
     except after a decord failure, when PyAV serves every index again."""
     disp_h, disp_w = fit_pixels(info.height, info.width, max_pixels)
+    _check_aspect(path, disp_w, disp_h, f" (sized to max_pixels={max_pixels})")
     turns = (info.rotation // 90) % 4
     size = (disp_h, disp_w) if turns % 2 == 0 else (disp_w, disp_h)  # stored orientation (h, w)
     groups = None
@@ -301,7 +361,8 @@ def _frames(
                 frame = raw if isinstance(raw, np.ndarray) else raw.to_ndarray(format="rgb24")
                 yield idx, np.ascontiguousarray(np.rot90(_resize(frame, size), turns))
             return
-        except _DecordFailed:
+        except _DecordFailed as exc:
+            (log.warning if exc.warn else log.debug)("%s: %s; read with PyAV instead", path, exc)
             groups = None
 
 
@@ -384,13 +445,19 @@ class FrameCache:
     Frames are returned memory-mapped (copy on write), on a miss too: a miss streams each frame to
     a temp file as it is decoded and renames it into place once every frame is written, so peak
     memory is one frame, concurrent workers and crashed runs are safe, and a failed read (a
-    :class:`VideoError`) leaves nothing behind.
+    :class:`VideoError`) leaves nothing behind. A disk that cannot take the entry (full, read-only)
+    raises :class:`FrameCacheError` naming the folder.
+
+    An entry is checked before it is served: one that does not load, or holds another number of
+    frames than the times asked (a short or emptied file), is dropped, logged naming the file, and
+    the clip decoded again (counted in ``dropped`` and as a miss).
     """
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
         self.hits = 0
         self.misses = 0
+        self.dropped = 0
 
     def key(self, path: str | Path, times: Sequence[float], max_pixels: int) -> str:
         p = Path(path).resolve()
@@ -416,28 +483,65 @@ class FrameCache:
         key = self.key(path, times, max_pixels)
         target = self.root / key[:2] / f"{key}.npy"
         if target.exists():
-            self.hits += 1
-            # memory-mapped (copy on write): a caller slicing a window reads only those frames
-            return np.load(target, allow_pickle=False, mmap_mode="c")
+            cached = self._load(target, len(times), max_pixels, path)
+            if cached is not None:
+                self.hits += 1
+                return cached
         self.misses += 1
         path, info = _prepare(path, backend)
         times = [float(t) for t in times]
-        target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_suffix(f".{os.getpid()}.tmp")
-        held = WriterLock.file(tmp)  # a frames stage removes the temp file only once its writer died
+        held = None
         try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            held = WriterLock.file(tmp)  # a frames stage removes the temp file only once its writer died
             if times:
                 _write_npy(tmp, _frames(path, times, max_pixels, backend, info), len(times))
             else:
                 with tmp.open("wb") as fh:
                     np.save(fh, np.zeros((0, 0, 0, 3), dtype=np.uint8), allow_pickle=False)
             os.replace(tmp, target)
+        except OSError as exc:
+            if exc.errno not in _DISK_ERRNOS:
+                raise
+            why = (exc.strerror or os.strerror(exc.errno)).lower()
+            raise FrameCacheError(
+                f"{why} writing the frame cache in {self.root} (entry {target}, {len(times)} frames of "
+                f"{path}); the entries already there are whole and the partial one is deleted"
+            ) from None
         finally:
             tmp.unlink(missing_ok=True)
-            held.release()
+            if held is not None:
+                held.release()
         if not times:
             return np.load(target, allow_pickle=False)
         return np.load(target, allow_pickle=False, mmap_mode="c")
+
+    def _load(self, target: Path, n: int, max_pixels: int, path: str | Path) -> np.ndarray | None:
+        """The entry ``target`` memory-mapped (copy on write: a caller slicing a window reads only
+        those frames), or None after dropping it when it does not load or is not ``n`` RGB frames
+        within the pixel budget."""
+        try:
+            frames = np.load(target, allow_pickle=False, mmap_mode="c" if n else None)
+        except FileNotFoundError:  # another worker dropped it a moment ago
+            return None
+        except (OSError, ValueError, EOFError) as exc:  # empty, cut short, not an array
+            reason = f"does not load: {exc}"
+        else:
+            shape = frames.shape
+            if n == 0 and shape[:1] == (0,):
+                return frames
+            whole = len(shape) == 4 and shape[0] == n and shape[3] == 3 and frames.dtype == np.uint8
+            if whole and shape[1] * shape[2] <= max_pixels:
+                return frames
+            reason = (
+                f"holds {frames.dtype} frames of shape {shape}, not {n} RGB frames of at most {max_pixels} px"
+            )
+            del frames
+        self.dropped += 1
+        log.warning("frame cache entry %s %s: dropped, decoding %s again", target, reason, path)
+        target.unlink(missing_ok=True)
+        return None
 
 
 def load_frames(

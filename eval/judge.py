@@ -22,9 +22,12 @@ stop the run with the status).
 Back ends (registry :data:`JUDGE_BACKENDS`): ``http``, an OpenAI-compatible chat-completions endpoint
 (``base_url``, ``model``, the API key read from the environment variable named by ``key_env``,
 never logged), and ``local``, a transformers causal LM from a folder (greedy decoding). Answers are
-cached on disk (sqlite) under a key of back end, model and prompt, so a re-evaluation sends no
-request. As a content scorer (``--content judge``), a pair's score is ``(Rationality - 1) / 4``
-(at least 0); an unrated pair raises :class:`rewards.content.Unscorable`.
+cached on disk (sqlite) under a key of everything that decides the answer: the back end, its
+endpoint (``http``: the URL; ``local``: the folder, with its files' sizes and times), the model, the
+reply cap, :data:`CACHE_VERSION` and the prompt itself (so a change of rubric wording is a new key).
+A re-evaluation against the same judge sends no request; another endpoint or model is asked afresh.
+As a content scorer (``--content judge``), a pair's score is ``(Rationality - 1) / 4`` (at least 0);
+an unrated pair raises :class:`rewards.content.Unscorable`.
 
     python -m eval.score --protocol egoserve --gt holoassist_service_annotations.json --pred preds/ \\
         --content judge --judge-url http://127.0.0.1:8000/v1 --judge-model my-judge --judge-timeout 30
@@ -88,6 +91,10 @@ Effectiveness: <1-5>
 Justification: <one to three sentences>"""
 )
 
+#: Bumped when the request or the answer's use changes in a way the prompt text does not show: old
+#: cached answers are then not reused.
+CACHE_VERSION = 2
+
 #: How a dataset is named in the judge's per-dataset means (the official spellings).
 DATASET_NAMES = {"egolife": "EgoLife", "holoassist": "HoloAssist", "captaincook4d": "CaptionCook4D"}
 
@@ -105,7 +112,8 @@ def parse_rating(answer: str | None, field: str) -> int | None:
 
 
 class JudgeCache:
-    """sqlite store of raw judge answers, keyed by a hash of (back end, model, prompt)."""
+    """sqlite store of raw judge answers, keyed by a hash of the back end's identity (its
+    ``cache_identity()``: name, endpoint, model, settings) and the prompt."""
 
     def __init__(self, path: str | Path | None) -> None:
         self.path = Path(path) if path else None
@@ -115,8 +123,9 @@ class JudgeCache:
         self.db.execute("CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, answer TEXT NOT NULL)")
 
     @staticmethod
-    def key(backend: str, model: str, prompt: str) -> str:
-        return hashlib.sha256(json.dumps([backend, model, prompt]).encode()).hexdigest()
+    def key(identity: dict[str, Any], prompt: str) -> str:
+        blob = json.dumps([CACHE_VERSION, identity, prompt], sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()
 
     def get(self, key: str) -> str | None:
         row = self.db.execute("SELECT answer FROM answers WHERE key = ?", (key,)).fetchone()
@@ -131,6 +140,11 @@ class HttpBackend(ChatClient):
     """An OpenAI-compatible ``POST {base_url}/chat/completions`` endpoint (:class:`ChatClient`)."""
 
     name = "http"
+
+    def cache_identity(self) -> dict[str, Any]:
+        """What decides an answer besides the prompt: the endpoint, the model and the reply cap
+        (temperature is always 0)."""
+        return {"backend": self.name, "url": self.url, "model": self.model, "max_tokens": self.max_tokens}
 
 
 class LocalBackend:
@@ -147,6 +161,20 @@ class LocalBackend:
         self.device, self.max_tokens = device, max_tokens
         self.requests_sent = 0
         self.down = None
+
+    def cache_identity(self) -> dict[str, Any]:
+        """The model folder (resolved, with each file's name, size and modification time, so weights
+        replaced in place are a new judge) or hub name, and the decoding cap."""
+        folder = Path(self.model)
+        files = []
+        if folder.is_dir():
+            folder = folder.resolve()
+            files = [
+                (f.name, f.stat().st_size, f.stat().st_mtime_ns)
+                for f in sorted(folder.iterdir())
+                if f.is_file()
+            ]
+        return {"backend": self.name, "model": str(folder), "files": files, "max_tokens": self.max_tokens}
 
     def complete(self, prompt: str) -> str:
         import torch
@@ -177,6 +205,7 @@ class Judge:
             raise KeyError(f"unknown judge back end {backend!r} (known: {sorted(JUDGE_BACKENDS)})")
         self.backend = JUDGE_BACKENDS[backend](**backend_config)
         self.cache = JudgeCache(cache_path)
+        self.identity = self.backend.cache_identity()
         self.unparsable = 0
         self.cache_hits = 0
         self.errors = 0
@@ -188,7 +217,7 @@ class Judge:
     def rate(self, prompt: str, field: str) -> int | None:
         """The rating of one prompt, or None (a failed request or an unparsable answer, counted).
         :class:`eval.chat_client.ChatFatal` (401/403/404) propagates."""
-        key = JudgeCache.key(self.backend.name, self.backend.model, prompt)
+        key = JudgeCache.key(self.identity, prompt)
         answer = self.cache.get(key)
         if answer is None:
             try:

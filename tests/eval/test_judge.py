@@ -320,3 +320,29 @@ def test_eval_run_checks_the_judge_settings_before_streaming(tmp_path):
     )
     with pytest.raises(ValueError, match="benchmark egoserve scores with the LLM judge"):
         evaluate(cfg, echo=False)
+
+
+def test_the_answer_cache_is_kept_per_endpoint_model_and_settings(tmp_path, chat_server):
+    # two servers with the same model name and different judgements, one cache file: each server's
+    # own ratings are reported, and a cached answer is only reused for the same endpoint and model
+    lenient = {"Rate RATIONALITY": ["Rationality: 5"], "Rate EFFECTIVENESS": ["Effectiveness: 4"]}
+    strict = {"Rate RATIONALITY": ["Rationality: 1"], "Rate EFFECTIVENESS": ["Effectiveness: 2"]}
+    cache = tmp_path / "judge.sqlite"
+
+    def judge(server, model="tiny-judge", **extra):
+        return Judge(backend="http", cache_path=cache, base_url=server.url, model=model, **extra)
+
+    with chat_server(scripted(lenient)) as a, chat_server(scripted(strict)) as b:
+        first = judge(a).rate_pairs(pairs())
+        assert (first["rationality"], first["effectiveness"], first["requests"]) == (5.0, 4.0, 8)
+        second = judge(b).rate_pairs(pairs())
+        assert len(b.requests) == 8 and second["cache_hits"] == 0
+        assert (second["rationality"], second["effectiveness"], second["n"]) == (1.0, 2.0, 4)
+        other_model = judge(a, model="bigger-judge").rate_pairs(pairs())
+        assert len(a.requests) == 16 and {r["model"] for r in a.requests[8:]} == {"bigger-judge"}
+        assert other_model["cache_hits"] == 0
+        shorter = judge(a, max_tokens=8).rate_pairs(pairs())  # a reply cap can change the answer
+        assert len(a.requests) == 24 and shorter["cache_hits"] == 0
+        again = judge(b).rate_pairs(pairs())  # the same endpoint and model: all from the cache
+        assert again == {**second, "requests": 0, "cache_hits": 8}
+        assert len(b.requests) == 8

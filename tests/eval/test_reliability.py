@@ -12,6 +12,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from data_builders.files import OutputLock, OutputLocked
@@ -266,3 +267,29 @@ def test_a_full_disk_in_predictions_names_the_file_and_a_resume_equals_an_uninte
     evaluate(load_config([*common, f"out_dir={out}"]), echo=False)  # space freed: the same command
     assert (out / "metrics.json").read_text() == (ref / "metrics.json").read_text()
     assert PredictionLog(pred).rows() == PredictionLog(ref / "predictions.jsonl").rows()
+
+
+@pytest.mark.parametrize("case", ["clip_past_the_end", "extreme_aspect_ratio"])
+def test_eval_run_names_the_video_and_record_it_cannot_read(tiny_checkpoint, toy_dir, tmp_path, case):
+    from data_builders.synthetic.toy import write_mp4
+    from data_builders.video import VideoError
+
+    base = load_streams(toy_dir / "records.jsonl")[0]
+    if case == "clip_past_the_end":  # a 20 s toy video, a clip to 26 s: never padded with its last frame
+        video = (toy_dir / base.video).resolve()
+        bad = replace(base, id="late-clip", video=str(video), clip_end=26.0)
+        message = (
+            r"frames asked up to 25\.000 s but the video lasts 20\.000 s.*"
+            r"\(record late-clip, clip 0\.000-26\.000 s\)"
+        )
+    else:  # 16 x 4000 px: the image processor refuses it
+        video = tmp_path / "tall.mp4"
+        write_mp4(video, [np.full((4000, 16, 3), 90, np.uint8)] * 4, fps=1)
+        bad = replace(base, id="tall-clip", video=str(video), clip_end=4.0, targets=[])
+        message = (
+            r"frames of 16 x 4000 px have an aspect ratio of 250:1; the model's image processor takes at "
+            r"most 200:1 \(record tall-clip, clip 0\.000-4\.000 s\)"
+        )
+    write_jsonl(tmp_path / "bad.jsonl", [bad])
+    with pytest.raises(VideoError, match=rf"^{re.escape(str(video))}: {message}"):
+        evaluate(load_config(overrides(tiny_checkpoint, tmp_path / "bad.jsonl", tmp_path)), echo=False)
