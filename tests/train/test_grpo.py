@@ -359,3 +359,32 @@ def test_a_resumed_step_outside_the_run_is_refused_naming_the_file(setup, tmp_pa
     with pytest.raises(ValueError, match=re.escape(f"{file}: ") + message):
         loop.load_state(ckpt)
     assert loop.step == 0
+
+
+class _Payload:
+    """Pickles as a call of ``exec`` that writes ``marker``: what a planted checkpoint would run."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (exec, (f"open({str(self.marker)!r}, 'w').write('ran')",))
+
+
+def test_a_planted_pickle_in_grpo_state_is_refused_naming_the_file(setup, tmp_path):
+    import re
+
+    from train.grpo_config import GRPOSettings
+    from train.grpo_trainer import STATE_FILE, GRPOLoop
+    from train.safe_load import UnsafeCheckpoint
+
+    model, renderer, windows = setup
+    loop = GRPOLoop(GRPOSettings(), model, renderer.processor, renderer, None, windows, tmp_path / "run")
+    ckpt = loop.save()
+    file, marker = ckpt / STATE_FILE, tmp_path / "marker"
+    torch.save({**torch.load(file, weights_only=True), "note": _Payload(marker)}, file)
+    with pytest.raises(
+        UnsafeCheckpoint, match=re.escape(f"{file}: refused to load: it calls or builds builtins.exec")
+    ):
+        loop.load_state(ckpt)
+    assert not marker.exists()
