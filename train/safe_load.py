@@ -87,6 +87,8 @@ class _WeightsOnlyLoads:
         return load_weights_only(path, map_location, self.allowed)
 
     def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # not set yet (a copy being built): no recursion through __getattr__
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
 
