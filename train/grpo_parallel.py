@@ -23,7 +23,8 @@ and ``ACCELERATE_DEEPSPEED_CONFIG_FILE`` in the environment; on CPU the ranks ta
   whole rollout phase of an update (and for held-out evaluation), not once per streaming step.
 - Checkpoints: rank 0 writes the HF directory (under ZeRO-3 from the gathered 16-bit weights);
   every rank writes its optimizer partition through DeepSpeed (``deepspeed/`` in the checkpoint);
-  ``COMPLETE`` comes last, once every rank is done. Resume with the same number of processes.
+  ``COMPLETE`` comes last, once every rank is done. Resume with the same number of processes; the
+  engine reads those files with ``weights_only=True`` (``train.safe_load.guard_deepspeed_loads``).
 
 A DeepSpeed JSON's ``"auto"`` values are filled here (:func:`deepspeed_config`) from the ``grpo``
 block, as the Trainer fills them for SFT.
@@ -40,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from train.safe_load import guard_deepspeed_loads
 
 log = logging.getLogger(__name__)
 DEEPSPEED_DIR, DEEPSPEED_TAG = "deepspeed", "state"
@@ -210,6 +213,7 @@ class DeepSpeedRanks(Single):
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
             model=model, optimizer=optimizer, model_parameters=params, config=cfg
         )
+        guard_deepspeed_loads(self.engine)  # resume reads every rank's files with weights_only=True
         self.model, self.module = self.engine, self.engine.module
         self.stage = int(self.engine.zero_optimization_stage())
         log.info("rank %d/%d: DeepSpeed ZeRO-%d, bf16 %s", self.rank, self.world, self.stage, self.bf16)

@@ -21,9 +21,10 @@ to silence; decision credit charges each repeat at its own step and credits the 
 
 Checkpoints are ordinary HF directories (``checkpoint-<step>``: model + processor, safetensors)
 plus ``grpo_state.pt`` (the step and, for one process, the optimizer state, read back with
-``torch.load(weights_only=True)``; under DeepSpeed each rank's optimizer partition is in
-``deepspeed/``) and the ``COMPLETE`` marker, written once every rank has saved. ``resume=auto``
-restarts from the newest complete one. SIGUSR1 / SIGTERM to any rank: after the current update
+``torch.load(weights_only=True)`` and the step checked; under DeepSpeed each rank's optimizer
+partition is in ``deepspeed/``, read back with ``weights_only=True`` too: ``train.safe_load``) and
+the ``COMPLETE`` marker, written once every rank has saved. ``resume=auto`` restarts from the
+newest complete one. SIGUSR1 / SIGTERM to any rank: after the current update
 every rank saves its part and stops with ``Preempted``; a non-finite loss skips the update, and
 ``max_nonfinite_steps`` of them in a row stop the run with a clear error.
 
@@ -37,6 +38,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 import shutil
 import statistics
 import time
@@ -81,6 +83,7 @@ from train.run_dir import (
     is_write_failure,
     rotate_checkpoints,
 )
+from train.safe_load import load_weights_only
 
 log = logging.getLogger(__name__)
 STATE_FILE = "grpo_state.pt"
@@ -195,10 +198,24 @@ class GRPOLoop:
         return path
 
     def load_state(self, checkpoint: str | Path) -> None:
-        """Optimizer state and step of a checkpoint (the weights were loaded with the model)."""
-        state = torch.load(Path(checkpoint) / STATE_FILE, weights_only=True)
+        """Optimizer state and step of a checkpoint (the weights were loaded with the model). The
+        step is checked first: a whole number of updates within ``[0, grpo.max_steps]``, and the
+        ``<step>`` of a ``checkpoint-<step>`` directory (both come from the same counter in :meth:`save`)."""
+        file = Path(checkpoint) / STATE_FILE
+        state = load_weights_only(file)
+        step = state.get("step") if isinstance(state, dict) else None
+        if type(step) is not int:
+            raise ValueError(f"{file}: 'step' is {step!r}, not a whole number of updates")
+        if not 0 <= step <= self.cfg.max_steps:
+            raise ValueError(
+                f"{file}: step {step} is outside [0, grpo.max_steps={self.cfg.max_steps}]"
+                + (": raise grpo.max_steps to continue this run" if step > self.cfg.max_steps else "")
+            )
+        named = re.fullmatch(r"checkpoint-(\d+)", file.parent.name)
+        if named and int(named.group(1)) != step:
+            raise ValueError(f"{file}: step {step}, but its directory is {file.parent.name}")
         self.parallel.load_optimizer(Path(checkpoint), state)
-        self.step = int(state["step"])
+        self.step = step
 
     # -- one update ---------------------------------------------------------------------------
 

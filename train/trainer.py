@@ -1,14 +1,16 @@
 """A narrow ``transformers.Trainer`` subclass for the SFT stage, and the callbacks that run with it.
 
-- :class:`DecisionTrainer` overrides ``compute_loss`` only to compute the decision loss
+- :class:`DecisionTrainer` overrides ``compute_loss`` to compute the decision loss
   (:func:`train.losses.loss_at_labels`: focal, frequency-balanced decision tokens + text
   cross-entropy) from the logits of the labelled positions alone (:func:`train.losses.selected_logits`:
   the model's forward, so DDP and DeepSpeed see it, with a ``logits_to_keep`` mask), and ``log`` to add the parts it
   accumulated since the last log: ``loss_decision``, ``loss_text``, ``ce_decision``,
   ``decision_accuracy``, ``recall_silence``, ``recall_response``, ``fire_rate``, ``tokens_per_s``,
-  ``nonfinite_skipped``. Everything else (optimizer, scheduler, checkpoints with optimizer /
-  scheduler / RNG state, resume with data skipping, DDP and DeepSpeed through accelerate) is the
-  Trainer's own.
+  ``nonfinite_skipped``; and, under DeepSpeed, makes the engine load checkpoints with
+  ``weights_only=True`` (``create_accelerator_and_postprocess``; the Trainer's own loads of
+  ``optimizer.pt``, ``scheduler.pt``, ``rng_state.pth`` already are). Everything else (optimizer,
+  scheduler, checkpoints with optimizer / scheduler / RNG state, resume with data skipping, DDP and
+  DeepSpeed through accelerate) is the Trainer's own.
 - NaN guard: a non-finite loss is replaced by a zero that touches no parameter, so the step leaves
   every gradient empty and AdamW leaves the weights (and its moments) as they were; it is logged,
   and ``max_nonfinite_steps`` of them in a row stop training with :class:`NonFiniteLoss`.
@@ -40,6 +42,7 @@ from eval.tracking import remember_run
 from train.losses import WEIGHT_MODES, decision_metrics, loss_at_labels, selected_logits
 from train.recipe import accumulation_steps
 from train.run_dir import NonFiniteLoss, SignalFlag, rotate_checkpoints
+from train.safe_load import guarding_prepare
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +82,13 @@ class DecisionTrainer(Trainer):
         self.max_nonfinite_steps = max_nonfinite_steps
         self.nonfinite_in_a_row = 0
         self._reset_parts()
+
+    def create_accelerator_and_postprocess(self) -> None:
+        """The Trainer's accelerator; under DeepSpeed its ``prepare`` makes the engine read checkpoints
+        with ``weights_only=True`` (``train.safe_load``), so a resume runs no code from one."""
+        super().create_accelerator_and_postprocess()
+        if self.is_deepspeed_enabled:
+            self.accelerator.prepare = guarding_prepare(self.accelerator.prepare)
 
     def _reset_parts(self) -> None:
         # sums since the last log: decision, text, decision CE, n decisions, n text, tokens, skipped, spare

@@ -331,3 +331,60 @@ def test_updates_pass_over_every_window_once_per_epoch(setup, tmp_path):
     assert [id(w) for w in again._windows_for(1)] == epoch[3:6]
     second = [id(w) for step in range(n, 2 * n) for w in loop._windows_for(step)]  # epochs 3..5
     assert sorted(second[:n]) == sorted(id(w) for w in windows) and second[: len(epoch)] != epoch
+
+
+@pytest.mark.parametrize(
+    "step, message",
+    [
+        (-3, r"step -3 is outside \[0, grpo.max_steps=4\]$"),
+        (1_000_000, r"step 1000000 is outside \[0, grpo.max_steps=4\]: raise grpo.max_steps"),
+        (2, r"step 2, but its directory is checkpoint-0"),
+        (1.5, r"'step' is 1.5, not a whole number of updates"),
+    ],
+)
+def test_a_resumed_step_outside_the_run_is_refused_naming_the_file(setup, tmp_path, step, message):
+    """``grpo_state.pt``'s step is the update the run continues from: it must lie in
+    ``[0, grpo.max_steps]`` and match its ``checkpoint-<step>`` directory."""
+    import re
+
+    from train.grpo_config import GRPOSettings
+    from train.grpo_trainer import STATE_FILE, GRPOLoop
+
+    model, renderer, windows = setup
+    cfg = GRPOSettings(max_steps=4)
+    ckpt = GRPOLoop(cfg, model, renderer.processor, renderer, None, windows, tmp_path).save()
+    file = ckpt / STATE_FILE
+    torch.save({**torch.load(file, weights_only=True), "step": step}, file)
+    loop = GRPOLoop(cfg, model, renderer.processor, renderer, None, windows, tmp_path)
+    with pytest.raises(ValueError, match=re.escape(f"{file}: ") + message):
+        loop.load_state(ckpt)
+    assert loop.step == 0
+
+
+class _Payload:
+    """Pickles as a call of ``exec`` that writes ``marker``: what a planted checkpoint would run."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (exec, (f"open({str(self.marker)!r}, 'w').write('ran')",))
+
+
+def test_a_planted_pickle_in_grpo_state_is_refused_naming_the_file(setup, tmp_path):
+    import re
+
+    from train.grpo_config import GRPOSettings
+    from train.grpo_trainer import STATE_FILE, GRPOLoop
+    from train.safe_load import UnsafeCheckpoint
+
+    model, renderer, windows = setup
+    loop = GRPOLoop(GRPOSettings(), model, renderer.processor, renderer, None, windows, tmp_path / "run")
+    ckpt = loop.save()
+    file, marker = ckpt / STATE_FILE, tmp_path / "marker"
+    torch.save({**torch.load(file, weights_only=True), "note": _Payload(marker)}, file)
+    with pytest.raises(
+        UnsafeCheckpoint, match=re.escape(f"{file}: refused to load: it calls or builds builtins.exec")
+    ):
+        loop.load_state(ckpt)
+    assert not marker.exists()
