@@ -114,3 +114,27 @@ def wait_for_offline_run(run_dir: Path, timeout: float = 60.0) -> dict:
 def offline_run():
     """``offline_run(run_folder) -> dict``: :func:`wait_for_offline_run` (what an offline W&B run logged)."""
     return wait_for_offline_run
+
+
+#: The 11 tensors of the tiny model's second language layer.
+TINY_LAYER = "model.language_model.layers.1."
+
+
+def drop_tiny_tensors(ckpt: Path, n: int = 11) -> list[str]:
+    """Remove ``n`` tensors (the whole second language layer) from a tiny checkpoint's
+    ``model.safetensors``; returns their names, sorted."""
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(ckpt / "model.safetensors")
+    dropped = sorted(k for k in weights if k.startswith(TINY_LAYER))[:n]
+    assert len(dropped) == n
+    for name in dropped:
+        del weights[name]
+    save_file(weights, ckpt / "model.safetensors", metadata={"format": "pt"})
+    return dropped
+
+
+@pytest.fixture
+def drop_tensors():
+    """``drop_tensors(checkpoint_dir, n=11) -> names``: :func:`drop_tiny_tensors`."""
+    return drop_tiny_tensors

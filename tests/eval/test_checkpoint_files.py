@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from safetensors.torch import load_file, save_file
 
 from eval.run import evaluate, load_config
 
@@ -27,21 +26,6 @@ def copy_checkpoint(tiny_checkpoint: Path, dest: Path, render: dict | None = TOY
     if render is not None:
         (dest / "render.json").write_text(json.dumps(render))
     return dest
-
-
-#: The 11 tensors of the tiny model's second language layer.
-LAYER = "model.language_model.layers.1."
-
-
-def drop_tensors(ckpt: Path, n: int = 11) -> list[str]:
-    """Remove ``n`` tensors (the whole second language layer) from ``model.safetensors``; returns their names."""
-    weights = load_file(ckpt / "model.safetensors")
-    dropped = sorted(k for k in weights if k.startswith(LAYER))[:n]
-    assert len(dropped) == n
-    for name in dropped:
-        del weights[name]
-    save_file(weights, ckpt / "model.safetensors", metadata={"format": "pt"})
-    return dropped
 
 
 def edit_config(ckpt: Path, **text_config) -> None:
@@ -63,7 +47,9 @@ def eval_overrides(ckpt: Path, toy_dir: Path, tmp: Path, *extra: str) -> list[st
 
 
 @pytest.mark.parametrize("damage", ["missing", "mismatched", "unexpected"])
-def test_weights_that_do_not_fit_the_config_are_refused(damage, tiny_checkpoint, toy_dir, tmp_path):
+def test_weights_that_do_not_fit_the_config_are_refused(
+    damage, tiny_checkpoint, toy_dir, tmp_path, drop_tensors
+):
     """11 tensors removed, a config with a wider MLP (other shapes) or one layer fewer (keys left
     over): the load fails naming the folder and the first keys, instead of filling weights at random."""
     ckpt = copy_checkpoint(tiny_checkpoint, tmp_path / "ckpt")

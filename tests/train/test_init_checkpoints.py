@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from safetensors.torch import load_file, save_file
 
 from data_builders.config import RenderConfig
 from data_builders.sources.toy import build_toy_mixture
@@ -98,26 +97,14 @@ def test_an_explicit_render_override_wins_over_the_init_checkpoint_and_is_logged
     ), warned
 
 
-#: The 11 tensors of the tiny model's second language layer.
-LAYER = "model.language_model.layers.1."
-
-
-def _drop_tensors(ckpt: Path, n: int = 11) -> list[str]:
-    weights = load_file(ckpt / "model.safetensors")
-    dropped = sorted(k for k in weights if k.startswith(LAYER))[:n]
-    assert len(dropped) == n
-    for name in dropped:
-        del weights[name]
-    save_file(weights, ckpt / "model.safetensors", metadata={"format": "pt"})
-    return dropped
-
-
 @pytest.mark.parametrize("stage", ["grpo", "sft"])
-def test_a_start_checkpoint_with_tensors_removed_is_refused(stage, tiny_checkpoint, toy_mixture, tmp_path):
+def test_a_start_checkpoint_with_tensors_removed_is_refused(
+    stage, tiny_checkpoint, toy_mixture, tmp_path, drop_tensors
+):
     """GRPO ``init=`` and SFT ``model.path=`` load through the loader ``eval.run`` uses: 11 tensors
     missing stop the stage naming the folder and the first missing key, before any step."""
     init = sft_like(tiny_checkpoint, tmp_path / "sft" / "final", max_pixels=4096)
-    first = _drop_tensors(init)[0]
+    first = drop_tensors(init)[0]
     expect = re.escape(f"{init}: its weights do not fit its config.json: 11 missing ({first},")
     with pytest.raises(ValueError, match=expect):
         if stage == "grpo":
