@@ -31,7 +31,7 @@ from data_builders.files import OutputLock
 from data_builders.progress import console
 from data_builders.schema import validate
 from data_builders.video import FrameCache
-from eval.checkpoints import write_render
+from eval.checkpoints import checkpoint_step, write_render
 from eval.config import quiet_libraries
 from eval.model import count_parameters, load_model_and_processor
 from eval.render import TurnRenderer
@@ -149,10 +149,26 @@ def train(cfg: DictConfig) -> Path:
     if lock is not None and resume is None:
         set_aside_previous_run(out, keep=cfg.model.get("path"))
     try:
+        if resume and _finished(out, resume, t.max_steps):
+            log.info(
+                "%s: %s already reached train.max_steps=%d and final/ is saved: nothing to train "
+                "(raise train.max_steps to train on, or train.resume=none to start over)",
+                out,
+                Path(resume).name,
+                t.max_steps,
+            )
+            return out / "final"
         return _train(cfg, out, resume)
     finally:
         if lock is not None:
             lock.release()
+
+
+def _finished(out: Path, resume: str, max_steps: int) -> bool:
+    """Whether the run in ``out`` is done: the checkpoint to resume from is at ``max_steps`` and
+    ``final/`` was saved after it (the Trainer, resumed there, would train one step more)."""
+    step = checkpoint_step(resume)
+    return step is not None and step >= max_steps and (out / "final" / "config.json").is_file()
 
 
 def _train(cfg: DictConfig, out: Path, resume: str | None) -> Path:

@@ -195,3 +195,20 @@ def test_a_fresh_start_keeps_its_own_start_checkpoint(tmp_path):
     aside = set_aside_previous_run(run, keep=run / "final")  # e.g. GRPO init= the run's own final/
     assert (run / "final").is_dir() and [p.name for p in aside.iterdir()] == ["checkpoint-4"]
     assert set_aside_previous_run(tmp_path / "empty") is None
+
+
+def test_rerunning_a_finished_run_trains_nothing(toy_data, tmp_path):
+    """The same command again after a run finished (resume=auto): the Trainer, resumed at
+    max_steps in the middle of an epoch, used to train one step more (checkpoint-2 of 1,
+    checkpoint-1 rotated away, final/ overwritten with other weights)."""
+    run = tmp_path / "run"
+    cfg = compose_config(sft_overrides(toy_data, run, "train.max_steps=1", "train.save_steps=1"))
+    final = train(cfg)
+    weights = (final / "model.safetensors").read_bytes()
+    assert train(cfg) == final
+    assert [p.name for p in checkpoint_dirs(run)] == ["checkpoint-1"]
+    assert (final / "model.safetensors").read_bytes() == weights
+    more = compose_config(sft_overrides(toy_data, run, "train.max_steps=2", "train.save_steps=1"))
+    train(more)  # a larger budget trains on from checkpoint-1
+    assert complete_checkpoints(run)[-1].name == "checkpoint-2"
+    assert (final / "model.safetensors").read_bytes() != weights
