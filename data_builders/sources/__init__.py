@@ -11,6 +11,7 @@ from data_builders.sources import (  # noqa: F401
     object_tracks,
     propermem,
     shot2story,
+    streamingbench_proactive,
     toy,
     ucf_crime,
 )

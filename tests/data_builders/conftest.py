@@ -34,6 +34,7 @@ RELEASES = {
     "ego4d_events": ("ego4d", "v2/annotations/narration.json", "v2/full_scale"),
     "egoserve": ("egoserve", "EgoServe_release", "."),
     "nexar": ("nexar", "train.csv", "train"),
+    "streamingbench_proactive": ("streamingbench_proactive", "data/questions_proactive.json", "."),
 }
 
 

@@ -1,0 +1,336 @@
+"""StreamingBench Proactive Output on its own files: the release questions and the harness's output.
+
+    python -m eval.score --protocol streamingbench_proactive --gt questions_proactive.json \\
+        --pred proactive_output_MyModel.json [--model MyModel]
+
+Followed: ``THUNLP-MT/StreamingBench``, ``src/data/count.py`` (task ``proactive``: the figures) and
+``src/benchmark/StreamingBenchProactive.py`` (the harness that writes the prediction file). The
+prediction file is the release list itself, each question carrying one entry per model,
+``{"answered": poll time or false, "dialog_history": [{"role", "content", "time", "cost"}, ...]}``;
+the last turn of the history is the answer, at the (absolute, whole-second) time of its poll. The
+rules are in :mod:`rewards.streamingbench_proactive`; docs/protocols.md lists every choice.
+
+Reading: the prediction file's questions are paired with the release's by video, ``time_stamp`` and
+wording (so a file of a subset, or in another order, scores), and their ground-truth fields must be
+the release's. The model is the one key the prediction questions add to the release's fields, or
+``--model`` when there are several. A release question without that model's entry is *missing*:
+skipped, as the official scorer skips it (counted under ``missing`` and named on stderr). An empty
+history (the harness writes one when the answer is due more than 3 s before the question) is scored
+as a wrong answer; the official scorer stops there (``official_would_fail``). Everything else the
+official scorer would misread or stop on (no history, a last turn that is not the assistant's,
+a time that is not a number, a text that is not a string, an unknown model) is a ``RecordError``
+naming the file, the question and the reason.
+
+:func:`write_official` writes that prediction file from stream records and the project's
+predictions, as the harness would have written it for the same answers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from data_builders.files import atomic_writer
+from data_builders.records import Prediction, RecordError, Reply, Stream
+from data_builders.registry import load_json
+from data_builders.sources.streamingbench_proactive import (
+    SOURCE,
+    ReleaseQuestion,
+    entry_questions,
+    read_question,
+)
+from eval.protocols import official_format
+from rewards.streamingbench_proactive import Outcome, judge_answer, poll_of, poll_times, proactive_metrics
+
+log = logging.getLogger(__name__)
+
+MISSING = "no answer of the model (skipped, as the official scorer skips it)"
+EMPTY_HISTORY = "an empty dialog_history (the official scorer stops on it: IndexError); scored as wrong"
+
+
+def _questions(path: Path) -> list[tuple[ReleaseQuestion, dict]]:
+    """Every question of a release-structured file, checked, with its raw object."""
+    data = load_json(path)
+    if not isinstance(data, list):
+        raise RecordError(f"expected a list of video segments, got {type(data).__name__}", file=path)
+    out = []
+    for i, entry in enumerate(data):
+        where = f"[{i}]"
+        try:
+            for k, raw in enumerate(entry_questions(entry)):
+                where = f"[{i}].questions[{k}]"
+                out.append((read_question(entry, raw, where), raw))
+        except RecordError as err:
+            raise err.located(file=path, record=where) from None
+    return out
+
+
+def read_ground_truth(path: Path) -> list[tuple[ReleaseQuestion, dict]]:
+    """The release's questions in file order; two questions with the same key are an error."""
+    out = _questions(path)
+    seen: dict[tuple, str] = {}
+    for q, _ in out:
+        if q.key in seen:
+            raise RecordError(
+                f"the same video, time_stamp and question as {seen[q.key]}", file=path, record=q.where
+            )
+        seen[q.key] = q.where
+    return out
+
+
+def _pair(
+    gt: Sequence[tuple[ReleaseQuestion, dict]], pred: Path
+) -> dict[tuple, tuple[ReleaseQuestion, dict]]:
+    """The prediction file's questions keyed as the release's; a question the release lacks, one
+    whose ground truth differs from the release's, or one given twice is an error."""
+    truth = {q.key: q for q, _ in gt}
+    paired: dict[tuple, tuple[ReleaseQuestion, dict]] = {}
+    for q, raw in _questions(pred):
+        g = truth.get(q.key)
+        if g is None:
+            raise RecordError(
+                f"no question of the ground truth has video_path {q.video_path!r}, time_stamp "
+                f"{raw['time_stamp']!r} and this question",
+                file=pred,
+                record=q.where,
+            )
+        for name, mine, theirs in (
+            ("ground_truth_time_stamp", q.ground_truth, g.ground_truth),
+            ("ground_truth_output", q.expected, g.expected),
+            ("task_type", q.task_type, g.task_type),
+        ):
+            if mine != theirs:
+                raise RecordError(
+                    f"{raw[name]!r} differs from the ground truth's {g.where}: made from another release?",
+                    file=pred,
+                    record=q.where,
+                    field=name,
+                )
+        if q.key in paired:
+            raise RecordError(f"the same question as {paired[q.key][0].where}", file=pred, record=q.where)
+        paired[q.key] = (q, raw)
+    return paired
+
+
+def find_model(
+    gt: Sequence[tuple[ReleaseQuestion, dict]],
+    paired: Mapping[tuple, tuple[ReleaseQuestion, dict]],
+    pred: Path,
+    given: str | None,
+) -> str:
+    """The model whose answers are scored: ``given`` (``--model``), else the one key the prediction
+    questions add to the release's fields."""
+    release_fields = {q.key: set(raw) for q, raw in gt}
+    added: dict[str, int] = {}
+    for key, (_, raw) in paired.items():
+        for name in raw:
+            if name not in release_fields[key]:
+                added[name] = added.get(name, 0) + 1
+    found = ", ".join(f"{name!r} ({n} questions)" for name, n in sorted(added.items())) or "none"
+    if given is not None:
+        if given not in added:
+            raise RecordError(
+                f"no question holds answers of model {given!r} (models found: {found})", file=pred
+            )
+        return given
+    if not added:
+        raise RecordError("no question holds a model's answers (keys beyond the release's fields)", file=pred)
+    if len(added) > 1:
+        raise RecordError(
+            f"the questions hold answers of several models ({found}): pick one with --model", file=pred
+        )
+    return next(iter(added))
+
+
+def last_turn(answer: Any, model: str) -> tuple[float, str] | None:
+    """(time, text) of the last turn of a model entry, ``None`` for an empty history; a malformed
+    entry raises a ``RecordError`` naming the field."""
+    if not isinstance(answer, dict):
+        raise RecordError(
+            f"expected an object {{answered, dialog_history}}, got {type(answer).__name__}", field=model
+        )
+    history = answer.get("dialog_history")
+    if not isinstance(history, list):
+        raise RecordError("missing or not a list", field=f"{model}.dialog_history")
+    if not history:
+        return None
+    at = f"{model}.dialog_history[{len(history) - 1}]"
+    turn = history[-1]
+    if not isinstance(turn, dict):
+        raise RecordError(f"expected an object, got {type(turn).__name__}", field=at)
+    if turn.get("role") != "assistant":
+        raise RecordError(
+            f"the last turn must be the assistant's answer, got role {turn.get('role')!r}", field=at
+        )
+    time, text = turn.get("time"), turn.get("content")
+    if isinstance(time, bool) or not isinstance(time, (int, float)) or not math.isfinite(time):
+        raise RecordError(f"expected the poll time in seconds, got {time!r}", field=f"{at}.time")
+    if not isinstance(text, str):
+        raise RecordError(
+            f"expected the answer text, got {type(text).__name__} {text!r}", field=f"{at}.content"
+        )
+    return float(time), text
+
+
+def _count(out: dict, key: str, reason: str, example: str) -> None:
+    out.setdefault(key, {}).setdefault(reason, 0)
+    out[key][reason] += 1
+    examples = out.setdefault(f"{key}_examples", {}).setdefault(reason, [])
+    if len(examples) < 3:
+        examples.append(example)
+
+
+def score_files(gt_path: Path, pred_path: Path, model: str | None) -> tuple[dict, list[dict]]:
+    """The official figures of one model's answers in ``pred_path`` against the release ``gt_path``,
+    and one row per release question."""
+    gt = read_ground_truth(gt_path)
+    paired = _pair(gt, pred_path)
+    model = find_model(gt, paired, pred_path, model)
+    outcomes, rows, notes = [], [], {}
+    for q, _ in gt:
+        row = {
+            "id": q.where,
+            "video_path": q.video_path,
+            "time_stamp": q.time_stamp,
+            "ground_truth": q.ground_truth,
+        }
+        hit = paired.get(q.key)
+        if hit is None or model not in hit[1]:
+            _count(notes, "dropped", MISSING, q.where)
+            rows.append({**row, "status": "missing"})
+            continue
+        try:
+            turn = last_turn(hit[1][model], model)
+        except RecordError as err:
+            raise err.located(file=pred_path, record=hit[0].where) from None
+        if turn is None:
+            _count(notes, "official_would_fail", EMPTY_HISTORY, hit[0].where)
+            outcomes.append(Outcome(q.task_type, False, False))
+            rows.append({**row, "status": "empty_history", "time_correct": False, "answer_correct": False})
+            continue
+        on_time, right = judge_answer(turn[0], turn[1], ground_truth=q.ground_truth, expected=q.expected)
+        outcomes.append(Outcome(q.task_type, on_time, right))
+        rows.append(
+            {**row, "status": "scored", "time": turn[0], "time_correct": on_time, "answer_correct": right}
+        )
+    metrics = proactive_metrics(outcomes)
+    missing = notes.get("dropped", {}).get(MISSING, 0)
+    return {"model": model, **metrics, "questions": len(gt), "missing": missing, **notes}, rows
+
+
+@official_format(SOURCE, summary="StreamingBench Proactive Output: time_accuracy, answer_accuracy (0-1)")
+def score_official(gt: Path, pred: Path, options: argparse.Namespace) -> tuple[dict, list[dict]]:
+    """``eval.score --protocol streamingbench_proactive``: see the module docstring."""
+    return score_files(gt, pred, getattr(options, "model", None))
+
+
+# ----------------------------------------------------------------------------------------------
+# Writing the official prediction file from the project's predictions
+
+
+def official_answer(question: ReleaseQuestion, replies: Iterable[Reply]) -> dict:
+    """A question's model entry as the harness writes it for a model that speaks first at the
+    frame of the first reply: one user and one assistant turn per poll ("no" while the model is
+    silent, "yes" at the poll that shows that frame), then the question and the reply's text at
+    that poll; ``answered`` is that poll's time, or false (every poll "no") when the first reply
+    comes past the last poll or there is none. ``cost`` (the harness's seconds per call) is null:
+    not measured. Times are absolute seconds on the video's clock, as the harness writes them."""
+    answer = None
+    for reply in replies:
+        at = poll_of(reply.time, question.time_stamp, question.ground_truth)
+        if at is not None:
+            answer = (at, reply.text)
+        break  # the harness stops at the first answer: later replies are never asked for
+    history = []
+    for at in poll_times(question.time_stamp, question.ground_truth):
+        said = answer is not None and at == answer[0]
+        history.append({"role": "user", "content": question.question, "time": at, "cost": None})
+        history.append({"role": "assistant", "content": "yes" if said else "no", "time": at, "cost": None})
+        if said:
+            history.append({"role": "user", "content": question.question, "time": at, "cost": None})
+            history.append({"role": "assistant", "content": answer[1], "time": at, "cost": None})
+            break
+    return {"answered": answer[0] if answer is not None else False, "dialog_history": history}
+
+
+def _release_place(stream: Stream) -> tuple[int, int, dict, dict]:
+    meta = stream.meta
+    try:
+        if stream.task != SOURCE:
+            raise RecordError(f"a stream of task {stream.task!r}, not {SOURCE!r}", field="task")
+        place = meta.get("entry"), meta.get("question_index")
+        entry, raw = meta.get("release_entry"), meta.get("release_question")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in place) or not (
+            isinstance(entry, dict) and isinstance(raw, dict)
+        ):
+            raise RecordError(
+                f"needs entry, question_index, release_entry and release_question (built by source={SOURCE})",
+                field="meta",
+            )
+    except RecordError as err:
+        raise err.located(record=stream.id) from None
+    return place[0], place[1], entry, raw
+
+
+def write_official(
+    path: str | Path,
+    streams: Sequence[Stream],
+    predictions: Iterable[Prediction],
+    model: str,
+    *,
+    pred_file: str | Path | None = None,
+) -> dict:
+    """Write the harness's prediction file for ``model`` (the release's segments, each question
+    with its ``model`` entry, :func:`official_answer`) from the stream records and the project's
+    predictions; whole or not at all. A stream without a prediction gets no entry (the scorer
+    counts it missing; logged); a prediction of no stream is an error. Returns the counts."""
+    if not isinstance(model, str) or not model:
+        raise RecordError(f"the model's key must be a non-empty string, got {model!r}")
+    by_id = {s.id: s for s in streams}
+    replies: dict[str, list[Reply]] = {}
+    for p in predictions:
+        if p.id not in by_id:
+            raise RecordError("a prediction for no stream of the records", file=pred_file, record=p.id)
+        replies[p.id] = p.replies
+    entries: dict[int, dict] = {}
+    questions: dict[int, dict[int, dict]] = {}
+    counts = {"questions": 0, "answered": 0, "unanswered": 0, "missing": 0}
+    for s in streams:
+        i, k, entry, raw = _release_place(s)
+        try:
+            question = read_question(entry, raw, s.id)
+        except RecordError as err:
+            raise err.located(record=s.id) from None
+        if k in questions.setdefault(i, {}):
+            raise RecordError(
+                f"the same release question [{i}].questions[{k}] as another stream", record=s.id
+            )
+        entries.setdefault(i, entry)
+        item = dict(raw)
+        counts["questions"] += 1
+        if s.id in replies:
+            item[model] = official_answer(question, replies[s.id])
+            counts["answered" if item[model]["answered"] is not False else "unanswered"] += 1
+        else:
+            counts["missing"] += 1
+        questions[i][k] = item
+    if counts["missing"]:
+        missing = [s.id for s in streams if s.id not in replies]
+        log.warning(
+            "%d of %d streams have no prediction; written without a %r entry (the scorer skips them): %s",
+            counts["missing"],
+            len(streams),
+            model,
+            ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else ""),
+        )
+    data = [
+        {**entries[i], "questions": [questions[i][k] for k in sorted(questions[i])]} for i in sorted(entries)
+    ]
+    with atomic_writer(path) as fh:
+        json.dump(data, fh, indent=4)
+    return counts
