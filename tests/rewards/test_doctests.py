@@ -13,10 +13,12 @@ MODULES = [
     "rewards.egoserve",
     "rewards.egoserve_rules",
     "rewards.propermem",
+    "rewards.proactivevideoqa",
     "rewards.content",
     "rewards.grpo",
     "rewards.bench.prs",
     "eval.judge",
+    "eval.protocols.proactivevideoqa",
 ]
 
 
