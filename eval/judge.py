@@ -214,8 +214,9 @@ class Judge:
     def requests_sent(self) -> int:
         return self.backend.requests_sent
 
-    def rate(self, prompt: str, field: str) -> int | None:
+    def rate(self, prompt: str, field: str, parse: Callable[[str], int | None] | None = None) -> int | None:
         """The rating of one prompt, or None (a failed request or an unparsable answer, counted).
+        ``parse`` reads the answer (default: the first ``<field>: <integer>``, :func:`parse_rating`).
         :class:`eval.chat_client.ChatFatal` (401/403/404) propagates."""
         key = JudgeCache.key(self.identity, prompt)
         answer = self.cache.get(key)
@@ -230,7 +231,7 @@ class Judge:
             self.cache.put(key, answer)
         else:
             self.cache_hits += 1
-        rating = parse_rating(answer, field)
+        rating = parse_rating(answer, field) if parse is None else parse(answer)
         if rating is None:
             self.unparsable += 1
         return rating

@@ -51,4 +51,5 @@ def official_format(name: str, summary: str) -> Callable:
 
 
 # Importing a benchmark's module registers it; one line each, in alphabetical order.
+from eval.protocols import proactivevideoqa  # noqa: E402,F401
 from eval.protocols import streamingbench_proactive  # noqa: E402,F401

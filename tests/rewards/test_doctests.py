@@ -13,11 +13,13 @@ MODULES = [
     "rewards.egoserve",
     "rewards.egoserve_rules",
     "rewards.propermem",
+    "rewards.proactivevideoqa",
     "rewards.streamingbench_proactive",
     "rewards.content",
     "rewards.grpo",
     "rewards.bench.prs",
     "eval.judge",
+    "eval.protocols.proactivevideoqa",
 ]
 
 
