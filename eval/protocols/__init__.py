@@ -50,6 +50,8 @@ def official_format(name: str, summary: str) -> Callable:
     return wrap
 
 
-# Importing a benchmark's module registers it; one line each, in alphabetical order.
-from eval.protocols import proactivevideoqa  # noqa: E402,F401
-from eval.protocols import streamingbench_proactive  # noqa: E402,F401
+# Importing a benchmark's module registers it; one name each, in alphabetical order.
+from eval.protocols import (  # noqa: E402,F401
+    proactivevideoqa,
+    streamingbench_proactive,
+)
