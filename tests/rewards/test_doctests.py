@@ -13,6 +13,7 @@ MODULES = [
     "rewards.egoserve",
     "rewards.egoserve_rules",
     "rewards.propermem",
+    "rewards.ovo",
     "rewards.content",
     "rewards.grpo",
     "rewards.bench.prs",
