@@ -34,6 +34,7 @@ RELEASES = {
     "ego4d_events": ("ego4d", "v2/annotations/narration.json", "v2/full_scale"),
     "egoserve": ("egoserve", "EgoServe_release", "."),
     "nexar": ("nexar", "train.csv", "train"),
+    "ovo": ("ovo", "ovo_bench_new.json", "src_videos"),
 }
 
 
