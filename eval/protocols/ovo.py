@@ -26,7 +26,8 @@ the total.
 ``source=ovo``, :mod:`data_builders.sources.ovo`) and predictions (``{"id", "replies"}``): the
 answer to a question or probe is the first reply at or after the step it lands on and before the
 next question's step (questions landing on one step take its replies in order); none is a null
-response.
+response. A record with no prediction is left out of the file, and so is an SSR item predicted on
+some of its steps only (both counted and logged; the scorer then counts the items missing).
 """
 
 from __future__ import annotations
@@ -241,8 +242,9 @@ def write_predictions(
     records and the model's predictions on them (see the module docstring); returns what was
     written: the path, the items, the records without a prediction (left out, so the scorer counts
     them missing), the questions left unanswered (null responses) and the replies that answered
-    nothing. A prediction for no record, a record of another task, and an SSR item predicted on
-    some of its steps only are errors."""
+    nothing, and the SSR items predicted on some of their steps only (left out whole: the
+    official ``test_info`` cannot be written in part; logged). A prediction for no record and a
+    record of another task, or not built by ``source=ovo``, are errors."""
     streams = list(streams)
     by_id = {s.id: s for s in streams}
     replies: dict[str, list] = {}
@@ -295,14 +297,11 @@ def write_predictions(
         for probe, answer in zip(probes, answers, strict=True):
             fields = {k: v for k, v in probe.items() if k != "index"}
             entry["probes"][probe["index"]] = {**fields, "response": answer}
+    partial = []
     for oid, entry in forward.items():
         if entry["done"] and entry["left"]:
-            raise RecordError(
-                f"item {oid!r} is predicted on {entry['done']} but not on {entry['left']}: its "
-                "official test_info cannot be written whole",
-                record=entry["left"][0],
-            )
-        if not entry["done"]:
+            partial.append(f"{oid!r} (no prediction for {', '.join(entry['left'])})")
+        if not entry["done"] or entry["left"]:
             continue
         if sorted(entry["probes"]) != list(range(entry["n"])):
             raise RecordError(
@@ -316,6 +315,7 @@ def write_predictions(
     with atomic_writer(path) as fh:
         json.dump(parts, fh, ensure_ascii=False, indent=1)
         fh.write("\n")
+    counts["incomplete_items"] = len(partial)
     if counts["missing_records"] or counts["unanswered"]:
         log.warning(
             "%s: %d of %d OVO-Bench records have no prediction (left out), %d questions no answer (null)",
@@ -323,5 +323,13 @@ def write_predictions(
             counts["missing_records"],
             counts["records"],
             counts["unanswered"],
+        )
+    if partial:
+        log.warning(
+            "%s: %d SSR items predicted on some of their steps only, left out whole (their test_info "
+            "cannot be written whole): %s",
+            path,
+            len(partial),
+            "; ".join(partial[:5]),
         )
     return {"path": str(path), "items": sum(len(v) for v in parts.values()), **counts}
