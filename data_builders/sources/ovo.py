@@ -11,7 +11,9 @@ Twelve tasks in three parts:
 - backward tracing (EPM, ASI, HLD) and real-time perception (STU, OJR, ATR, ACR, OCR, FPD):
   ``{"realtime": s, "question", "options": [str, ...], "gt": option index, "answer"}``; the
   official harness cuts the video to ``[0, ceil(realtime)]`` (at most the video's length) and
-  asks the question, with its options lettered ``A. ...; B. ...;``, after it;
+  asks the question, with its options lettered ``A. ...; B. ...;``, after it (that is the cut
+  ``chunk_videos.py`` writes for these tasks in its branch for them; as published, its first test
+  skips every item that is not a forward one, so only the forward cuts are written);
 - forward active responding (REC, SSR, CRR): ``"test_info": [probe, ...]``, each probe
   ``{"realtime": s, ...}`` answered on the video cut to ``[0, ceil(realtime)]``. REC
   ``{"activity", "start_times", "end_times"}``, probe ``{"count"}`` ("How many times did they
