@@ -9,6 +9,7 @@ from data_builders.sources import (  # noqa: F401
     magqa,
     nexar,
     object_tracks,
+    ovo,
     proactivevideoqa,
     propermem,
     shot2story,

@@ -35,6 +35,7 @@ RELEASES = {
     "egoserve": ("egoserve", "EgoServe_release", "."),
     "nexar": ("nexar", "train.csv", "train"),
     "streamingbench_proactive": ("streamingbench_proactive", "data/questions_proactive.json", "."),
+    "ovo": ("ovo", "ovo_bench_new.json", "src_videos"),
 }
 
 

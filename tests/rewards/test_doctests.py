@@ -13,6 +13,7 @@ MODULES = [
     "rewards.egoserve",
     "rewards.egoserve_rules",
     "rewards.propermem",
+    "rewards.ovo",
     "rewards.proactivevideoqa",
     "rewards.streamingbench_proactive",
     "rewards.content",

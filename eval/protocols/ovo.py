@@ -1,0 +1,335 @@
+"""OVO-Bench on its own files: the release's ``ovo_bench_new.json`` and a model's prediction folder.
+
+    python -m eval.score --protocol ovo --gt data/ovo_bench_new.json --pred results/<model>
+
+Followed: ``JoeLeelyf/OVO-Bench`` ``score.py`` (reads every file of ``results/<model>/`` and
+concatenates their ``backward``, ``realtime`` and ``forward`` lists) and ``utils/OVOBenchScore.py``
+(``OVOBenchOfflineScore``; the rules are :mod:`rewards.ovo`'s). A prediction file is what the
+official harness writes (``utils/OVOBench.py``): ``{"backward": [...], "realtime": [...],
+"forward": [...]}``, a multiple-choice item ``{"id", "video", "task", "question", "response",
+"ground_truth"}`` and a forward item the release's item with ``test_info[i].response`` added. A
+response is a string, or null where the model failed (scored 0).
+
+The official scorer takes the right answers from the prediction file; here they come from ``--gt``,
+and the prediction file must agree with it: its ``ground_truth``, ``task``, ``count``, ``type``,
+``step`` and probe times, where given, must be the release's, and so must its list (an EPM item in
+``realtime`` is an error). Also refused, each naming the file, the item and the reason: an id that
+is not in the release, an id given twice (the official scorer counts it twice), a forward item
+whose ``test_info`` is not as long as the release's, a missing ``response`` and a response that is
+neither a string nor null (the official scorer stops on a list in REC and takes list membership
+elsewhere), a ``--pred`` that is a file, not a folder (the official scorer reads a folder). Release
+items with no prediction are left out, as the official scorer leaves them out: they are counted
+(``missing``, per task) and named on stderr, and a part with none scored has no figure, nor then
+the total.
+
+:func:`write_predictions` writes the same format from the project's stream records (built by
+``source=ovo``, :mod:`data_builders.sources.ovo`) and predictions (``{"id", "replies"}``): the
+answer to a question or probe is the first reply at or after the step it lands on and before the
+next question's step (questions landing on one step take its replies in order); none is a null
+response. A record with no prediction is left out of the file, and so is an SSR item predicted on
+some of its steps only (both counted and logged; the scorer then counts the items missing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from data_builders.files import atomic_writer
+from data_builders.records import TIME_EPS, Prediction, RecordError, Stream, step_times, target_step
+from data_builders.registry import load_json
+from data_builders.sources.ovo import Item, item_id, read_release
+from eval.protocols import official_format
+from rewards.ovo import PARTS, TASK_PART, TASKS, figures, probe_score
+
+log = logging.getLogger(__name__)
+
+#: The file :func:`write_predictions` writes into the prediction folder.
+PREDICTION_FILE = "ovo_predictions.json"
+#: The fields of a multiple-choice item in the official prediction file.
+CHOICE_FIELDS = ("id", "video", "task", "question", "response", "ground_truth")
+
+
+def prediction_files(folder: Path) -> list[Path]:
+    """The ``.json`` files of a prediction folder, in name order."""
+    if not folder.is_dir():
+        raise RecordError(
+            "expected the folder <results>/<model> of official prediction files (the official "
+            "score.py reads a folder), got a file",
+            file=folder,
+        )
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix == ".json")
+    if not files:
+        raise RecordError("no .json prediction file in the folder", file=folder)
+    return files
+
+
+def _response(entry: dict, name: str) -> str | None:
+    if "response" not in entry:
+        raise RecordError(f"field '{name}response' is missing (null marks a failed answer)")
+    value = entry["response"]
+    if value is not None and not isinstance(value, str):
+        raise RecordError(
+            f"field '{name}response': expected a string or null, got {type(value).__name__} {value!r}"
+        )
+    return value
+
+
+def _agree(given: Any, released: Any, name: str) -> None:
+    same = given == released and isinstance(given, bool) == isinstance(released, bool)
+    if not same:
+        raise RecordError(
+            f"field '{name}': {given!r} here but {released!r} in the release (a prediction file made "
+            "from another release?)"
+        )
+
+
+def parse_answers(entry: Any, item: Item, part: str) -> list[str | None]:
+    """The responses of one prediction item, checked against its release item (one per question:
+    one for multiple choice, one per probe for forward)."""
+    if part != item.part:
+        raise RecordError(f"listed under '{part}', but the release's {item.task} is a {item.part} task")
+    if "task" in entry:
+        _agree(entry["task"], item.task, "task")
+    if item.part != "forward":
+        if "ground_truth" in entry:
+            _agree(entry["ground_truth"], item.letter, "ground_truth")
+        return [_response(entry, "")]
+    info = entry.get("test_info")
+    if not isinstance(info, list) or len(info) != len(item.probes):
+        got = f"{len(info)} entries" if isinstance(info, list) else repr(info)
+        raise RecordError(f"field 'test_info': expected the release's {len(item.probes)} probes, got {got}")
+    out = []
+    for probe, given in zip(item.probes, info, strict=True):
+        name = f"test_info[{probe.index}]."
+        if not isinstance(given, dict):
+            raise RecordError(f"field '{name[:-1]}': expected an object, got {type(given).__name__}")
+        for key, released in probe.fields.items():
+            if key in given:
+                _agree(given[key], released, name + key)
+        out.append(_response(given, name))
+    return out
+
+
+def read_predictions(folder: Path, items: dict[Any, Item]) -> dict[Any, list[str | None]]:
+    """Item id -> its responses, from every file of a prediction folder (see the module docstring)."""
+    answers: dict[Any, list[str | None]] = {}
+    where: dict[Any, str] = {}
+    for path in prediction_files(folder):
+        data = load_json(path)
+        if not isinstance(data, dict) or not all(isinstance(data.get(p), list) for p in PARTS):
+            raise RecordError(
+                "expected an object with the lists 'backward', 'realtime' and 'forward'", file=path
+            )
+        for part in PARTS:
+            for k, entry in enumerate(data[part]):
+                at = f"{part}[{k}]"
+                try:
+                    if not isinstance(entry, dict):
+                        raise RecordError(f"expected an object, got {type(entry).__name__}")
+                    rid = item_id(entry)
+                    at = f"{part}[{k}] (id {rid!r})"
+                    if rid not in items:
+                        raise RecordError(f"id {rid!r} is not an item of the release file")
+                    if rid in answers:
+                        raise RecordError(f"id {rid!r} is given twice (first: {where[rid]})")
+                    answers[rid] = parse_answers(entry, items[rid], part)
+                except RecordError as err:
+                    raise err.located(file=path, record=at) from None
+                where[rid] = f"{path.name} {at}"
+    return answers
+
+
+@official_format("ovo", summary="OVO-Bench (offline scorer): per-task accuracy, part means, total")
+def score_ovo(gt: Path, pred: Path, options: argparse.Namespace | None = None) -> tuple[dict, list[dict]]:
+    """The official figures of a prediction folder against the release file, and one row per
+    scored question or probe."""
+    release = read_release(gt)
+    items = {item.id: item for item in release}
+    answers = read_predictions(pred, items)
+    scores: dict[str, list[int]] = {task: [] for task in TASKS}
+    rows: list[dict] = []
+    missing: Counter = Counter()
+    for item in release:
+        if item.id not in answers:
+            missing[item.task] += 1
+            continue
+        expected = [item.letter] if item.part != "forward" else [p.expected for p in item.probes]
+        for k, (response, want) in enumerate(zip(answers[item.id], expected, strict=True)):
+            score = probe_score(item.task, response, want)
+            scores[item.task].append(score)
+            rows.append(
+                {
+                    "id": item.id,
+                    "task": item.task,
+                    "part": item.part,
+                    "probe": k if item.part == "forward" else None,
+                    "response": response,
+                    "expected": want,
+                    "score": score,
+                }
+            )
+    metrics: dict[str, Any] = figures(scores)
+    metrics["scored"] = {task: len(v) for task, v in scores.items()}
+    metrics["missing"] = {task: missing[task] for task in TASKS if missing[task]}
+    metrics["n_missing"] = sum(missing.values())
+    metrics["n_items"] = len(release)
+    if missing:
+        by_task = ", ".join(f"{t} {n}" for t, n in metrics["missing"].items())
+        print(
+            f"eval.score: ovo: {metrics['n_missing']} of {len(release)} release items have no prediction "
+            f"in {pred} ({by_task}); left out of their task's mean, as the official scorer leaves them",
+            file=sys.stderr,
+        )
+        empty = [p for p in PARTS if metrics[p] is None]
+        if empty:
+            print(
+                f"eval.score: ovo: nothing scored in {', '.join(empty)}: no figure there, no total",
+                file=sys.stderr,
+            )
+    return metrics, rows
+
+
+# ----------------------------------------------------------------------------------------------
+# Writing the official prediction file from stream records and the project's predictions
+
+
+def probe_answers(
+    stream: Stream, replies: Iterable, steps_per_second: float = 1.0
+) -> tuple[list[str | None], int]:
+    """The reply text answering each target of ``stream`` (None: no answer), and how many replies
+    answered nothing. A target's answer is the first reply at or after the step it lands on and
+    before the next later-landing target's step; targets on one step take that span's replies in
+    order (the targets' own order)."""
+    times = step_times(stream, steps_per_second)
+    landing = [times[target_step(stream, t, steps_per_second)] for t in stream.targets]
+    order = sorted(range(len(landing)), key=lambda i: (landing[i], i))
+    starts = sorted(set(landing))
+    pending = sorted(replies, key=lambda r: r.time)
+    answers: list[str | None] = [None] * len(landing)
+    used = 0
+    for n, start in enumerate(starts):
+        end = starts[n + 1] if n + 1 < len(starts) else float("inf")
+        span = [r for r in pending if start - TIME_EPS <= r.time < end - TIME_EPS]
+        group = [i for i in order if landing[i] == start]
+        for i, reply in zip(group, span, strict=False):
+            answers[i] = reply.text
+            used += 1
+    return answers, len(pending) - used
+
+
+def _meta(stream: Stream, key: str) -> Any:
+    if stream.meta.get(key) is None:
+        raise RecordError(f"meta has no '{key}' (not a record built by source=ovo?)", record=stream.id)
+    return stream.meta[key]
+
+
+def write_predictions(
+    streams: Iterable[Stream],
+    predictions: Iterable[Prediction],
+    folder: str | Path,
+    *,
+    steps_per_second: float = 1.0,
+    file_name: str = PREDICTION_FILE,
+) -> dict[str, Any]:
+    """Write ``folder/file_name`` in the official prediction format from ``source=ovo`` stream
+    records and the model's predictions on them (see the module docstring); returns what was
+    written: the path, the items, the records without a prediction (left out, so the scorer counts
+    them missing), the questions left unanswered (null responses) and the replies that answered
+    nothing, and the SSR items predicted on some of their steps only (left out whole: the
+    official ``test_info`` cannot be written in part; logged). A prediction for no record and a
+    record of another task, or not built by ``source=ovo``, are errors."""
+    streams = list(streams)
+    by_id = {s.id: s for s in streams}
+    replies: dict[str, list] = {}
+    for p in predictions:
+        if p.id not in by_id:
+            raise RecordError("a prediction for an id that is no record given", record=p.id)
+        replies[p.id] = p.replies
+    parts: dict[str, list[dict]] = {part: [] for part in PARTS}
+    forward: dict[Any, dict] = {}
+    counts = Counter()
+    for s in streams:
+        if s.task != "ovo":
+            raise RecordError(f"task {s.task!r}: not an OVO-Bench record", record=s.id)
+        task, oid, part = _meta(s, "benchmark_task"), _meta(s, "ovo_id"), _meta(s, "part")
+        if TASK_PART.get(task) != part:
+            raise RecordError(f"meta: task {task!r} is not a {part!r} task", record=s.id)
+        done = s.id in replies
+        counts["records"] += 1
+        counts["missing_records"] += not done
+        answers, unused = probe_answers(s, replies.get(s.id, []), steps_per_second)
+        counts["unanswered"] += sum(a is None for a in answers) if done else 0
+        counts["unused_replies"] += unused
+        if part != "forward":
+            if len(s.targets) != 1:
+                raise RecordError(f"a question has one target, this record {len(s.targets)}", record=s.id)
+            if done:
+                letter = s.targets[0].label
+                item = {
+                    "id": oid,
+                    "video": _meta(s, "video_id"),
+                    "task": task,
+                    "question": _meta(s, "question"),
+                }
+                parts[part].append({**item, "response": answers[0], "ground_truth": letter})
+            continue
+        probes = _meta(s, "probes")
+        if len(probes) != len(s.targets):
+            raise RecordError(f"meta lists {len(probes)} probes for {len(s.targets)} targets", record=s.id)
+        entry = forward.setdefault(
+            oid,
+            {
+                "item": {"id": oid, "video": _meta(s, "video_id"), "task": task},
+                "n": _meta(s, "n_probes"),
+                "probes": {},
+                "done": [],
+                "left": [],
+            },
+        )
+        (entry["done"] if done else entry["left"]).append(s.id)
+        for probe, answer in zip(probes, answers, strict=True):
+            fields = {k: v for k, v in probe.items() if k != "index"}
+            entry["probes"][probe["index"]] = {**fields, "response": answer}
+    partial = []
+    for oid, entry in forward.items():
+        if entry["done"] and entry["left"]:
+            partial.append(f"{oid!r} (no prediction for {', '.join(entry['left'])})")
+        if not entry["done"] or entry["left"]:
+            continue
+        if sorted(entry["probes"]) != list(range(entry["n"])):
+            raise RecordError(
+                f"item {oid!r}: the records hold probes {sorted(entry['probes'])} of {entry['n']}",
+                record=entry["done"][0],
+            )
+        parts["forward"].append(
+            {**entry["item"], "test_info": [entry["probes"][k] for k in range(entry["n"])]}
+        )
+    path = Path(folder) / file_name
+    with atomic_writer(path) as fh:
+        json.dump(parts, fh, ensure_ascii=False, indent=1)
+        fh.write("\n")
+    counts["incomplete_items"] = len(partial)
+    if counts["missing_records"] or counts["unanswered"]:
+        log.warning(
+            "%s: %d of %d OVO-Bench records have no prediction (left out), %d questions no answer (null)",
+            path,
+            counts["missing_records"],
+            counts["records"],
+            counts["unanswered"],
+        )
+    if partial:
+        log.warning(
+            "%s: %d SSR items predicted on some of their steps only, left out whole (their test_info "
+            "cannot be written whole): %s",
+            path,
+            len(partial),
+            "; ".join(partial[:5]),
+        )
+    return {"path": str(path), "items": sum(len(v) for v in parts.values()), **counts}
