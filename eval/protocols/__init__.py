@@ -51,3 +51,4 @@ def official_format(name: str, summary: str) -> Callable:
 
 
 # Importing a benchmark's module registers it; one line each, in alphabetical order.
+from eval.protocols import estp  # noqa: E402,F401
