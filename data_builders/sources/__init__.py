@@ -4,6 +4,7 @@ from data_builders.sources import (  # noqa: F401
     captaincook4d,
     ego4d_events,
     egoserve,
+    estp,
     holoassist,
     llava_video,
     magqa,

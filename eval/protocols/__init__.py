@@ -52,6 +52,7 @@ def official_format(name: str, summary: str) -> Callable:
 
 # Importing a benchmark's module registers it; one name each, in alphabetical order.
 from eval.protocols import (  # noqa: E402,F401
+    estp,
     ovo,
     proactivevideoqa,
     streamingbench_proactive,

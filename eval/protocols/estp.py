@@ -1,0 +1,281 @@
+"""ESTP-Bench on its own files: the release GT and the prediction file its inference writes.
+
+    python -m eval.score --protocol estp --gt estp_bench_sq.json --pred MiniCPMV_fbf.json --content judge \\
+        --judge-url http://127.0.0.1:8000/v1 --judge-model MODEL
+    python -m eval.score --protocol estp --gt estp_bench_cq_v3.json --pred results/ --content any   (timing only)
+
+The metric is the paper's ESTP-F1 (``rewards.estp``; the official script ships only with the data,
+so none was run here). ``docs/protocols.md`` ("ESTP-Bench") lists every choice.
+
+Prediction format: what ``zhangyl4/EyeWO``'s ``eval_estp_batch.py`` writes (``benchmark.eval(data,
+model, output_file, ...)``; with several GPUs one ``<output_file>.part<rank>`` per GPU, each holding
+some of the videos): the release object itself, each qa given the model's answers under the model's
+name, as the benchmark code it adapts stores them: ``qa[<model>] = {"dialog_history": [{"role":
+"user" | "assistant", "content", "time"}, ...]}``. Every assistant turn is a reply at its ``time``
+(seconds on the video's clock); user turns (the polling prompts) are not replies. ``--pred`` is that
+file or a folder of its parts; ``--model`` names the key when a file holds several models.
+
+A qa of the prediction file that the ground truth lacks, or whose question differs, is an error; a
+ground-truth qa without the model's answers is counted under ``missing_predictions`` (and named on
+stderr) and scored as silence: every answer a false negative, F1 0. Each answer score comes from
+``--content`` (``judge`` as in the paper; ``any``: timing only, every matched answer rated 5); a pair
+the scorer cannot score leaves its question out, counted under ``unscorable``.
+
+:func:`write_official` writes that prediction file from stream records and the project's
+predictions, so a run of ``eval.run`` can hand the official scorer a file it reads unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from data_builders.files import atomic_writer
+from data_builders.records import Prediction, RecordError, Reply, Stream, Target
+from data_builders.registry import load_json, seconds
+from data_builders.sources.estp import ReleaseQA, iter_release, qa_name, read_release
+from eval.protocols import official_format
+from rewards.content import Unscorable
+from rewards.estp import Answer, aggregate, answer_from_content, f1_of, optimal_time, score_question
+
+#: The key :func:`write_official` stores the project's answers under, unless told another.
+MODEL_NAME = "proactive_vlm"
+
+#: The key of a model's turns inside its entry of a qa.
+HISTORY = "dialog_history"
+
+
+def _pred_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    files = sorted(
+        p for p in path.iterdir() if p.is_file() and ".json" in p.name and not p.name.startswith(".")
+    )
+    if not files:
+        raise RecordError("prediction folder holds no .json file (nor .json.part<k>)", file=path)
+    return files
+
+
+def _model_keys(qa: dict, release_keys: set[str]) -> list[str]:
+    return [k for k, v in qa.items() if k not in release_keys and isinstance(v, dict) and HISTORY in v]
+
+
+def _replies(entry: Any, where: str) -> list[Reply]:
+    history = entry.get(HISTORY) if isinstance(entry, dict) else None
+    if not isinstance(history, list):
+        raise RecordError(f"field '{HISTORY}': expected a list of turns")
+    out = []
+    for i, turn in enumerate(history):
+        if not isinstance(turn, dict):
+            raise RecordError(f"{HISTORY}[{i}]: expected a turn object, got a {type(turn).__name__}")
+        if str(turn.get("role", "")).lower() != "assistant":
+            continue
+        if turn.get("time") is None:
+            raise RecordError(f"{HISTORY}[{i}]: an assistant turn with no time")
+        t = seconds(turn["time"], f"{HISTORY}[{i}].time")
+        if t < 0:
+            raise RecordError(
+                f"field '{HISTORY}[{i}].time': a reply time is seconds on the video's clock, got {t}"
+            )
+        content = turn.get("content")
+        out.append(Reply(time=t, text="" if content is None else str(content)))
+    return sorted(out, key=lambda r: r.time)
+
+
+def read_predictions(
+    path: str | Path, truth: Sequence[ReleaseQA], model: str | None = None
+) -> tuple[dict[tuple[str, str, int], list[Reply]], str]:
+    """The model's replies per qa key, and the model's name (``model`` or the file's only one)."""
+    path = Path(path)
+    by_key = {qa.key: qa for qa in truth}
+    entries: dict[tuple[str, str, int], tuple[dict, Path]] = {}
+    for file in _pred_files(path):
+        try:
+            for video_uid, clip_uid, index, qa in iter_release(load_json(file)):
+                key = (str(video_uid), str(clip_uid), index)
+                where = qa_name(*key)
+                if key not in by_key:
+                    raise RecordError(
+                        "a prediction for a question the ground truth does not have", record=where
+                    )
+                if not isinstance(qa, dict):
+                    raise RecordError(f"expected a qa object, got a {type(qa).__name__}", record=where)
+                gt = by_key[key].raw
+                for field in ("question", "Task Type"):
+                    if qa.get(field) != gt.get(field):
+                        raise RecordError(
+                            f"field '{field}' is {qa.get(field)!r}, the ground truth's is {gt.get(field)!r}: "
+                            "the files do not belong together",
+                            record=where,
+                        )
+                if key in entries:
+                    raise RecordError(f"the question is also in {entries[key][1]}", record=where)
+                entries[key] = (qa, file)
+        except RecordError as err:
+            raise err.located(file=file) from None
+    names = sorted({k for key, (qa, _) in entries.items() for k in _model_keys(qa, set(by_key[key].raw))})
+    if model is None:
+        if not names:
+            raise RecordError(f"no qa holds a model's answers (a key with a '{HISTORY}')", file=path)
+        if len(names) > 1:
+            raise RecordError(
+                f"the file holds several models' answers ({', '.join(names)}): pass --model", file=path
+            )
+        model = names[0]
+    elif model not in names:
+        known = ", ".join(names) or "none"
+        raise RecordError(
+            f"no qa holds answers of --model {model!r} (models in the file: {known})", file=path
+        )
+    replies = {}
+    for key, (qa, file) in entries.items():
+        if model in qa:
+            try:
+                replies[key] = _replies(qa[model], qa_name(*key))
+            except RecordError as err:
+                raise err.located(file=file, record=qa_name(*key)) from None
+    return replies, model
+
+
+def _answers(qa: ReleaseQA) -> list[Answer]:
+    return [Answer(a.start, a.end, optimal_time(qa.task, a.start, a.end)) for a in qa.answers]
+
+
+def score_files(gt: Path, pred: Path, options: argparse.Namespace) -> tuple[dict, list[dict]]:
+    """ESTP-F1 of a prediction file (or folder of parts) against a release file."""
+    from eval.score import settings_from_args  # eval.score imports this package: import at call time
+    from eval.scoring import build_content
+
+    truth = read_release(gt)
+    if not truth:
+        raise RecordError("the release file holds no question", file=gt)
+    replies, model = read_predictions(pred, truth, getattr(options, "model", None))
+    settings = settings_from_args(options)
+    content = build_content(settings)
+    prepare = getattr(content, "prepare", None)
+    if prepare is not None:
+        prepare(
+            [a.content for qa in truth for a in qa.answers] + [r.text for rs in replies.values() for r in rs]
+        )
+    per_task: dict[str, list[float]] = {}
+    pooled = {"tp": 0.0, "matched": 0, "fp": 0, "answers": 0}
+    rows, missing, unscorable = [], [], []
+    for qa in truth:
+        got = replies.get(qa.key)
+        absent = got is None
+        if absent:
+            missing.append(qa.name)
+            got = []
+        targets = [Target(time=a.start, content=a.content, window=(a.start, a.end)) for a in qa.answers]
+
+        def rate(k: int, j: int, got: list[Reply] = got, targets: list[Target] = targets) -> float:
+            return answer_from_content(content(got[j].text, targets[k]))
+
+        try:
+            q = score_question(_answers(qa), [r.time for r in got], rate)
+        except Unscorable:
+            unscorable.append(qa.name)
+            continue
+        per_task.setdefault(qa.task, []).append(q.f1)
+        pooled["tp"] += q.tp
+        pooled["matched"] += len(qa.answers) - q.fn
+        pooled["fp"] += q.fp
+        pooled["answers"] += len(qa.answers)
+        rows.append(
+            {
+                "id": qa.record_id,
+                "qa": qa.name,
+                "task": qa.task,
+                "f1": q.f1,
+                "precision": q.precision,
+                "recall": q.recall,
+                "tp": q.tp,
+                "fp": q.fp,
+                "fn": q.fn,
+                "answer_scores": list(q.per_answer),
+                "replies": len(got),
+                "missing": absent,
+            }
+        )
+    if missing:
+        shown = "; ".join(missing[:3]) + (" ..." if len(missing) > 3 else "")
+        print(
+            f"eval.score: {len(missing)} of {len(truth)} questions have no answers of model {model!r} "
+            f"in {pred}, scored as silence (F1 0): {shown}",
+            file=sys.stderr,
+        )
+    p, r, f1 = f1_of(pooled["tp"], pooled["matched"], pooled["fp"], pooled["answers"])
+    result = {
+        **aggregate(per_task),
+        "content": settings.content,
+        "model": model,
+        "questions": len(truth),
+        "scored": len(rows),
+        "missing_predictions": len(missing),
+        "unscorable": {"questions_left_out": len(unscorable), "qa": unscorable[:20]},
+        "pooled": {"precision": 100 * p, "recall": 100 * r, "f1": 100 * f1, **pooled},
+    }
+    return result, rows
+
+
+@official_format(
+    "estp", summary="ESTP-Bench ESTP-F1 (the paper's definition) on the release and EyeWO's output file"
+)
+def _score(gt: Path, pred: Path, options: argparse.Namespace) -> tuple[dict, list[dict]]:
+    return score_files(gt, pred, options)
+
+
+def write_official(
+    release: str | Path,
+    streams: Iterable[Stream],
+    predictions: Iterable[Prediction] | Mapping[str, Sequence[Reply]],
+    out: str | Path,
+    model: str = MODEL_NAME,
+) -> int:
+    """Write the prediction file of the official format (module docstring) for ``release``: each
+    qa of a stream with a prediction gets ``qa[model] = {"dialog_history": [assistant turns]}``;
+    the others are left as the release has them (the scorer counts them missing). Returns the
+    number of qa written with answers. A prediction without its stream, or a stream whose ``meta``
+    does not name a qa of the release, is a :class:`RecordError`; the file is written atomically."""
+    release = Path(release)
+    data = copy.deepcopy(load_json(release))
+    qas = {(str(v), str(c), k): qa for v, c, k, qa in iter_release(data)}
+    if isinstance(predictions, Mapping):
+        replies = {pid: list(rs) for pid, rs in predictions.items()}
+    else:
+        replies = {p.id: list(p.replies) for p in predictions}
+    by_id = {s.id: s for s in streams}
+    for pid in replies:
+        if pid not in by_id:
+            raise RecordError("a prediction for a stream that is not among the records", record=pid)
+    written, seen = 0, {}
+    for pid, rs in replies.items():
+        meta = by_id[pid].meta
+        try:
+            key = (str(meta["video_uid"]), str(meta["clip_uid"]), int(meta["qa_index"]))
+        except (KeyError, TypeError, ValueError):
+            raise RecordError(
+                "meta lacks video_uid / clip_uid / qa_index", record=pid, field="meta"
+            ) from None
+        qa = qas.get(key)
+        if not isinstance(qa, dict):
+            raise RecordError(
+                f"meta names {qa_name(*key)}, which the release does not have", file=release, record=pid
+            )
+        if key in seen:
+            raise RecordError(f"streams {seen[key]} and {pid} both name {qa_name(*key)}", record=pid)
+        seen[key] = pid
+        if model in qa:
+            raise RecordError(
+                f"the release's qa already has a key {model!r}", file=release, record=qa_name(*key)
+            )
+        qa[model] = {HISTORY: [{"role": "assistant", "content": r.text, "time": r.time} for r in rs]}
+        written += 1
+    with atomic_writer(out) as fh:
+        json.dump(data, fh, indent=1)
+    return written

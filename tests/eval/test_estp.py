@@ -1,0 +1,172 @@
+"""eval.score --protocol estp on ESTP-Bench's release and prediction structure (our own values in
+fixtures/estp/), worked by hand; the round trip through write_official; bad input named.
+
+Hand computation, single-question file, ``--content any`` (every answer score 5):
+- vid-a/clip-1[0], Object Recognition (optimal = start). Answer 1 [110, 114] accepts [109, 116],
+  scale 7: 109.5 s -> (5 + 5 (1 - 0.5/7)) / 10 = 0.96429, 112 s -> (5 + 5 (1 - 2/7)) / 10 = 0.85714,
+  S = 0.91071. Answer 2 [130, 132] accepts [129, 134]: nothing. 140 s matches nothing: FP.
+  P = 0.91071 / (1 matched + 1 FP) = 0.45536, R = 0.91071 / 2 = 0.45536, F1 = 0.45536.
+  (The user turns of the dialog history are the polling prompts, not replies.)
+- vid-a/clip-1[1], Action Recognition (optimal = midpoint 145), [140, 150], scale 13: 151 s ->
+  (5 + 5 (1 - 6/13)) / 10 = 0.76923; P = R = F1 = 0.76923.
+- vid-b/clip-7[0], Task Understanding: no answers of the model: missing, F1 0.
+ESTP-F1 = (45.536 + 76.923 + 0) / 3 = 40.820; Explicit (OR, AR) 61.229, Implicit (TU) 0.
+With ``--content exact`` the 112 s reply ("A red can.") scores answer 1: (1 + 3.5714) / 10 = 0.45714,
+S = (0.96429 + 0.45714) / 2 = 0.71071, OR = 35.536.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from data_builders.records import Prediction, Reply
+from data_builders.sources.estp import read_release, stream_of
+from eval.protocols.estp import write_official
+from eval.score import main
+
+FIXTURE = Path(__file__).parent / "fixtures" / "estp"
+SQ, CQ = FIXTURE / "estp_bench_sq.json", FIXTURE / "estp_bench_cq_v3.json"
+
+
+def _score(capsys, *args: str) -> tuple[int, dict | None, str]:
+    code = main(["--protocol", "estp", *args])
+    out, err = capsys.readouterr()
+    return code, (json.loads(out.strip().splitlines()[-1]) if code == 0 else None), err
+
+
+def test_single_question_release_by_hand(capsys):
+    code, m, err = _score(
+        capsys, "--gt", str(SQ), "--pred", str(FIXTURE / "MiniCPMV_fbf.json"), "--content", "any"
+    )
+    assert code == 0
+    assert m["tasks"] == pytest.approx({"OR": 45.535714, "AR": 76.923077, "TU": 0.0})
+    assert m["categories"] == pytest.approx({"Explicit": 61.229396, "Implicit": 0.0})
+    assert m["ESTP-F1"] == pytest.approx(40.819597)
+    assert (m["protocol"], m["model"], m["content"]) == ("estp", "MiniCPMV", "any")
+    assert (m["questions"], m["scored"], m["missing_predictions"]) == (3, 3, 1)
+    assert "1 of 3 questions have no answers of model 'MiniCPMV'" in err and "vid-b/clip-7[0]" in err
+    # pooled over questions: TP 1.67995, 2 matched, 1 FP, 4 answers
+    assert m["pooled"]["precision"] == pytest.approx(100 * 1.679945 / 3)
+    assert m["pooled"]["recall"] == pytest.approx(100 * 1.679945 / 4)
+
+
+def test_answer_quality_weights_the_matches(capsys):
+    code, m, _ = _score(
+        capsys, "--gt", str(SQ), "--pred", str(FIXTURE / "MiniCPMV_fbf.json"), "--content", "exact"
+    )
+    assert (
+        code == 0
+        and m["tasks"]["OR"] == pytest.approx(35.535714)
+        and m["tasks"]["AR"] == pytest.approx(76.923077)
+    )
+
+
+def test_contextual_release_by_hand(capsys):
+    # Object Relative Context (optimal = start): 61 s on [60, 62] (scale 5) -> (5 + 4) / 10 = 0.9;
+    # 92 s on [90, 91] (accepts up to 93, scale 4) -> (5 + 2.5) / 10 = 0.75; 95 s: FP.
+    # P = 1.65 / 3, R = 1.65 / 2, F1 = 0.66
+    code, m, _ = _score(
+        capsys, "--gt", str(CQ), "--pred", str(FIXTURE / "MiniCPMV_cq.json"), "--content", "any"
+    )
+    assert (
+        code == 0
+        and m["ESTP-F1"] == pytest.approx(66.0)
+        and m["categories"] == pytest.approx({"Contextual": 66.0})
+    )
+
+
+def test_folder_of_per_gpu_parts(tmp_path, capsys):
+    pred = json.loads((FIXTURE / "MiniCPMV_fbf.json").read_text())
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    (parts / "MiniCPMV_fbf.json.part0").write_text(json.dumps({"vid-a": pred["vid-a"]}))
+    (parts / "MiniCPMV_fbf.json.part1").write_text(json.dumps({"vid-b": pred["vid-b"]}))
+    code, m, _ = _score(capsys, "--gt", str(SQ), "--pred", str(parts), "--content", "any")
+    assert code == 0 and m["ESTP-F1"] == pytest.approx(40.819597) and m["missing_predictions"] == 1
+
+
+def test_round_trip_records_predictions_official_file(tmp_path, capsys):
+    records = [stream_of(qa, f"{qa.video_uid}.mp4") for qa in read_release(SQ)]  # what source=estp writes
+    preds = [
+        Prediction(
+            "estp-vid-a-clip-1-0",
+            [Reply(109.5, "It is a tin of tomatoes."), Reply(112.0, "A red can."), Reply(140.0, "A tin.")],
+        ),
+        Prediction("estp-vid-a-clip-1-1", [Reply(151.0, "You are stirring the pot now.")]),
+        Prediction("estp-vid-b-clip-7-0", []),  # ran, stayed silent: not missing
+    ]
+    out = tmp_path / "official" / "proactive_vlm_sq.json"
+    assert write_official(SQ, records, preds, out) == 3
+    written = json.loads(out.read_text())
+    assert written["vid-a"]["clip-1"][1]["proactive_vlm"] == {
+        "dialog_history": [{"role": "assistant", "content": "You are stirring the pot now.", "time": 151.0}]
+    }
+    assert written["vid-b"]["clip-7"][0]["question"] == "What am I making?"  # the release's fields kept
+    code, m, err = _score(capsys, "--gt", str(SQ), "--pred", str(out), "--content", "any")
+    assert code == 0 and m["ESTP-F1"] == pytest.approx(40.819597)
+    assert (m["model"], m["missing_predictions"], err) == ("proactive_vlm", 0, "")
+    with pytest.raises(ValueError, match="record estp-nope: a prediction for a stream that is not among"):
+        write_official(SQ, records, [Prediction("estp-nope", [])], tmp_path / "x.json")
+
+
+def _bad(tmp_path, edit, name="pred.json", source=FIXTURE / "MiniCPMV_fbf.json"):
+    data = json.loads(source.read_text())
+    edit(data)
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("edit", "reason"),
+    [
+        (
+            lambda d: d["vid-a"]["clip-1"].append(dict(d["vid-a"]["clip-1"][1])),
+            "record vid-a/clip-1[2]: a prediction for a question the ground truth does not have",
+        ),
+        (
+            lambda d: d["vid-a"]["clip-1"][1]["MiniCPMV"]["dialog_history"][0].update(time="2:31"),
+            "record vid-a/clip-1[1]: field 'dialog_history[0].time': cannot parse time '2:31'",
+        ),
+        (
+            lambda d: d["vid-a"]["clip-1"][1]["MiniCPMV"]["dialog_history"][0].pop("time"),
+            "record vid-a/clip-1[1]: dialog_history[0]: an assistant turn with no time",
+        ),
+        (
+            lambda d: d["vid-a"]["clip-1"][0].update(question="Something else?"),
+            "record vid-a/clip-1[0]: field 'question' is 'Something else?'",
+        ),
+        (
+            lambda d: d["vid-a"]["clip-1"][0].update(Qwen2VL={"dialog_history": []}),
+            "the file holds several models' answers (MiniCPMV, Qwen2VL): pass --model",
+        ),
+    ],
+    ids=["unknown-question", "malformed-time", "no-time", "other-question", "two-models"],
+)
+def test_bad_predictions_name_file_item_and_reason(tmp_path, capsys, edit, reason):
+    pred = _bad(tmp_path, edit)
+    code, _, err = _score(capsys, "--gt", str(SQ), "--pred", str(pred), "--content", "any")
+    assert code == 2 and f"file {pred}" in err and reason in err
+
+
+def test_bad_ground_truth_names_file_item_and_reason(tmp_path, capsys):
+    gt = _bad(tmp_path, lambda d: d["vid-b"]["clip-7"][0].update({"Task Type": "Counting"}), "gt.json", SQ)
+    code, _, err = _score(
+        capsys, "--gt", str(gt), "--pred", str(FIXTURE / "MiniCPMV_fbf.json"), "--content", "any"
+    )
+    assert (
+        code == 2
+        and f"file {gt}, record vid-b/clip-7[0]: field 'Task Type': unknown task type 'Counting'" in err
+    )
+    gt = _bad(tmp_path, lambda d: d["vid-c"]["clip-2"][0]["conversation"][2].pop("time"), "gt2.json", CQ)
+    code, _, err = _score(
+        capsys, "--gt", str(gt), "--pred", str(FIXTURE / "MiniCPMV_cq.json"), "--content", "any"
+    )
+    assert code == 2 and "record vid-c/clip-2[0]: conversation[2]: a question with no time" in err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, _, err = _score(capsys, "--gt", str(SQ), "--pred", str(empty), "--content", "any")
+    assert code == 2 and "prediction folder holds no .json file" in err
