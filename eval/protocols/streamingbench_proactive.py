@@ -263,11 +263,13 @@ def official_answer(question: ReleaseQuestion, replies: Iterable[Reply]) -> dict
 def streaming_answer(question: ReleaseQuestion, replies: Iterable[Reply]) -> dict:
     """A question's model entry for ``protocol_mode=streaming``: the question at its ``time_stamp``
     and the model's first reply from then on as the answer, at the time of its own frame (no poll:
-    the model decided to speak there); ``answered`` false when it never spoke."""
-    history = [{"role": "user", "content": question.question, "time": question.time_stamp, "cost": None}]
+    the model decided to speak there). A model that never spoke gets the entry the harness writes
+    for one that answers "no" at every poll (the scorer then reads that last "no", at the last
+    poll), so silence scores alike in both modes."""
     first = next((r for r in sorted(replies, key=lambda r: r.time) if r.time >= question.time_stamp), None)
     if first is None:
-        return {"answered": False, "dialog_history": history}
+        return official_answer(question, [])
+    history = [{"role": "user", "content": question.question, "time": question.time_stamp, "cost": None}]
     at = int(first.time) if float(first.time).is_integer() else first.time
     history.append({"role": "assistant", "content": first.text, "time": at, "cost": None})
     return {"answered": at, "dialog_history": history}
