@@ -257,3 +257,36 @@ def test_a_mode_the_protocol_lacks_is_refused_before_streaming(tiny_checkpoint, 
     )
     with pytest.raises(ValueError, match=r"protocol_mode='official' is not one of the p3i protocol's modes"):
         evaluate(cfg)
+
+
+def test_grpo_held_out_on_a_public_benchmark_reaches_the_sweep_table(built, tmp_path):
+    """GRPO's held-out evaluations on StreamingBench (``grpo.eval_benchmark``, ``eval_records``):
+    the figures land in history.jsonl under ``eval/``, ``keep_best`` keeps by ``answer_accuracy``
+    and ``eval.sweep_table --metric eval/time_accuracy`` compares them."""
+    import os
+    import subprocess
+    import sys
+
+    from data_builders.sources.toy import build_toy_mixture
+    from eval import sweep_table
+
+    root = Path(__file__).resolve().parents[2]
+    mixture = build_toy_mixture(tmp_path / "built", tmp_path / "toy", n=8, seed=0)
+    records = built("streamingbench_proactive")
+    cmd = [sys.executable, "-m", "train.grpo", "-m", f"paths.root_dir={tmp_path}", f"data.dir={mixture}"]
+    cmd += ["init=random", "grpo.windows_per_step=1", "grpo.num_generations=2", "grpo.window_steps=10"]
+    cmd += ["grpo.max_new_tokens=4", "grpo.max_steps=1", "grpo.eval_every=1", "grpo.keep_best=true"]
+    cmd += ["grpo.eval_benchmark=streamingbench_proactive", f"grpo.eval_records={records}"]
+    cmd += ["grpo.best_metric=answer_accuracy", f"grpo.eval_threshold={FIRING}", "grpo.temperature=5.0"]
+    run = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600, env=dict(os.environ))
+    assert run.returncode == 0, run.stderr[-3000:]
+    [point] = [p for p in (tmp_path / "runs").glob("*_sweep/*") if p.is_dir()]
+    rows = [json.loads(line) for line in (point / "history.jsonl").read_text().splitlines()]
+    evals = [r for r in rows if "eval/time_accuracy" in r]
+    assert [r["step"] for r in evals] == [0, 1]  # before the update and after it
+    assert all(0 <= r["eval/answer_accuracy"] <= 1 for r in evals)
+    best = json.loads((point / "best" / "best.json").read_text())
+    assert best["metric"] == "answer_accuracy"
+    assert best["value"] == max(r["eval/answer_accuracy"] for r in evals)
+    _, [row] = sweep_table.sweep_rows(point.parent, "eval/time_accuracy")
+    assert (row["final_update"], row["final"]) == (1, evals[-1]["eval/time_accuracy"])
