@@ -49,7 +49,7 @@ import torch
 
 from data_builders.records import RecordError, Stream, step_times
 from eval.render import TurnRenderer, timestamp_text
-from eval.streaming import EngineConfig, StreamingEngine, decision_probability
+from eval.streaming import EngineConfig, StreamingEngine, _Features, decision_probability
 
 MODES = ("branch", "rerun")
 
@@ -90,7 +90,8 @@ def answer_probes(
     full_logits: bool = True,
     cfg: EngineConfig | None = None,
 ) -> list[ProbeAnswer]:
-    """Answer every probe of one stream (``frames[k]`` is step k), in the probes' order.
+    """Answer every probe of one stream (``frames``: its (N, H, W, 3) uint8 frames, ``frames[k]``
+    step k), in the probes' order.
 
     ``mode="branch"``: one pass, a branch per probe. ``mode="rerun"``: per probe, a fresh pass over
     ``frames[: probe.step + 1]`` asking that probe alone (a per-probe harness; the reference)."""
@@ -184,7 +185,15 @@ class _ProbeEngine(StreamingEngine):
         self._release(id(frames), frames)
         return answers
 
-    def _decode(self, probe, time, chunk, grid, image, full_logits) -> ProbeAnswer:
+    def _decode(
+        self,
+        probe: Probe,
+        time: float,
+        chunk: list[int],
+        grid: torch.Tensor,
+        image: _Features,
+        full_logits: bool,
+    ) -> ProbeAnswer:
         """Feed a probe's chunk, force the response token, decode greedily to ``<|im_end|>``."""
         r = self.renderer
         first = self._forward([chunk], [grid], image, decision=not full_logits)[0]

@@ -25,6 +25,10 @@ its timestamp and frame tokens. Evicted columns are masked per row and removed f
 dead in every row (in batches, every ``frame_window`` evictions: a masked column changes nothing),
 so memory stays flat on long videos. Positions keep counting up.
 
+Branches (``eval.probes``): ``_mark`` records where the cache stands and ``_rewind`` crops it back
+there, the mask and the rows' M-RoPE offsets too, so a lookahead (a probe's question and answer)
+leaves the cache exactly as it found it.
+
 Work per step is kept flat in the stream's length: the token ids of timestamps and instructions
 are memoized by the renderer, a chunk's M-RoPE positions are computed once per chunk shape and
 shifted, the attention mask grows in a doubling buffer on the model's device, the KV cache
