@@ -1,6 +1,6 @@
 """Streaming engine benchmark on the tiny model and toy streams (CPU), one run, ratios within it.
 
-    python -m eval.bench                       # ~2-6 min on 2 cores, by load (the long stream is half)
+    python -m eval.bench                       # ~4-8 min on 2 cores, by load (long stream, probes: half)
     python -m eval.bench --steps 10,20 --window-at 20,60 --repeats 1 --long-steps none --probe-steps 40 --probes 4
                                                (a quick check)
     python -m eval.bench memory                (the long-horizon memory benchmark, eval/bench/memory.py)
@@ -32,7 +32,7 @@ Prints one JSON object on its last line:
   step), each answer ``--probe-tokens`` tokens at most: the CPU time of one run per probe on the
   cut video (``mode="rerun"``, what a per-probe harness does) over that of one pass with a branch
   per probe; ``probe_wall_s`` the two runs' wall times, ``probe_answers_identical`` whether the two
-  gave the same texts with logits within 1e-4 (one run each: the rerun alone is ~20x a pass).
+  gave the same texts with logits within 1e-4 (one run of each: 1-2 minutes of this command).
 
 Run times are this process's CPU seconds (``time.process_time``), medians over ``--repeats``
 interleaved repetitions after a warm-up: on a shared machine other processes stretch wall time

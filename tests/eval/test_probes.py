@@ -126,7 +126,7 @@ def test_instruction_history_and_pair_only_logits(setup):
     assert renderer.context_for_step(with_history, 0, 0, instruction=False) == history
     assert renderer.context_for_step(with_history, 0, 0) == f"{history}\n{stream.instruction}"
     assert renderer.context_for_step(with_history, 1, 0, instruction=False) is None
-    probes = PROBES[:3]
+    probes = PROBES[1:4]  # steps 7, 0, 7: the pass stops at step 7
     full = answer_probes(model, renderer, stream, frames, probes, max_new_tokens=3)
     pair = answer_probes(model, renderer, stream, frames, probes, max_new_tokens=3, full_logits=False)
     instructed = answer_probes(model, renderer, stream, frames, probes, max_new_tokens=3, instruction=True)
