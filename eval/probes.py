@@ -109,6 +109,8 @@ def answer_probes(
     n_steps = len(step_times(stream, renderer.steps_per_second)[: len(frames)])
     for i, probe in enumerate(probes):
         _check(stream, i, probe, n_steps)
+    if not probes:
+        return []
     if mode == "branch":
         return _ProbeEngine(model, renderer, cfg).answer(stream, frames, probes, instruction, full_logits)
     return [

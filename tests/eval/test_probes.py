@@ -157,3 +157,4 @@ def test_bad_probes_name_the_stream_and_the_probe(setup):
         answer_probes(model, renderer, stream, frames, PROBES, cfg=EngineConfig(frame_window=8))
     with pytest.raises(ValueError, match="mode"):
         answer_probes(model, renderer, stream, frames, PROBES, mode="poll")
+    assert answer_probes(model, renderer, stream, frames, []) == []
