@@ -202,15 +202,17 @@ class TurnRenderer:
             return 0
         return target_step(stream, Target(time=stream.instruction_time, content=""), self.steps_per_second)
 
-    def context_for_step(self, stream: Stream, step: int, window_start: int) -> str | None:
-        """History and instruction text carried by the user turn of ``step``."""
-        instr = self.instruction_step(stream)
+    def context_for_step(
+        self, stream: Stream, step: int, window_start: int, instruction: bool = True
+    ) -> str | None:
+        """History and instruction text carried by the user turn of ``step`` (without the
+        instruction when ``instruction`` is false: ``eval.probes`` asks its own questions)."""
         parts = []
         if step == window_start:
             history = self.history_text(stream)
             if history:
                 parts.append(history)
-        if step == max(instr, window_start):
+        if instruction and step == max(self.instruction_step(stream), window_start):
             parts.append(stream.instruction)
         return "\n".join(parts) if parts else None
 

@@ -25,6 +25,10 @@ its timestamp and frame tokens. Evicted columns are masked per row and removed f
 dead in every row (in batches, every ``frame_window`` evictions: a masked column changes nothing),
 so memory stays flat on long videos. Positions keep counting up.
 
+Branches (``eval.probes``): ``_mark`` records where the cache stands and ``_rewind`` crops it back
+there, the mask and the rows' M-RoPE offsets too, so a lookahead (a probe's question and answer)
+leaves the cache exactly as it found it.
+
 Work per step is kept flat in the stream's length: the token ids of timestamps and instructions
 are memoized by the renderer, a chunk's M-RoPE positions are computed once per chunk shape and
 shifted, the attention mask grows in a doubling buffer on the model's device, the KV cache
@@ -212,6 +216,15 @@ class _Row:
     whole: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # step -> column ranges
     frame_span: dict[int, tuple[int, int]] = field(default_factory=dict)
     keep: set[int] = field(default_factory=set)  # steps with an instruction or a reply
+
+
+@dataclass(frozen=True)
+class _Mark:
+    """A point of a run to come back to: cache columns, attention-mask length, rows' next positions."""
+
+    columns: int
+    mask_len: int
+    offsets: list[int]
 
 
 class StreamingEngine:
@@ -530,6 +543,34 @@ class StreamingEngine:
         res.generated += generated
         res.logprobs += logprobs
 
+    def _begin(self, streams: list[Stream], frames: list[np.ndarray]) -> None:
+        """A run's empty state: one row per stream, an empty cache and attention mask."""
+        self.rows = [_Row(s, fr, StreamResult(s.id)) for s, fr in zip(streams, frames, strict=True)]
+        self._chunks: dict[int, _Chunk] = {}  # id(frame array) -> its prepared chunk
+        self.cache = growing_cache(self.model.config)
+        self._mask_buf = torch.zeros((len(streams), 256), dtype=torch.long, device=self.device)
+        self._mask_len = 0
+        self._dead = 0
+        self._model_s = self._vision_s = 0.0
+
+    def _mark(self) -> _Mark:
+        """Where the cache stands now, for :meth:`_rewind` (a lookahead branch: ``eval.probes``)."""
+        return _Mark(self.cache.get_seq_length(), self._mask_len, [row.offset for row in self.rows])
+
+    def _rewind(self, mark: _Mark) -> None:
+        """Drop every column appended since ``mark``: the cache is cropped back to its length, the
+        attention mask too, and each row's next M-RoPE position is what it was. The cache then holds
+        exactly what it held at the mark (nothing is recomputed), so the next forward is the one it
+        would have been. A mark holds until the next compaction (``frame_window``) moves columns."""
+        extra = self.cache.get_seq_length() - mark.columns
+        if extra < 0 or self._mask_len < mark.mask_len:
+            raise ValueError(f"cannot rewind to a mark {-extra} columns ahead of the cache")
+        if extra:
+            self.cache.crop(-extra)
+        self._mask_len = mark.mask_len
+        for row, offset in zip(self.rows, mark.offsets, strict=True):
+            row.offset = offset
+
     @torch.no_grad()
     def run(
         self, streams: list[Stream], frames: list[np.ndarray], first_steps: list[int] | None = None
@@ -540,12 +581,7 @@ class StreamingEngine:
         renders it for SFT."""
         r = self.renderer
         first_steps = list(first_steps) if first_steps is not None else [0] * len(streams)
-        self.rows = [_Row(s, fr, StreamResult(s.id)) for s, fr in zip(streams, frames, strict=True)]
-        self._chunks: dict[int, _Chunk] = {}  # id(frame array) -> its prepared chunk
-        self.cache = growing_cache(self.model.config)
-        self._mask_buf = torch.zeros((len(streams), 256), dtype=torch.long, device=self.device)
-        self._mask_len = 0
-        self._dead = 0
+        self._begin(streams, frames)
         silence_text = r.tokenizer.decode([r.silence_id], skip_special_tokens=False)
         sps = r.steps_per_second
         times = [

@@ -1,7 +1,8 @@
 """Streaming engine benchmark on the tiny model and toy streams (CPU), one run, ratios within it.
 
-    python -m eval.bench                       # ~2-6 min on 2 cores, by load (the long stream is half)
-    python -m eval.bench --steps 10,20 --window-at 20,60 --repeats 1 --long-steps none   (a quick check)
+    python -m eval.bench                       # ~4-8 min on 2 cores, by load (long stream, probes: half)
+    python -m eval.bench --steps 10,20 --window-at 20,60 --repeats 1 --long-steps none --probe-steps 40 --probes 4
+                                               (a quick check)
     python -m eval.bench memory                (the long-horizon memory benchmark, eval/bench/memory.py)
     python -m eval.bench gpu --model conf/model/qwen3_vl_4b.yaml   (the accelerator benchmark, eval/bench/gpu.py)
 
@@ -26,6 +27,12 @@ Prints one JSON object on its last line:
   (2-hour) synthetic stream with ``--window`` over that of a 600-step one, frames memory-mapped as
   frame-cache hits arrive (``eval/bench/long_stream.py``; 1-4 minutes of this command;
   ``--long-steps none`` skips it).
+- ``probe_branch_vs_rerun``: ``eval.probes.answer_probes`` on a ``--probe-steps``-step stream (600:
+  10 minutes at 1 step/s) with ``--probes`` probes spread evenly over it (the last on the last
+  step), each answer ``--probe-tokens`` tokens at most: the CPU time of one run per probe on the
+  cut video (``mode="rerun"``, what a per-probe harness does) over that of one pass with a branch
+  per probe; ``probe_wall_s`` the two runs' wall times, ``probe_answers_identical`` whether the two
+  gave the same texts with logits within 1e-4 (one run of each: 1-2 minutes of this command).
 
 Run times are this process's CPU seconds (``time.process_time``), medians over ``--repeats``
 interleaved repetitions after a warm-up: on a shared machine other processes stretch wall time
@@ -62,6 +69,7 @@ from eval.bench.long_stream import long_stream_peaks
 from eval.config import quiet_libraries
 from eval.model import build_tiny_checkpoint, load_model_and_processor
 from eval.naive import NaiveStreamer
+from eval.probes import Probe, answer_probes
 from eval.render import TurnRenderer
 from eval.streaming import EngineConfig, StreamingEngine
 
@@ -93,6 +101,33 @@ def kv_bytes(engine: StreamingEngine) -> int:
     )
 
 
+def probe_figures(model, renderer, stream, frames, steps: int, n_probes: int, max_new_tokens: int) -> dict:
+    """Branched probes vs one rerun per probe on a ``steps``-step stream (the module docstring)."""
+    s, f = tiled(stream, frames, steps)
+    probes = [
+        Probe((i + 1) * steps // n_probes - 1, f"What has happened by probe {i + 1}?", i)
+        for i in range(n_probes)
+    ]
+    answers, cpu, wall = {}, {}, {}
+    for mode in ("branch", "rerun"):
+        t0, c0 = time.perf_counter(), time.process_time()
+        answers[mode] = answer_probes(model, renderer, s, f, probes, max_new_tokens=max_new_tokens, mode=mode)
+        cpu[mode], wall[mode] = time.process_time() - c0, time.perf_counter() - t0
+    same = all(
+        a.text == b.text
+        and a.logits.shape == b.logits.shape
+        and float((a.logits - b.logits).abs().max()) < 1e-4
+        for a, b in zip(answers["branch"], answers["rerun"], strict=True)
+    )
+    return {
+        "probe_branch_vs_rerun": round(cpu["rerun"] / cpu["branch"], 2),
+        "probe_wall_s": {mode: round(t, 2) for mode, t in wall.items()},
+        "probe_cpu_s": {mode: round(t, 2) for mode, t in cpu.items()},
+        "probe_answers_identical": same,
+        "probe_setup": {"steps": steps, "probes": n_probes, "max_new_tokens": max_new_tokens},
+    }
+
+
 def run_bench(
     steps: list[int],
     window_at: tuple[int, int],
@@ -100,6 +135,7 @@ def run_bench(
     batch: int,
     repeats: int,
     long_steps: tuple[int, int] | None = (600, 7200),
+    probes: tuple[int, int, int] = (600, 20, 8),
 ) -> dict:
     quiet_libraries()
     tmp = Path(tempfile.mkdtemp(prefix="eval-bench-"))
@@ -155,21 +191,26 @@ def run_bench(
     for _ in range(repeats):
         batched_t.append(timed(lambda: engine(streams, frames)))
         seq_t.append(timed(lambda: [engine([s], [f]) for s, f in zip(streams, frames, strict=True)]))
+    probe = probe_figures(model, renderer, streams[0], frames[0], *probes)
     long = long_stream_peaks(*long_steps, window=window, checkpoint=ckpt) if long_steps else {}
-    return {
-        "engine_vs_naive": {k: round(v, 2) for k, v in speedup.items()},
-        f"window_step{b}_vs_step{a}": round(per_step[b] / per_step[a], 3),
-        "per_step_ms": {f"step{p}": round(1e3 * v, 3) for p, v in per_step.items()},
-        "host_ms_per_step": host,
-        "frame_window": window,
-        "memory": memory,
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "batched_vs_sequential": round(statistics.median(seq_t) / statistics.median(batched_t), 2),
-        "batch": batch,
-        "repeats": repeats,
-        "torch_threads": torch.get_num_threads(),
-        "clock": "process CPU time (ratios); wall-clock latency_s (per-step)",
-    } | long
+    return (
+        {
+            "engine_vs_naive": {k: round(v, 2) for k, v in speedup.items()},
+            f"window_step{b}_vs_step{a}": round(per_step[b] / per_step[a], 3),
+            "per_step_ms": {f"step{p}": round(1e3 * v, 3) for p, v in per_step.items()},
+            "host_ms_per_step": host,
+            "frame_window": window,
+            "memory": memory,
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            "batched_vs_sequential": round(statistics.median(seq_t) / statistics.median(batched_t), 2),
+            "batch": batch,
+            "repeats": repeats,
+            "torch_threads": torch.get_num_threads(),
+            "clock": "process CPU time (ratios); wall-clock latency_s (per-step)",
+        }
+        | probe
+        | long
+    )
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -186,6 +227,9 @@ def main(argv: list[str] | None = None) -> dict:
         default="600,7200",
         help="short,long stream steps of the peak-memory ratio ('none': skip)",
     )
+    parser.add_argument("--probe-steps", type=int, default=600, help="stream steps of the probe figure")
+    parser.add_argument("--probes", type=int, default=20, help="probes spread over that stream")
+    parser.add_argument("--probe-tokens", type=int, default=8, help="max_new_tokens of a probe's answer")
     args = parser.parse_args(argv)
     long_steps = None if args.long_steps == "none" else tuple(int(x) for x in args.long_steps.split(","))
     a, b = (int(x) for x in args.window_at.split(","))
@@ -193,7 +237,13 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(args.threads)
     try:
         result = run_bench(
-            [int(x) for x in args.steps.split(",")], (a, b), args.window, args.batch, args.repeats, long_steps
+            [int(x) for x in args.steps.split(",")],
+            (a, b),
+            args.window,
+            args.batch,
+            args.repeats,
+            long_steps,
+            (args.probe_steps, args.probes, args.probe_tokens),
         )
     finally:
         torch.set_num_threads(previous)

@@ -11,6 +11,7 @@ def test_bench_prints_one_json_object_with_every_figure(capsys):
     result = bench.main(
         ["--steps", "8,24", "--window-at", "12,30", "--window", "6", "--batch", "3", "--repeats", "1"]
         + ["--long-steps", "none"]  # the long-stream figure: tests/eval/test_long_stream.py
+        + ["--probe-steps", "40", "--probes", "4", "--probe-tokens", "4"]
     )
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == result
     assert set(result["engine_vs_naive"]) == {"8", "24"} and all(
@@ -26,6 +27,9 @@ def test_bench_prints_one_json_object_with_every_figure(capsys):
     host = result["host_ms_per_step"]
     assert set(host) == {"batch1", "batch3"} and all(set(v) == {"12", "30"} for v in host.values())
     assert all(0 < ms < 1000 for v in host.values() for ms in v.values())
+    # 4 probes on 40 steps: the reruns prefill 10 + 20 + 30 + 40 steps, the branched pass 40
+    assert result["probe_answers_identical"] is True and result["probe_branch_vs_rerun"] > 1
+    assert set(result["probe_wall_s"]) == {"branch", "rerun"}
 
 
 def test_kv_bench_prints_both_appends_and_both_attentions(capsys):
