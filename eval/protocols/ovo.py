@@ -451,7 +451,14 @@ class OvoRunner(PublicRunner):
                 frames = np.full_like(frames, BLANK_GREY)
             with torch.inference_mode():
                 answers = answer_probes(
-                    model, renderer, longest, frames, probes, max_new_tokens=engine_cfg.max_new_tokens
+                    model,
+                    renderer,
+                    longest,
+                    frames,
+                    probes,
+                    max_new_tokens=engine_cfg.max_new_tokens,
+                    full_logits=False,
+                    cfg=engine_cfg,
                 )
             times = step_times(longest, renderer.steps_per_second)
             rows: dict[str, dict] = {}

@@ -143,6 +143,6 @@ def test_keep_best_keeps_the_weights_of_the_best_held_out_evaluation(toy_mixture
     )
     records = split_records(toy_mixture / "train")
     again = evaluate_model(model, processor, load_streams(records), records, RenderConfig(**cfg["render"]))
-    assert again["with_negatives"]["prs_b"] == pytest.approx(best["prs_b"])
+    assert again["with_negatives"]["prs_b"] == pytest.approx(best["value"])
     weights, final = (load_file(run / d / "model.safetensors") for d in ("best", "final"))
     assert (best["step"] == 3) == all(bool((weights[k] == final[k]).all()) for k in final)
