@@ -160,19 +160,30 @@ class UnscorablePairs:
     def report(self) -> dict:
         return {"pairs": self.pairs, "samples_left_out": len(self.samples), "ids": self.samples[:20]}
 
+    def add_to(self, result: dict, protocol_name: str, settings: ScoreSettings) -> dict:
+        """``result`` with ``unscorable`` (when any pair was) and, with the judge, ``unrated``."""
+        if self.pairs:
+            result["unscorable"] = self.report()
+        if uses_judge(protocol_name, settings):
+            result["unrated"] = self.pairs
+        return result
+
 
 def reply_texts(replies: Sequence[Reply]) -> list[str]:
     """The scored text of each reply (its leading ``[tag]`` removed)."""
     return [split_category(r.text)[1] for r in replies]
 
 
-def prepare_content(content: ContentScorer, paired: Paired) -> None:
-    """Let a batching scorer (embedding) encode every text at once before scoring."""
+def prepared_content(settings: ScoreSettings, paired: Paired) -> ContentScorer:
+    """The content scorer of ``settings``; a batching one (embedding) has encoded every text of
+    ``paired`` at once."""
+    content = build_content(settings)
     prepare = getattr(content, "prepare", None)
     if prepare is not None:
         prepare(
             [t.content for g, _ in paired for t in g.targets] + [x for _, r in paired for x in reply_texts(r)]
         )
+    return content
 
 
 Scorer = Callable[[Paired, ScoreSettings], tuple[dict, list[dict]]]

@@ -18,16 +18,7 @@ from __future__ import annotations
 
 from data_builders.records import Target
 from eval.runners import ProtocolRunner, register_runner
-from eval.scoring import (
-    Paired,
-    ScoreSettings,
-    UnscorablePairs,
-    build_content,
-    prepare_content,
-    protocol,
-    reply_texts,
-    uses_judge,
-)
+from eval.scoring import Paired, ScoreSettings, UnscorablePairs, prepared_content, protocol, reply_texts
 from rewards.content import Unscorable
 from rewards.prs import PRSScores, aggregate_prs, prs_scores, redundant_replies
 
@@ -59,11 +50,10 @@ class P3IRunner(ProtocolRunner):
 
 @protocol("p3i")
 def score_p3i(paired: Paired, settings: ScoreSettings) -> tuple[dict, list[dict]]:
-    content = build_content(settings)
+    content = prepared_content(settings, paired)
     unscorable = UnscorablePairs()
     rows, every, per_sample, negatives = [], [], [], []
     redundant_total = 0
-    prepare_content(content, paired)
     for gt, replies in paired:
         texts = reply_texts(replies)
 
@@ -95,11 +85,7 @@ def score_p3i(paired: Paired, settings: ScoreSettings) -> tuple[dict, list[dict]
         "prs_b": both["prs_b"],
         "per_task": {t: {"prs_u": v["prs_u"], "prs_b": v["prs_b"]} for t, v in both["per_task"].items()},
     }
-    if unscorable.pairs:
-        result["unscorable"] = unscorable.report()
-    if uses_judge("p3i", settings):
-        result["unrated"] = unscorable.pairs
-    return result, per_sample
+    return unscorable.add_to(result, "p3i", settings), per_sample
 
 
 def _named(s: PRSScores) -> dict[str, float]:

@@ -17,16 +17,7 @@ from collections import defaultdict
 
 from data_builders.records import RecordError
 from eval.runners import ProtocolRunner, register_runner
-from eval.scoring import (
-    Paired,
-    ScoreSettings,
-    UnscorablePairs,
-    build_content,
-    prepare_content,
-    protocol,
-    reply_texts,
-    uses_judge,
-)
+from eval.scoring import Paired, ScoreSettings, UnscorablePairs, prepared_content, protocol, reply_texts
 from rewards.content import Unscorable
 from rewards.propermem import DEFAULT_TOLERANCE_S, clip_outcome, propermem_metrics
 
@@ -56,11 +47,10 @@ class ProPerMemRunner(ProtocolRunner):
 
 @protocol("propermem")
 def score_propermem(paired: Paired, settings: ScoreSettings) -> tuple[dict, list[dict]]:
-    content = build_content(settings)
+    content = prepared_content(settings, paired)
     tol = DEFAULT_TOLERANCE_S if settings.tolerance is None else settings.tolerance
     unscorable = UnscorablePairs()
     outcomes, per_sample = [], []
-    prepare_content(content, paired)
     for gt, replies in paired:
         if len(gt.targets) > 1:
             raise RecordError(
@@ -92,8 +82,4 @@ def score_propermem(paired: Paired, settings: ScoreSettings) -> tuple[dict, list
             }
         )
     result = propermem_metrics(outcomes)
-    if unscorable.pairs:
-        result["unscorable"] = unscorable.report()
-    if uses_judge("propermem", settings):
-        result["unrated"] = unscorable.pairs
-    return result, per_sample
+    return unscorable.add_to(result, "propermem", settings), per_sample
