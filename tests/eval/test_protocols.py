@@ -56,9 +56,8 @@ def score_fifth(paired, settings):
 YAML = "name: fifth\nprotocol: fifth\nsteps_per_second: 1.0\n"
 
 
-@pytest.mark.parametrize(
-    "first", ["eval.scoring", "eval.runners", "eval.protocols"]
-)  # a module of it: the package first
+# (importing a module of eval.protocols first runs the package's __init__ first, as eval.protocols)
+@pytest.mark.parametrize("first", ["eval.scoring", "eval.runners", "eval.protocols"])
 def test_every_protocol_is_registered_whichever_module_is_imported_first(first):
     code = (
         f"import {first}\n"
