@@ -171,6 +171,7 @@ def test_a_fifth_benchmark_runs_in_eval_run_from_its_yaml(fifth, tiny_checkpoint
         if s.targets
     ]
     assert metrics["protocol"] == "fifth" and metrics["hit"] == pytest.approx(100.0 * sum(hits) / len(hits))
+    assert metrics["n"] == {"event_monitoring": 1, "object_monitoring": 1} and metrics["negatives"] == 1
     assert json.loads((out / "metrics.json").read_text()) == metrics
     capsys.readouterr()
     argv = ["--protocol", "fifth", "--gt", str(out / "gt.jsonl"), "--pred", str(out / "predictions.jsonl")]
