@@ -1,4 +1,4 @@
-"""Protocol runners: what P3I, EgoServe and ProPerMem each need around the shared streaming engine.
+"""Protocol runners: what each benchmark needs around the shared streaming engine.
 
     runner = get_runner("egoserve")
     row = runner.prediction_row(stream, result, bench)     # one predictions.jsonl line
@@ -13,13 +13,13 @@ logged. :func:`prediction_rows` turns streamed batches into prediction rows; :fu
 streams and scores a model in memory (GRPO's held-out evaluation and ``keep_best``); ``eval.run``
 does both with files.
 
-- ``p3i``: every fired turn is a reply; its leading ``[tag]`` (if any) is its category. Targets with
-  a structured label are scored by the ``label`` scorer, the others by ``open_content``.
-- ``egoserve``: the leading tag of a response is the prediction's subtype. A fired turn without a
-  tag from the benchmark's subtype list cannot be matched to any service, so it is left out of the
-  prediction and counted under ``untagged`` in the line (the record id is the matching unit; reply
-  times are the step times on the record axis, absolute for EgoLife).
-- ``propermem``: 2-second steps, history as text, negatives included; replies as in P3I.
+This module holds the base class and the registry. Each protocol's runner is a
+:class:`ProtocolRunner` subclass in its own module, ``eval/protocols/<name>.py``, registered with
+``@register_runner("<name>")`` beside its scoring function (``eval.scoring.protocol``); importing
+this module imports :mod:`eval.protocols`, so :func:`get_runner` knows every protocol. The base
+class reads every fired turn as a reply (its leading ``[tag]``, if any, its category) and logs a
+generic per-task table; a protocol overrides what differs (P3I, EgoServe and ProPerMem in
+``eval/protocols/p3i.py``, ``egoserve.py``, ``propermem.py``).
 
 Each line also keeps the stream's per-step P(</Response>) and decisions (``p_response``,
 ``fired``), which the threshold sweep reuses (``eval.sweep``); ``eval.score`` ignores them.
@@ -27,26 +27,26 @@ Each line also keeps the stream's per-step P(</Response>) and decisions (``p_res
 
 from __future__ import annotations
 
-import importlib
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from data_builders.config import RenderConfig
 from data_builders.records import Reply, Stream
-from data_builders.video import FrameCache
 from eval.config import BenchmarkConfig
-from eval.render import TurnRenderer
-from eval.scoring import ScoreSettings, ground_truth, pair, score, uses_judge
-from eval.streaming import EngineConfig, StreamResult, stream_batches
-from rewards.turns import parse_turn
+
+if TYPE_CHECKING:
+    from data_builders.config import RenderConfig
+    from data_builders.video import FrameCache
+    from eval.render import TurnRenderer
+    from eval.streaming import EngineConfig, StreamResult
 
 RUNNERS: dict[str, type[ProtocolRunner]] = {}
 
 
 def register_runner(name: str) -> Callable[[type[ProtocolRunner]], type[ProtocolRunner]]:
     def deco(cls: type[ProtocolRunner]) -> type[ProtocolRunner]:
+        if name in RUNNERS and RUNNERS[name] is not cls:
+            raise ValueError(f"runner {name!r} is registered twice")
         RUNNERS[name] = cls
         return cls
 
@@ -55,14 +55,12 @@ def register_runner(name: str) -> Callable[[type[ProtocolRunner]], type[Protocol
 
 def get_runner(protocol: str) -> ProtocolRunner:
     if protocol not in RUNNERS:
-        importlib.import_module("eval.protocols")  # the public benchmarks' runners register there
-    if protocol not in RUNNERS:
         raise KeyError(f"no runner for protocol {protocol!r} (known: {', '.join(sorted(RUNNERS))})")
     return RUNNERS[protocol]()
 
 
 class ProtocolRunner:
-    """P3I behaviour; the other protocols override what differs."""
+    """What every protocol shares; a protocol's subclass overrides what differs."""
 
     #: The ``benchmark.protocol_mode`` values this protocol runs (docs/protocols.md).
     modes: tuple[str, ...] = ("streaming",)
@@ -80,6 +78,8 @@ class ProtocolRunner:
         """The prediction rows of the streams not in ``options["skip"]``, as each is done: the
         engine's own decisions, batch by batch (``options``: those of
         :func:`eval.streaming.stream_batches`)."""
+        from eval.streaming import stream_batches  # torch: only where a model streams
+
         yield from prediction_rows(
             stream_batches(model, renderer, streams, path, engine_cfg, **options), bench
         )
@@ -165,76 +165,13 @@ class ProtocolRunner:
     def table(
         self, metrics: dict[str, Any], per_sample: list[dict], streams: list[Stream]
     ) -> tuple[list[str], list[list]]:
-        """Per-task table: columns and rows (P3I: the four PRS scores per task, 0-100, and the share
-        of negatives left silent)."""
-        cols = ["task", "n", "prs_u", "prs_b", "prs_u_prime", "prs_b_prime", "silent"]
+        """Per-task table: columns and rows. Here: one row per entry of ``metrics["per_task"]``
+        with its number fields (the first task's, in order) and ``n`` from ``metrics["n"]``."""
+        per_task = metrics.get("per_task", {})
+        fields = [k for k, v in next(iter(per_task.values()), {}).items() if isinstance(v, int | float)]
         n = metrics.get("n", {})
-        rows = [
-            [task, n.get(task), *(v[k] for k in cols[2:6]), None]
-            for task, v in metrics.get("per_task", {}).items()
-        ]
-        if "negatives" in metrics:
-            rows.append(
-                [
-                    "negatives",
-                    metrics["negatives"]["n"],
-                    None,
-                    None,
-                    None,
-                    None,
-                    metrics["negatives"]["silent"],
-                ]
-            )
-        return cols, rows
-
-
-@register_runner("p3i")
-class P3IRunner(ProtocolRunner):
-    pass
-
-
-@register_runner("egoserve")
-class EgoServeRunner(ProtocolRunner):
-    def replies(self, result: StreamResult, bench: BenchmarkConfig) -> tuple[list[Reply], int]:
-        allowed = frozenset(bench.categories) if bench.categories else None
-        out, dropped = [], 0
-        for s in result.steps:
-            if not s.fired:
-                continue
-            turn = parse_turn(s.text, allowed=allowed)
-            if turn.kind != "response" or turn.category is None:
-                dropped += 1
-                continue
-            out.append(Reply(time=s.time, text=turn.text, category=turn.category))
-        return out, dropped
-
-    def table(self, metrics, per_sample, streams):
-        cols = ["subtype", "p", "r", "f1", "matched", "n_pred", "n_gt"]
-        rows = [[name, *(v[k] for k in cols[1:])] for name, v in metrics.get("per_subtype", {}).items()]
-        return cols, rows
-
-
-@register_runner("propermem")
-class ProPerMemRunner(ProtocolRunner):
-    def table(self, metrics, per_sample, streams):
-        """Per task (positives and negatives apart): clips, perfect %, hit %, mean fires."""
-        groups: dict[str, list[dict]] = defaultdict(list)
-        by_id = {s.id: s for s in streams}
-        for row in per_sample:
-            s = by_id[row["id"]]
-            groups[f"{s.task} ({'negative' if s.is_negative else 'positive'})"].append(row)
-        cols = ["task", "n", "perfect", "hit", "mean_fires"]
-        rows = [
-            [
-                name,
-                len(g),
-                100.0 * sum(r["perfect"] for r in g) / len(g),
-                100.0 * sum(r["hit"] for r in g) / len(g),
-                sum(r["fires"] for r in g) / len(g),
-            ]
-            for name, g in sorted(groups.items())
-        ]
-        return cols, rows
+        cols = ["task", "n", *fields]
+        return cols, [[task, n.get(task), *(v.get(k) for k in fields)] for task, v in per_task.items()]
 
 
 def prediction_rows(
@@ -263,6 +200,9 @@ def evaluate_model(
 ) -> dict:
     """The metrics of a model in memory on ``streams`` (default: the P3I benchmark), streamed and
     scored exactly as :func:`evaluate` does, with no files written."""
+    from eval.render import TurnRenderer
+    from eval.streaming import EngineConfig, stream_batches
+
     bench = bench or BenchmarkConfig()
     get_runner(bench.protocol).check(bench)
     renderer = TurnRenderer(processor, render, bench.steps_per_second)
@@ -279,3 +219,8 @@ def evaluate_model(
     rows = list(prediction_rows(batches, bench))
     metrics, _ = get_runner(bench.protocol).score(streams, rows, bench)
     return metrics
+
+
+# Last, as the protocol modules subclass ProtocolRunner: eval.scoring imports eval.protocols, whose
+# modules register their runners and scorers.
+from eval.scoring import ScoreSettings, ground_truth, pair, score, uses_judge  # noqa: E402

@@ -53,15 +53,14 @@ from eval.egoserve_files import EventGroup, detect_release, read_release, releas
 from eval.egoserve_preds import RESPONSE_NAME
 from eval.judge import config_from_args
 from eval.protocols import OFFICIAL_FORMATS
+from eval.protocols.egoserve import egoserve_groups, score_egoserve_events
 from eval.scoring import (
     CONTENT_SCORERS,
     PROTOCOLS,
     GroundTruth,
     ScoreSettings,
-    egoserve_groups,
     pair,
     score,
-    score_egoserve_events,
     uses_judge,
 )
 from rewards.egoserve import TOLERANCE_S

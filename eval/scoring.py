@@ -7,21 +7,19 @@
 ``python -m eval.score`` (files), ``eval.run`` / ``eval.watch`` (a checkpoint's streams), GRPO's
 held-out evaluation and ``keep_best``, and the demo all score through :func:`score`, so a number
 means the same thing wherever it is printed. The metric definitions (docs/protocols.md) live in
-``rewards/`` (pure functions shared with the GRPO rewards); this module pairs samples, builds the
-content scorer and aggregates.
+``rewards/`` (pure functions shared with the GRPO rewards); this module holds what every protocol
+shares: the settings, the pairing of samples, the content scorer and the registry.
 
-- ``p3i``: PRS-U/B and their primed forms per task (macro) and over samples (micro); samples without
-  targets are reported under ``negatives`` (share silent), and ``with_negatives`` counts them in their
-  task (1 when silent, else 0), which is how the toy experiments judge learning. ``redundant_replies``
-  is :func:`rewards.prs.redundant_replies`, the count the GRPO redundancy penalty uses.
-- ``propermem``: Perfect, hit, early, late, over-trigger, false-fire rates and mean fires.
-- ``egoserve``: per-subtype detection F1 with the per-dataset tolerances, as the official evaluator
-  computes it (``rewards.egoserve``, docs/egoserve.md), with what its rules dropped and the
-  ``strict`` view; with the judge (``content`` or ``label_fallback`` ``judge``) the matched pairs
-  are rated.
+A protocol's scoring function lives in its own module, ``eval/protocols/<name>.py`` (with its runner,
+:mod:`eval.runners`), registered with ``@protocol("<name>")``: ``fn(paired, settings) -> (metrics,
+per-sample rows)``. Importing this module imports :mod:`eval.protocols`, so every protocol is
+registered whenever :func:`score` can be called; what each reports is in its module's docstring
+(``p3i``, ``egoserve``, ``propermem``) and in docs/protocols.md. ``protocol(name, judged=...)``
+says when a protocol asks the LLM judge (:func:`uses_judge`; by default when ``content`` is
+``judge``, or ``label`` with ``label_fallback`` ``judge``).
 
 A pair the content scorer cannot score (a judge that could not rate it) leaves its sample out; the
-count is reported under ``unscorable`` and, with the judge, ``unrated``.
+count is reported under ``unscorable`` and, with the judge, ``unrated`` (:class:`UnscorablePairs`).
 """
 
 from __future__ import annotations
@@ -32,23 +30,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from data_builders.records import RecordError, Reply, Stream, Target
-from eval.egoserve_files import EventGroup
-from eval.egoserve_preds import Tally, events_from_replies
-from rewards.content import ContentScorer, Unscorable, get_content_scorer
-from rewards.egoserve import (
-    DATASET_SUBTYPES,
-    MAIN_TYPE,
-    MAIN_TYPE_CHECKED,
-    SUBTYPES,
-    TOLERANCE_S,
-    DatasetScore,
-    ServiceEvent,
-    egoserve_report,
-    score_dataset,
-)
-from rewards.egoserve_rules import strict_subtype
-from rewards.propermem import DEFAULT_TOLERANCE_S, clip_outcome, propermem_metrics
-from rewards.prs import DEFAULT_ALPHA, PRSScores, aggregate_prs, prs_scores, redundant_replies
+from rewards.content import ContentScorer, get_content_scorer
+from rewards.prs import DEFAULT_ALPHA
 from rewards.turns import split_category
 
 #: Modules that register the I/O-bearing content scorers when imported.
@@ -163,7 +146,7 @@ def _build_named(name: str, settings: ScoreSettings) -> ContentScorer:
         raise RecordError(f"cannot build the {name!r} content scorer: {exc}") from None
 
 
-class _Unscorable:
+class UnscorablePairs:
     """Counts unscorable pairs and the samples they left out."""
 
     def __init__(self) -> None:
@@ -177,24 +160,50 @@ class _Unscorable:
     def report(self) -> dict:
         return {"pairs": self.pairs, "samples_left_out": len(self.samples), "ids": self.samples[:20]}
 
+    def add_to(self, result: dict, protocol_name: str, settings: ScoreSettings) -> dict:
+        """``result`` with ``unscorable`` (when any pair was) and, with the judge, ``unrated``."""
+        if self.pairs:
+            result["unscorable"] = self.report()
+        if uses_judge(protocol_name, settings):
+            result["unrated"] = self.pairs
+        return result
 
-def _texts(replies: Sequence[Reply]) -> list[str]:
+
+def reply_texts(replies: Sequence[Reply]) -> list[str]:
+    """The scored text of each reply (its leading ``[tag]`` removed)."""
     return [split_category(r.text)[1] for r in replies]
 
 
-def _prepare(content: ContentScorer, paired: Paired) -> None:
-    """Let a batching scorer (embedding) encode every text at once before scoring."""
+def prepared_content(settings: ScoreSettings, paired: Paired) -> ContentScorer:
+    """The content scorer of ``settings``; a batching one (embedding) has encoded every text of
+    ``paired`` at once."""
+    content = build_content(settings)
     prepare = getattr(content, "prepare", None)
     if prepare is not None:
-        prepare([t.content for g, _ in paired for t in g.targets] + [x for _, r in paired for x in _texts(r)])
+        prepare(
+            [t.content for g, _ in paired for t in g.targets] + [x for _, r in paired for x in reply_texts(r)]
+        )
+    return content
 
 
-PROTOCOLS: dict[str, Callable[[Paired, ScoreSettings], tuple[dict, list[dict]]]] = {}
+Scorer = Callable[[Paired, ScoreSettings], tuple[dict, list[dict]]]
+PROTOCOLS: dict[str, Scorer] = {}
+#: Per protocol, whether its settings ask the LLM judge (protocols not here: :func:`default_uses_judge`).
+JUDGED: dict[str, Callable[[ScoreSettings], bool]] = {}
 
 
-def protocol(name: str) -> Callable:
-    def deco(fn: Callable) -> Callable:
+def protocol(
+    name: str, *, judged: Callable[[ScoreSettings], bool] | None = None
+) -> Callable[[Scorer], Scorer]:
+    """Register ``fn(paired, settings) -> (metrics, per-sample rows)`` as protocol ``name``'s scoring;
+    ``judged(settings)`` says when it asks the LLM judge (default: :func:`default_uses_judge`)."""
+
+    def deco(fn: Scorer) -> Scorer:
+        if name in PROTOCOLS and PROTOCOLS[name] is not fn:
+            raise ValueError(f"protocol {name!r} is registered twice")
         PROTOCOLS[name] = fn
+        if judged is not None:
+            JUDGED[name] = judged
         return fn
 
     return deco
@@ -212,197 +221,15 @@ def score(
     return {"protocol": protocol_name, "content": settings.content, **result}, rows
 
 
-@protocol("p3i")
-def score_p3i(paired: Paired, settings: ScoreSettings) -> tuple[dict, list[dict]]:
-    content = build_content(settings)
-    unscorable = _Unscorable()
-    rows, every, per_sample, negatives = [], [], [], []
-    redundant_total = 0
-    _prepare(content, paired)
-    for gt, replies in paired:
-        texts = _texts(replies)
-
-        def c(k: int, i: int, texts: list[str] = texts, targets: list[Target] = gt.targets) -> float:
-            return content(texts[k], targets[i])
-
-        try:
-            s = prs_scores([t.time for t in gt.targets], [r.time for r in replies], c, settings.alpha)
-        except Unscorable:
-            unscorable.add(gt.id)
-            continue
-        if gt.targets:
-            rows.append((gt.task, s))
-        else:
-            negatives.append(s.u)
-        every.append((gt.task, s))
-        redundant = redundant_replies([t.time for t in gt.targets], [r.time for r in replies])
-        redundant_total += redundant
-        per_sample.append(
-            {"id": gt.id, "task": gt.task, **_named(s), "replies": len(replies), "redundant": redundant}
-        )
-    result = aggregate_prs(rows)
-    result["redundant_replies"] = redundant_total
-    if negatives:
-        result["negatives"] = {"n": len(negatives), "silent": 100.0 * sum(negatives) / len(negatives)}
-    both = aggregate_prs(every)  # a negative counts in its task: 1 when silent, else 0
-    result["with_negatives"] = {
-        "prs_u": both["prs_u"],
-        "prs_b": both["prs_b"],
-        "per_task": {t: {"prs_u": v["prs_u"], "prs_b": v["prs_b"]} for t, v in both["per_task"].items()},
-    }
-    if unscorable.pairs:
-        result["unscorable"] = unscorable.report()
-    if uses_judge("p3i", settings):
-        result["unrated"] = unscorable.pairs
-    return result, per_sample
-
-
-def _named(s: PRSScores) -> dict[str, float]:
-    return {"prs_u": s.u, "prs_b": s.b, "prs_u_prime": s.u_prime, "prs_b_prime": s.b_prime}
-
-
-@protocol("propermem")
-def score_propermem(paired: Paired, settings: ScoreSettings) -> tuple[dict, list[dict]]:
-    content = build_content(settings)
-    tol = DEFAULT_TOLERANCE_S if settings.tolerance is None else settings.tolerance
-    unscorable = _Unscorable()
-    outcomes, per_sample = [], []
-    _prepare(content, paired)
-    for gt, replies in paired:
-        if len(gt.targets) > 1:
-            raise RecordError(
-                f"a ProPerMem clip has one trigger window, got {len(gt.targets)} targets", record=gt.id
-            )
-        window = None
-        scores: list[float] = []
-        if gt.targets:
-            t = gt.targets[0]
-            window = t.window if t.window is not None else (t.time, t.time)
-            try:  # content is scored only where it matters: fires inside the window
-                scores = [
-                    content(text, t) if window[0] <= r.time <= window[1] + tol else 0.0
-                    for r, text in zip(replies, _texts(replies), strict=True)
-                ]
-            except Unscorable:
-                unscorable.add(gt.id)
-                continue
-        o = clip_outcome([r.time for r in replies], scores, window, tol)
-        outcomes.append(o)
-        per_sample.append(
-            {
-                "id": gt.id,
-                "perfect": o.perfect,
-                "hit": o.hit,
-                "early": o.early,
-                "late": o.late,
-                "fires": o.fires,
-            }
-        )
-    result = propermem_metrics(outcomes)
-    if unscorable.pairs:
-        result["unscorable"] = unscorable.report()
-    if uses_judge("propermem", settings):
-        result["unrated"] = unscorable.pairs
-    return result, per_sample
-
-
-def egoserve_groups(paired: Paired, settings: ScoreSettings, gt_file: str | None = None) -> list[EventGroup]:
-    """Stream-record ground truth (unit = record id, subtype = target category) grouped by dataset."""
-    groups: dict[str, EventGroup] = {}
-    for gt, replies in paired:
-        ds = settings.dataset or (gt.meta or {}).get("dataset") or gt.source
-        if ds not in TOLERANCE_S and settings.tolerance is None:
-            raise RecordError(
-                f"unknown dataset {ds!r}: pass --dataset or --tolerance", file=gt_file, record=gt.id
-            )
-        group = groups.setdefault(ds, EventGroup(ds, [], []))
-        for i, t in enumerate(gt.targets):
-            if t.category is None:
-                raise RecordError(f"targets[{i}] has no category (its subtype)", file=gt_file, record=gt.id)
-            subtype = strict_subtype(t.category)
-            if subtype is None:
-                raise RecordError(f"unknown service subtype {t.category!r}", file=gt_file, record=gt.id)
-            lo, hi = t.window if t.window is not None else (t.time, t.time)
-            group.gt.append(ServiceEvent(gt.id, subtype, lo, hi, t.content))
-        group.pred.extend(events_from_replies(gt.id, replies, None))
-    return list(groups.values())
-
-
-@protocol("egoserve")
-def score_egoserve(paired: Paired, settings: ScoreSettings) -> tuple[dict, list[dict]]:
-    return score_egoserve_events(egoserve_groups(paired, settings), settings)
-
-
-def uses_judge(protocol_name: str, settings: ScoreSettings) -> bool:
-    """Whether scoring asks the LLM judge (EgoServe: ``content`` or ``label_fallback`` is judge)."""
-    if protocol_name == "egoserve":
-        return "judge" in (settings.content, settings.label_fallback)
+def default_uses_judge(settings: ScoreSettings) -> bool:
+    """The judge scores content: ``content`` is ``judge``, or ``label`` with ``label_fallback`` ``judge``."""
     return settings.content == "judge" or (settings.content == "label" and settings.label_fallback == "judge")
 
 
-def score_egoserve_events(
-    groups: Sequence[EventGroup | tuple[str, list[ServiceEvent], list[ServiceEvent]]], settings: ScoreSettings
-) -> tuple[dict, list[dict]]:
-    """EgoServe metrics (0-100) of event groups (stream records or the release files): the official
-    numbers, what their rules ``dropped`` (counts and examples), ``official_would_fail`` (input on
-    which the official code stops), the ``strict`` view with its ``errors``, and the judge's
-    ratings of the matched pairs when asked. A ``(dataset, gt, pred)`` tuple is a group whose
-    strict view is the same events."""
-    official: dict[str, DatasetScore] = {}
-    strict: dict[str, DatasetScore] = {}
-    dropped, errors, crashes = Tally(), Tally(), Tally()
-    pairs, per_sample = [], []
-    for group in groups:
-        g = group if isinstance(group, EventGroup) else EventGroup(*group)
-        tol = settings.tolerance if settings.tolerance is not None else TOLERANCE_S[g.dataset]
-        subtypes = DATASET_SUBTYPES.get(g.dataset, SUBTYPES)
-        check = g.dataset in MAIN_TYPE_CHECKED
-        _count_unscored(g, subtypes, check, dropped)
-        s = score_dataset(g.gt, g.pred, tol, subtypes, check)
-        st = score_dataset(
-            g.gt if g.strict_gt is None else g.strict_gt,
-            g.pred if g.strict_pred is None else g.strict_pred,
-            tol,
-        )
-        for views, score_ in ((official, s), (strict, st)):
-            if g.dataset in views:
-                views[g.dataset].merge(score_)
-            else:
-                views[g.dataset] = score_
-        for tally, part in ((dropped, g.dropped), (errors, g.errors), (crashes, g.crashes)):
-            tally.update(part)
-        pairs += [(g.dataset, a, b) for a, b in s.pairs]
-        per_sample += [
-            {"id": unit, "dataset": g.dataset, **{k: vars(c) for k, c in counts.items()}}
-            for unit, counts in s.per_unit.items()
-        ]
-    result = egoserve_report(official)
-    result["datasets"] = sorted(official)
-    result["rules"] = "official"
-    result["dropped"] = dropped.as_dict()
-    result["dropped_examples"] = dropped.examples
-    if crashes.counts:
-        result["official_would_fail"] = crashes.as_dict()
-        result["official_would_fail_examples"] = crashes.examples
-    result["strict"] = {
-        **egoserve_report(strict),
-        "errors": errors.as_dict(),
-        "error_examples": errors.examples,
-    }
-    if uses_judge("egoserve", settings):
-        from eval.judge import judge_matched_pairs
-
-        result["judge"] = judge_matched_pairs(pairs, settings)
-        result["unrated"] = result["judge"]["unrated"]
-    return result, per_sample
+def uses_judge(protocol_name: str, settings: ScoreSettings) -> bool:
+    """Whether scoring protocol ``protocol_name`` with ``settings`` asks the LLM judge."""
+    return JUDGED.get(protocol_name, default_uses_judge)(settings)
 
 
-def _count_unscored(g: EventGroup, subtypes: Sequence[str], check_main: bool, dropped: Tally) -> None:
-    """Count events the official numbers hold only in the micro totals, and EgoLife predictions
-    whose main type disagrees with their subtype's (they can match no ground truth)."""
-    for side, events in (("gt", g.gt), ("pred", g.pred)):
-        for e in events:
-            if e.subtype not in subtypes:
-                dropped.add(f"{side}_subtype_micro_only", f"{g.dataset}/{e.unit}: {e.subtype!r}")
-            elif check_main and side == "pred" and e.main_type != MAIN_TYPE[e.subtype]:
-                dropped.add("pred_main_type_mismatch", f"{g.dataset}/{e.unit}: {e.main_type!r} / {e.subtype}")
+# Last: the protocol modules import this one (and eval.runners) to register their scorers.
+importlib.import_module("eval.protocols")
