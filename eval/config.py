@@ -71,7 +71,14 @@ class BenchmarkConfig:
     name: str = "p3i"
     """Short name used in output dirs and W&B keys."""
     protocol: str = "p3i"
-    """Scoring protocol of ``eval.score`` and the runner of ``eval.runners``: p3i, egoserve, propermem."""
+    """Scoring protocol of ``eval.score`` and the runner of ``eval.runners``: p3i, egoserve, propermem,
+    ovo, streamingbench_proactive, proactivevideoqa, estp."""
+    protocol_mode: str = "streaming"
+    """``streaming``: the question at its ask time, the model's own silence/response decisions are its
+    answers; ``official`` (the public benchmarks that poll: ovo, streamingbench_proactive): the
+    official harness's protocol (docs/protocols.md). ``metrics.json`` records which."""
+    model_key: str = "proactive_vlm"
+    """The model's name in a public benchmark's official prediction file (``eval.run`` writes it)."""
     steps_per_second: float = bounded(1.0, gt=0)
     """Decision steps per second of video (P3I, EgoServe: 1; ProPerMem: 0.5)."""
     content: str = "label"

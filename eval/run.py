@@ -57,9 +57,9 @@ from eval.config import EvalConfig, quiet_libraries
 from eval.memory import build_memory
 from eval.model import load_model_and_processor
 from eval.render import TurnRenderer
-from eval.runners import get_runner, prediction_rows
+from eval.runners import get_runner
 from eval.store import PredictionLog, PredictionWriteError
-from eval.streaming import EngineConfig, stream_batches
+from eval.streaming import EngineConfig
 from eval.sweep import fingerprint, point_dir, reuse_rows, sibling_passes, write_summary
 from eval.tracking import format_table, make_logger, plot_timelines
 
@@ -167,12 +167,13 @@ def _run_streams(
         compile=cfg.compile,
     )
     n = 0
-    batches = stream_batches(
+    rows = get_runner(cfg.benchmark.protocol).stream_rows(
         model.eval(),
         renderer,
         streams,
         path,
         engine_cfg,
+        cfg.benchmark,
         batch_size=cfg.batch_size,
         cache=FrameCache(cfg.paths.frame_cache_dir),
         blank=cfg.blank_frames,
@@ -181,7 +182,7 @@ def _run_streams(
         skip=done,
     )
     bar = Progress(len(streams) - len(done), "eval", unit="record")
-    for row in prediction_rows(batches, cfg.benchmark):
+    for row in rows:
         log.append(row)
         n += 1
         bar.update(1, fired=sum(row["fired"]))
@@ -243,7 +244,7 @@ def _evaluate_into(
             done.add(row["id"])
             reused += 1
     ran = _run_streams(cfg, streams, done, path, log) if len(done) < len(streams) else 0
-    metrics, per_sample = runner.score(streams, log.rows(), bench)
+    metrics, per_sample = runner.score(streams, log.rows(), bench, out=out)
     write_jsonl(out / "per_sample.jsonl", per_sample)
     write_text_atomic(out / "metrics.json", json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     pngs = plot_timelines(streams[: cfg.timelines], log.rows(), bench.steps_per_second, cfg.threshold, out)

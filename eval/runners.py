@@ -37,7 +37,8 @@ from eval.config import BenchmarkConfig
 if TYPE_CHECKING:
     from data_builders.config import RenderConfig
     from data_builders.video import FrameCache
-    from eval.streaming import StreamResult
+    from eval.render import TurnRenderer
+    from eval.streaming import EngineConfig, StreamResult
 
 RUNNERS: dict[str, type[ProtocolRunner]] = {}
 
@@ -60,6 +61,28 @@ def get_runner(protocol: str) -> ProtocolRunner:
 
 class ProtocolRunner:
     """What every protocol shares; a protocol's subclass overrides what differs."""
+
+    #: The ``benchmark.protocol_mode`` values this protocol runs (docs/protocols.md).
+    modes: tuple[str, ...] = ("streaming",)
+
+    def stream_rows(
+        self,
+        model,
+        renderer: TurnRenderer,
+        streams: list[Stream],
+        path: Path,
+        engine_cfg: EngineConfig,
+        bench: BenchmarkConfig,
+        **options: Any,
+    ) -> Iterator[dict]:
+        """The prediction rows of the streams not in ``options["skip"]``, as each is done: the
+        engine's own decisions, batch by batch (``options``: those of
+        :func:`eval.streaming.stream_batches`)."""
+        from eval.streaming import stream_batches  # torch: only where a model streams
+
+        yield from prediction_rows(
+            stream_batches(model, renderer, streams, path, engine_cfg, **options), bench
+        )
 
     def replies(self, result: StreamResult, bench: BenchmarkConfig) -> tuple[list[Reply], int]:
         """The stream's replies and how many fired turns were left out (none here)."""
@@ -109,6 +132,11 @@ class ProtocolRunner:
     def check(self, bench: BenchmarkConfig) -> None:
         """Fail at once, before any streaming, on settings that scoring would reject at the end:
         the judge's URL, model and timeout when ``content`` or ``open_content`` is ``judge``."""
+        if bench.protocol_mode not in self.modes:
+            raise ValueError(
+                f"benchmark {bench.name}: protocol_mode={bench.protocol_mode!r} is not one of the "
+                f"{bench.protocol} protocol's modes ({', '.join(self.modes)})"
+            )
         settings = self.settings(bench)
         if uses_judge(bench.protocol, settings):
             from eval.judge import config_from_args
@@ -119,10 +147,15 @@ class ProtocolRunner:
                 raise ValueError(f"benchmark {bench.name} scores with the LLM judge: {exc}") from None
 
     def score(
-        self, streams: list[Stream], rows: Iterable[dict[str, Any]], bench: BenchmarkConfig
+        self,
+        streams: list[Stream],
+        rows: Iterable[dict[str, Any]],
+        bench: BenchmarkConfig,
+        out: Path | None = None,
     ) -> tuple[dict[str, Any], list[dict]]:
         """Metrics as ``python -m eval.score`` prints them, and the per-sample rows it writes, of
-        prediction rows (:meth:`prediction_row`) against the streams they were made on."""
+        prediction rows (:meth:`prediction_row`) against the streams they were made on. ``out`` is
+        the evaluation's folder (``eval.run``), where a protocol may write files of its own."""
         predictions = {
             row["id"]: [Reply(r["time"], r.get("text", ""), r.get("category")) for r in row["replies"]]
             for row in rows

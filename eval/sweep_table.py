@@ -50,9 +50,10 @@ def _scores(point: Path, metric: str) -> dict[str, Any]:
         best = max(evals, key=lambda e: (e[1], -e[0]))  # ties: the earlier update
         out["best_update"], out["best"] = best
     kept = point / "best" / "best.json"
-    if kept.is_file():
+    if kept.is_file():  # the weights keep_best kept, when it kept them by this metric
         record = json.loads(kept.read_text())
-        out["best_update"], out["best"] = record["step"], record["prs_b"]
+        if f"eval/{record.get('metric', 'with_negatives/prs_b')}" == metric:
+            out["best_update"], out["best"] = record["step"], record.get("value", record.get("prs_b"))
     out["reward_last"] = rewards[-1] if rewards else None
     progress = point / "progress.json"
     if progress.is_file():

@@ -102,10 +102,10 @@ def _run(cfg: DictConfig, out: Path | None, signals: SignalFlag) -> Path:
     from data_builders.records import load_streams, resolve_video
     from data_builders.video import FrameCache
     from eval.checkpoints import write_render
-    from eval.config import BenchmarkConfig, LoggerConfig, quiet_libraries
+    from eval.config import LoggerConfig, quiet_libraries
     from eval.model import load_model_and_processor
     from eval.render import TurnRenderer
-    from eval.runners import evaluate_model
+    from eval.runners import evaluate_model, get_runner
     from eval.tracking import make_logger
     from train.data import split_records
     from train.grpo_parallel import bf16_enabled, from_environment
@@ -151,12 +151,16 @@ def _run(cfg: DictConfig, out: Path | None, signals: SignalFlag) -> Path:
     if g.beta > 0:
         ref_model = copy.deepcopy(model).eval().requires_grad_(False)
     evaluate = None
-    if g.eval_split:
-        held_out = split_records(Path(cfg.data.dir) / g.eval_split)
+    if g.eval_split or g.eval_records:
+        held_out = (
+            Path(g.eval_records) if g.eval_records else split_records(Path(cfg.data.dir) / g.eval_split)
+        )
         held_out_streams = load_streams(held_out)
         if not held_out_streams:
-            raise ValueError(f"grpo.eval_split={g.eval_split}: {held_out} holds no records to evaluate")
-        bench = BenchmarkConfig(steps_per_second=sps)  # P3I, label content
+            what = f"eval_records={g.eval_records}" if g.eval_records else f"eval_split={g.eval_split}"
+            raise ValueError(f"grpo.{what}: {held_out} holds no records to evaluate")
+        bench = held_out_benchmark(g.eval_benchmark, sps)
+        get_runner(bench.protocol).check(bench)  # a judge without its URL fails here, not at update 0
 
         def evaluate(m):
             return evaluate_model(
@@ -225,13 +229,33 @@ def _run(cfg: DictConfig, out: Path | None, signals: SignalFlag) -> Path:
     log.info("final checkpoint %s (last update checkpoint %s)", final, last)
     if g.keep_best:
         log.info(
-            "best held-out PRS-B %.2f at update %d: %s", loop.best["prs_b"], loop.best["step"], loop.best_dir
+            "best held-out %s %.2f at update %d: %s",
+            loop.best["metric"],
+            loop.best["value"],
+            loop.best["step"],
+            loop.best_dir,
         )
         return loop.best_dir
     return final
 
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
+
+
+def held_out_benchmark(name: str, steps_per_second: float):
+    """The benchmark config of ``grpo.eval_benchmark`` (``conf/benchmark/<name>.yaml``); P3I's steps
+    follow the training data's rate."""
+    from data_builders.schema import validate
+    from eval.config import BenchmarkConfig
+
+    path = Path(CONF) / "benchmark" / f"{name}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in path.parent.glob("*.yaml")))
+        raise ValueError(f"grpo.eval_benchmark={name}: no {path} (known: {known})")
+    bench = BenchmarkConfig(**OmegaConf.to_container(validate(OmegaConf.load(path), BenchmarkConfig)))
+    if bench.protocol == "p3i":
+        bench.steps_per_second = steps_per_second
+    return bench
 
 
 def compose_config(overrides: list[str] | None = None) -> DictConfig:

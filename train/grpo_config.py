@@ -88,10 +88,19 @@ class GRPOSettings:
     eval_every: int = bounded(0, ge=0)
     """Updates between held-out evaluations of ``eval_split`` (0: none during the run)."""
     eval_threshold: float = bounded(0.5, ge=0, le=1)
+    eval_benchmark: str = "p3i"
+    """The held-out evaluations' benchmark, a ``conf/benchmark/<name>.yaml`` (p3i: at the data's
+    steps per second), e.g. ``ovo`` with ``eval_records`` built by ``source=ovo``."""
+    eval_records: str | None = None
+    """Records (a file or build dir) evaluated instead of ``<data.dir>/<eval_split>``."""
+    best_metric: str = "with_negatives/prs_b"
+    """The held-out figure ``keep_best`` maximizes: a ``/`` path into the benchmark's metrics
+    (``total`` for ovo, ``answer_accuracy`` for streamingbench_proactive, ``ESTP-F1`` for estp)."""
     keep_best: bool = False
-    """Keep the weights with the best held-out PRS-B (negatives counted) in ``<output_dir>/best``,
-    the starting point (update 0) and the last update included; ties keep the earlier. Needs
-    ``eval_every`` and ``eval_split``. ``python -m train.grpo`` then returns (and prints) ``best``."""
+    """Keep the weights with the best held-out ``best_metric`` (default PRS-B, negatives counted) in
+    ``<output_dir>/best``, the starting point (update 0) and the last update included; ties keep the
+    earlier. Needs ``eval_every`` and ``eval_split`` (or ``eval_records``). ``python -m train.grpo``
+    then returns (and prints) ``best``."""
     resume: str = "auto"
     """``auto``: newest complete checkpoint in ``output_dir``; ``none``; or a checkpoint dir."""
     max_nonfinite_steps: int = bounded(5, ge=1)

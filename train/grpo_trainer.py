@@ -88,6 +88,36 @@ from train.safe_load import load_weights_only
 log = logging.getLogger(__name__)
 STATE_FILE = "grpo_state.pt"
 BEST_DIR, BEST_FILE = "best", "best.json"
+
+
+def best_value(metrics: dict, path: str) -> float:
+    """The figure at ``path`` (``a/b``) of a held-out evaluation's metrics, as ``keep_best`` compares it."""
+    value: object = metrics
+    for key in path.split("/"):
+        if not isinstance(value, dict) or key not in value:
+            raise ValueError(
+                f"grpo.best_metric={path}: the held-out metrics have no {key!r} "
+                f"(top-level keys: {', '.join(sorted(metrics))})"
+            )
+        value = value[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"grpo.best_metric={path}: {value!r} is not a number")
+    return float(value)
+
+
+def kept_best(path: Path, metric: str) -> dict:
+    """The ``best.json`` of a resumed run; one kept by another metric cannot be compared with."""
+    best = json.loads(path.read_text())
+    if "metric" not in best and "prs_b" in best:  # written before best_metric existed
+        best = {"step": best["step"], "metric": "with_negatives/prs_b", "value": best["prs_b"]}
+    if best.get("metric") != metric:
+        raise ValueError(
+            f"{path} kept the best by {best.get('metric')!r}, this run maximizes grpo.best_metric={metric}: "
+            f"set grpo.best_metric={best.get('metric')} or move {path.parent} away"
+        )
+    return best
+
+
 #: Per-window sums the update's logged row adds up over windows and ranks.
 SUMS = ("tokens", "clipped_sum", "ratio_sum", "kl_sum")
 
@@ -156,7 +186,7 @@ class GRPOLoop:
             tmp.rename(self.best_dir)
         self.parallel.barrier()
         best = self.best_dir / BEST_FILE
-        self.best: dict | None = json.loads(best.read_text()) if cfg.keep_best and best.exists() else None
+        self.best: dict | None = kept_best(best, cfg.best_metric) if cfg.keep_best and best.exists() else None
         self.step = 0
         self._orders: dict[int, list[int]] = {}  # epoch -> window order (the current one only)
         self.history: list[dict] = []
@@ -451,7 +481,7 @@ class GRPOLoop:
     def _last_eval(self) -> dict:
         for h in reversed(self.history):
             if "eval" in h:
-                return {"prs_b": h["eval"]["with_negatives"]["prs_b"]}
+                return {self.cfg.best_metric: best_value(h["eval"], self.cfg.best_metric)}
         return {}
 
     def _log_eval(self) -> None:
@@ -465,9 +495,9 @@ class GRPOLoop:
         if par.is_main:
             self.on_log(flatten(metrics, "eval"), self.step)
         if self.cfg.keep_best:
-            score = float(metrics["with_negatives"]["prs_b"])
-            if self.best is None or score > self.best["prs_b"]:
-                self._save_best({"step": self.step, "prs_b": score})
+            score = best_value(metrics, self.cfg.best_metric)
+            if self.best is None or score > self.best["value"]:
+                self._save_best({"step": self.step, "metric": self.cfg.best_metric, "value": score})
 
     def _save_best(self, best: dict) -> None:
         """Weights to ``best.tmp``, then swapped in for ``best`` (a crash leaves one whole copy)."""
@@ -483,6 +513,8 @@ class GRPOLoop:
             (tmp / BEST_FILE).write_text(json.dumps(best) + "\n")
             shutil.rmtree(path, ignore_errors=True)
             tmp.rename(path)
-            log.info("best held-out PRS-B so far: %.2f at update %d", best["prs_b"], best["step"])
+            log.info(
+                "best held-out %s so far: %.2f at update %d", best["metric"], best["value"], best["step"]
+            )
         par.barrier()
         self.best = best

@@ -20,7 +20,8 @@ every question in ``meta["questions"]``; targets = the assistant turns, each wit
 [start_time, end_time]`` and due at the paper's optimal time (the window's start for the tasks
 answered on sight, else its midpoint: ``rewards.estp.optimal_time``). ``meta`` keeps what the
 official prediction file needs (``video_uid``, ``clip_uid``, ``qa_index``: the qa's place in its
-clip's list) and the benchmark's task type (``benchmark_task``). A qa of an unknown task type, a
+clip's list), the benchmark's task type (``benchmark_task``) and the qa as the file holds it
+(``release``: ``eval.run`` writes the ground truth of the qa it evaluated from it). A qa of an unknown task type, a
 question without a time, an answer without its interval or one ending before it starts is an error
 of that qa, never a silent drop.
 """
@@ -225,6 +226,7 @@ def stream_of(qa: ReleaseQA, video: str) -> Stream:
             "qa_index": qa.index,
             "benchmark_task": qa.task_type,
             "questions": [{"time": q.time, "text": q.text} for q in qa.questions],
+            "release": qa.raw,
         },
     )
 

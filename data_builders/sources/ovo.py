@@ -35,7 +35,8 @@ the official chunks' start):
 
 Probe times are kept as released: unsorted, and two probes of one REC item can share a time.
 ``meta`` holds what the official prediction file needs back (``eval/protocols/ovo.py``):
-``ovo_id`` (the release's id), ``part``, ``video_id`` (the release's ``video``), ``question``
+``release`` (the release's item as it is, so that ``eval.run`` can write the ground truth of the
+items it evaluated in the release's own format), ``ovo_id`` (the release's id), ``part``, ``video_id`` (the release's ``video``), ``question``
 (multiple choice) or ``probes`` (each ``{"index": its place in test_info, ...the release's
 fields}``, one per target, in target order) and ``n_probes``. A time past the probed video's end
 is moved to the end, as the official cut does (counted: ``past_video_end``). An item of an unknown
@@ -292,7 +293,13 @@ def _clip(times: list[float], info: VideoInfo | None, tally: Tally) -> float:
 
 def item_streams(item: Item, video: str, info: VideoInfo | None, tally: Tally) -> list[Stream]:
     """The streams of one item (see the module docstring)."""
-    base = {"benchmark_task": item.task, "part": item.part, "ovo_id": item.id, "video_id": item.video}
+    base = {
+        "benchmark_task": item.task,
+        "part": item.part,
+        "ovo_id": item.id,
+        "video_id": item.video,
+        "release": {k: v for k, v in item.raw.items() if k != "response"},
+    }
     common = {"source": "ovo", "task": "ovo", "video": video, "clip_start": 0.0}
     if item.part != "forward":
         end = _clip([item.time], info, tally)

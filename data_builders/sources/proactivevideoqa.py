@@ -22,8 +22,9 @@ instruction = the first user turn at its ``time``; every user turn (the question
 one, e.g. a TV subtitle) is kept with its time in ``meta["user_turns"]`` for the streaming runner
 to feed at its time; targets = the answers, each at its ``reply_timespan`` start with ``window =
 reply_timespan`` and ``content`` = the answer. ``meta`` keeps what the official prediction file
-needs (``question_id`` as the release writes it, ``benchmark_task``, the release ``video`` name)
-and each answer's spans. A question with no user turn, no answer, a turn or span without a time, an
+needs (``question_id`` as the release writes it, ``benchmark_task``, the release ``video`` name),
+each answer's spans, and the release's item as it is (``release``: ``eval.run`` writes the ground
+truth of the questions it evaluated from it, in the release's format). A question with no user turn, no answer, a turn or span without a time, an
 inverted span or a time that is not a number is that record's error; the driver's tolerances apply
 to answers past the clip end.
 """
@@ -206,8 +207,9 @@ def item_id(k: int, rec: Any) -> str:
     return f"item {k}"
 
 
-def stream_of(q: Question, video: str) -> Stream:
-    """The stream of one question (see the module docstring)."""
+def stream_of(q: Question, video: str, release: dict | None = None) -> Stream:
+    """The stream of one question (see the module docstring); ``release`` is the release's item as
+    it is, kept in ``meta["release"]``."""
     return Stream(
         id=f"proactivevideoqa-{q.task}-{q.key}",
         source="proactivevideoqa",
@@ -228,6 +230,7 @@ def stream_of(q: Question, video: str) -> Stream:
                 {"reply_timespan": list(a.reply_span), "related_timespan": list(a.related_span)}
                 for a in q.answers
             ],
+            "release": release,
         },
     )
 
@@ -252,7 +255,7 @@ def build_proactivevideoqa(
         def parse(rid: str, rec: Any, task: str = task, path: Path = path) -> Iterator[Pending]:
             q = parse_question(rec, task)
             video = options.video_pattern.format(task=task, video=q.video)
-            stream = stream_of(q, video)
+            stream = stream_of(q, video, rec)
             yield Pending(
                 str(path), rid, video, lambda info: [stream], needs_info=False, lookup=(Path(q.video).stem,)
             )

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -40,6 +41,8 @@ from data_builders.records import Prediction, RecordError, Reply, Stream, Target
 from data_builders.registry import load_json, seconds
 from data_builders.sources.estp import ReleaseQA, iter_release, qa_name, read_release
 from eval.protocols import official_format
+from eval.protocols.public import PublicRunner
+from eval.runners import register_runner
 from rewards.content import Unscorable
 from rewards.estp import Answer, aggregate, answer_from_content, f1_of, optimal_time, score_question
 
@@ -279,3 +282,44 @@ def write_official(
     with atomic_writer(out) as fh:
         json.dump(data, fh, indent=1)
     return written
+
+
+def write_release(path: str | Path, streams: Sequence[Stream]) -> list[Stream]:
+    """Write the release file (``{video_uid: {clip_uid: [qa, ...]}}``) of the qa the streams were
+    built from (``meta["release"]``), each clip's qa in their release order; returns the streams
+    with ``meta["qa_index"]`` renumbered to their place in the file written."""
+    clips: dict[tuple[str, str], list[Stream]] = {}
+    for s in streams:
+        meta = s.meta
+        if not isinstance(meta.get("release"), dict) or meta.get("qa_index") is None:
+            raise RecordError(
+                "meta lacks the release qa or its qa_index (built by source=estp?)", record=s.id, field="meta"
+            )
+        clips.setdefault((str(meta["video_uid"]), str(meta["clip_uid"])), []).append(s)
+    data: dict[str, dict[str, list]] = {}
+    renumbered = []
+    for (video, clip), members in clips.items():
+        members.sort(key=lambda s: int(s.meta["qa_index"]))
+        data.setdefault(video, {})[clip] = [s.meta["release"] for s in members]
+        renumbered += [dataclasses.replace(s, meta={**s.meta, "qa_index": k}) for k, s in enumerate(members)]
+    with atomic_writer(path) as fh:
+        json.dump(data, fh, indent=1)
+    return renumbered
+
+
+class EstpRunner(PublicRunner):
+    """``eval.run benchmark=estp``: the stream as built (its first question at its time); the
+    model's replies are its answers in both modes (the benchmark's own harness lets the model speak
+    when it decides, so ``official`` and ``streaming`` are one protocol here)."""
+
+    def write_files(self, streams, predictions, folder, bench):
+        gt, pred = folder / "estp_bench.json", folder / f"{bench.model_key}.json"
+        renumbered = write_release(gt, streams)
+        write_official(gt, renumbered, predictions, pred, model=bench.model_key)
+        return gt, pred
+
+    def score_options(self, bench):
+        return [*super().score_options(bench), "--model", bench.model_key]
+
+
+register_runner("estp")(EstpRunner)

@@ -46,6 +46,8 @@ from data_builders.records import TIME_EPS, Prediction, RecordError, Stream, ste
 from data_builders.registry import load_json
 from data_builders.sources.ovo import Item, item_id, read_release
 from eval.protocols import official_format
+from eval.protocols.public import PublicRunner
+from eval.runners import register_runner
 from rewards.ovo import PARTS, TASK_PART, TASKS, figures, probe_score
 
 log = logging.getLogger(__name__)
@@ -224,6 +226,44 @@ def probe_answers(
     return answers, len(pending) - used
 
 
+def streaming_answers(
+    stream: Stream, replies: Iterable, steps_per_second: float = 1.0
+) -> tuple[list[str | None], int]:
+    """``protocol_mode=streaming``: the answer to each target of ``stream`` from what the model said
+    on its own (docs/protocols.md): a multiple-choice question as :func:`probe_answers`; a REC probe
+    the last reply at or before the probe's step (the last count said), none a null response; a CRR
+    probe ``Yes`` when the model has replied since the question was asked, else ``No``; an SSR
+    probe ``Yes`` when it replied after the stream's previous probe step and by this one (it said
+    the step is under way), else ``No``. Returns the answers and how many replies answered nothing."""
+    task = _meta(stream, "benchmark_task")
+    if TASK_PART.get(task) != "forward":
+        return probe_answers(stream, replies, steps_per_second)
+    times = step_times(stream, steps_per_second)
+    landing = [times[target_step(stream, t, steps_per_second)] for t in stream.targets]
+    asked = stream.instruction_time if stream.instruction_time is not None else stream.clip_start
+    said = sorted((r for r in replies if r.time >= asked - TIME_EPS), key=lambda r: r.time)
+    answers: list[str | None] = []
+    used: set[int] = set()
+    for at in landing:
+        by = [i for i, r in enumerate(said) if r.time <= at + TIME_EPS]
+        if task == "REC":
+            answers.append(said[by[-1]].text if by else None)
+            used.update(by[-1:])
+        elif task == "CRR":
+            answers.append("Yes" if by else "No")
+            used.update(by)
+        else:
+            before = max((t for t in landing if t < at - TIME_EPS), default=-float("inf"))
+            now = [i for i in by if said[i].time > before + TIME_EPS]
+            answers.append("Yes" if now else "No")
+            used.update(now)
+    return answers, len(said) - len(used)
+
+
+#: How each ``protocol_mode`` turns a record's replies into its answers.
+ANSWER_RULES = {"official": probe_answers, "streaming": streaming_answers}
+
+
 def _meta(stream: Stream, key: str) -> Any:
     if stream.meta.get(key) is None:
         raise RecordError(f"meta has no '{key}' (not a record built by source=ovo?)", record=stream.id)
@@ -237,14 +277,16 @@ def write_predictions(
     *,
     steps_per_second: float = 1.0,
     file_name: str = PREDICTION_FILE,
+    mode: str = "official",
 ) -> dict[str, Any]:
     """Write ``folder/file_name`` in the official prediction format from ``source=ovo`` stream
     records and the model's predictions on them (see the module docstring); returns what was
     written: the path, the items, the records without a prediction (left out, so the scorer counts
     them missing), the questions left unanswered (null responses) and the replies that answered
     nothing, and the SSR items predicted on some of their steps only (left out whole: the
-    official ``test_info`` cannot be written in part; logged). A prediction for no record and a
-    record of another task, or not built by ``source=ovo``, are errors."""
+    official ``test_info`` cannot be written in part; logged). ``mode`` picks how replies become
+    answers (:data:`ANSWER_RULES`). A prediction for no record and a record of another task, or not
+    built by ``source=ovo``, are errors."""
     streams = list(streams)
     by_id = {s.id: s for s in streams}
     replies: dict[str, list] = {}
@@ -264,7 +306,7 @@ def write_predictions(
         done = s.id in replies
         counts["records"] += 1
         counts["missing_records"] += not done
-        answers, unused = probe_answers(s, replies.get(s.id, []), steps_per_second)
+        answers, unused = ANSWER_RULES[mode](s, replies.get(s.id, []), steps_per_second)
         counts["unanswered"] += sum(a is None for a in answers) if done else 0
         counts["unused_replies"] += unused
         if part != "forward":
@@ -333,3 +375,107 @@ def write_predictions(
             "; ".join(partial[:5]),
         )
     return {"path": str(path), "items": sum(len(v) for v in parts.values()), **counts}
+
+
+def write_release(path: str | Path, streams: Iterable[Stream]) -> int:
+    """Write the release file (``ovo_bench_new.json``'s list) of the items the streams were built
+    from (``meta["release"]``; an SSR item's step streams share one), in first-seen order; returns
+    the items written."""
+    items: dict[Any, dict] = {}
+    for s in streams:
+        raw = _meta(s, "release")
+        items.setdefault(_meta(s, "ovo_id"), raw)
+    with atomic_writer(path) as fh:
+        json.dump(list(items.values()), fh, ensure_ascii=False, indent=1)
+        fh.write("\n")
+    return len(items)
+
+
+def probe_plan(streams: list[Stream], steps_per_second: float) -> list[tuple[Stream, list]]:
+    """``protocol_mode=official``: the causal passes that answer every question and probe of the
+    streams, one pass per video: the longest stream of the video (all of them start at 0, without an
+    instruction in the pass), with one probe per target of every stream of the video, at the step
+    the target lands on, asking the stream's official prompt; a probe's key is ``(stream id,
+    target index)``."""
+    from eval.probes import Probe
+
+    by_video: dict[tuple, list[Stream]] = {}
+    for s in streams:
+        by_video.setdefault((s.video, s.clip_start, s.video_offset), []).append(s)
+    plan = []
+    for members in by_video.values():
+        longest = max(members, key=lambda s: (s.clip_end, s.id))
+        probes = [
+            Probe(target_step(s, t, steps_per_second), s.instruction, (s.id, j))
+            for s in members
+            for j, t in enumerate(s.targets)
+        ]
+        plan.append((longest, probes))
+    return plan
+
+
+class OvoRunner(PublicRunner):
+    """``eval.run benchmark=ovo``. ``streaming``: each record streamed as built (its official prompt
+    given at its ask time), answers by :func:`streaming_answers`. ``official``: every question and
+    probe answered from the video up to its time with the official prompt, the model made to answer
+    (:func:`probe_plan`: one causal pass per video, the cache branched at each probe,
+    ``eval.probes``); a record's answers are its replies at its targets' steps."""
+
+    def stream_rows(self, model, renderer, streams, path, engine_cfg, bench, **options):
+        if bench.protocol_mode != "official":
+            yield from super().stream_rows(model, renderer, streams, path, engine_cfg, bench, **options)
+            return
+        import numpy as np
+        import torch
+
+        from data_builders.frames import stream_frames
+        from data_builders.records import resolve_video
+        from eval.probes import answer_probes
+        from eval.streaming import BLANK_GREY
+
+        if engine_cfg.frame_window is not None:
+            raise ValueError(
+                "benchmark ovo, protocol_mode=official: frame_window is not supported (give null)"
+            )
+        skip = options.get("skip", frozenset())
+        todo = [s for s in streams if s.id not in skip]
+        for longest, probes in probe_plan(todo, renderer.steps_per_second):
+            frames = stream_frames(
+                longest,
+                resolve_video(longest, path, options.get("video_root")),
+                renderer.cfg,
+                renderer.steps_per_second,
+                options.get("cache"),
+            )
+            if options.get("blank"):
+                frames = np.full_like(frames, BLANK_GREY)
+            with torch.inference_mode():
+                answers = answer_probes(
+                    model,
+                    renderer,
+                    longest,
+                    frames,
+                    probes,
+                    max_new_tokens=engine_cfg.max_new_tokens,
+                    full_logits=False,
+                    cfg=engine_cfg,
+                )
+            times = step_times(longest, renderer.steps_per_second)
+            rows: dict[str, dict] = {}
+            for a in answers:
+                sid, _ = a.probe.key
+                row = rows.setdefault(sid, {"id": sid, "replies": [], "p_response": [], "fired": []})
+                row["replies"].append({"time": times[a.probe.step], "text": a.text, "category": None})
+            yield from rows.values()
+
+    def write_files(self, streams, predictions, folder, bench):
+        gt, pred = folder / "ovo_bench_new.json", folder / bench.model_key
+        write_release(gt, streams)
+        pred.mkdir(parents=True, exist_ok=True)
+        write_predictions(
+            streams, predictions, pred, steps_per_second=bench.steps_per_second, mode=bench.protocol_mode
+        )
+        return gt, pred
+
+
+register_runner("ovo")(OvoRunner)

@@ -43,11 +43,13 @@ is no task.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from data_builders.files import write_text_atomic
 from data_builders.records import Prediction, RecordError, Stream, iter_jsonl, write_jsonl
 from data_builders.registry import RECORD_EXCEPTIONS, record_reason, seconds
 from data_builders.sources.proactivevideoqa import (
@@ -60,6 +62,8 @@ from data_builders.sources.proactivevideoqa import (
 )
 from eval.judge import Judge, config_from_args
 from eval.protocols import official_format
+from eval.protocols.public import PublicRunner
+from eval.runners import register_runner
 from rewards.proactivevideoqa import OMEGAS, judged_points, pauc, turn_pauc
 
 #: The official prediction file of a task in a prediction folder.
@@ -398,3 +402,40 @@ def write_predictions(
         write_jsonl(path, lines)
         written.append(path)
     return written
+
+
+def write_release(root: str | Path, streams: Iterable[Stream]) -> list[Path]:
+    """Write ``<root>/<TASK>/anno.json`` (the release's layout) of the questions the streams were
+    built from (``meta["release"]``), in stream order; returns the files."""
+    tasks: dict[str, list[dict]] = {}
+    for s in streams:
+        item, task = s.meta.get("release"), s.meta.get("benchmark_task")
+        if not isinstance(item, dict) or task not in BENCHMARK_TASKS:
+            raise RecordError(
+                "meta lacks the release item or its task (built by source=proactivevideoqa?)",
+                record=s.id,
+                field="meta",
+            )
+        tasks.setdefault(task, []).append(item)
+    paths = []
+    for task, items in sorted(tasks.items()):
+        path = Path(root) / task / "anno.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, json.dumps(items, indent=1) + "\n")
+        paths.append(path)
+    return paths
+
+
+class ProactiveVideoQARunner(PublicRunner):
+    """``eval.run benchmark=proactivevideoqa``: the stream as built (the question at its time); the
+    model's replies are its answers in both modes (the benchmark's inference streams the video and
+    lets the model speak when it decides, so ``official`` and ``streaming`` are one protocol)."""
+
+    def write_files(self, streams, predictions, folder, bench):
+        gt, pred = folder / "gt", folder / "pred"
+        write_release(gt, streams)
+        write_predictions(streams, predictions, pred)
+        return gt, pred
+
+
+register_runner("proactivevideoqa")(ProactiveVideoQARunner)

@@ -45,6 +45,8 @@ from data_builders.sources.streamingbench_proactive import (
     read_question,
 )
 from eval.protocols import official_format
+from eval.protocols.public import PublicRunner
+from eval.runners import register_runner
 from rewards.streamingbench_proactive import Outcome, judge_answer, poll_of, poll_times, proactive_metrics
 
 log = logging.getLogger(__name__)
@@ -258,6 +260,25 @@ def official_answer(question: ReleaseQuestion, replies: Iterable[Reply]) -> dict
     return {"answered": answer[0] if answer is not None else False, "dialog_history": history}
 
 
+def streaming_answer(question: ReleaseQuestion, replies: Iterable[Reply]) -> dict:
+    """A question's model entry for ``protocol_mode=streaming``: the question at its ``time_stamp``
+    and the model's first reply from then on as the answer, at the time of its own frame (no poll:
+    the model decided to speak there). A model that never spoke gets the entry the harness writes
+    for one that answers "no" at every poll (the scorer then reads that last "no", at the last
+    poll), so silence scores alike in both modes."""
+    first = next((r for r in sorted(replies, key=lambda r: r.time) if r.time >= question.time_stamp), None)
+    if first is None:
+        return official_answer(question, [])
+    history = [{"role": "user", "content": question.question, "time": question.time_stamp, "cost": None}]
+    at = int(first.time) if float(first.time).is_integer() else first.time
+    history.append({"role": "assistant", "content": first.text, "time": at, "cost": None})
+    return {"answered": at, "dialog_history": history}
+
+
+#: How each ``protocol_mode`` turns a question's replies into its model entry.
+ANSWER_RULES = {"official": official_answer, "streaming": streaming_answer}
+
+
 def _release_place(stream: Stream) -> tuple[int, int, dict, dict]:
     meta = stream.meta
     try:
@@ -284,11 +305,14 @@ def write_official(
     model: str,
     *,
     pred_file: str | Path | None = None,
+    mode: str = "official",
 ) -> dict:
     """Write the harness's prediction file for ``model`` (the release's segments, each question
     with its ``model`` entry, :func:`official_answer`) from the stream records and the project's
     predictions; whole or not at all. A stream without a prediction gets no entry (the scorer
-    counts it missing; logged); a prediction of no stream is an error. Returns the counts."""
+    counts it missing; logged); a prediction of no stream is an error. ``mode`` picks the answer
+    rule (:data:`ANSWER_RULES`: ``official``, the harness's polls; ``streaming``). Returns the counts."""
+    answer_of = ANSWER_RULES[mode]
     if not isinstance(model, str) or not model:
         raise RecordError(f"the model's key must be a non-empty string, got {model!r}")
     by_id = {s.id: s for s in streams}
@@ -314,7 +338,7 @@ def write_official(
         item = dict(raw)
         counts["questions"] += 1
         if s.id in replies:
-            item[model] = official_answer(question, replies[s.id])
+            item[model] = answer_of(question, replies[s.id])
             counts["answered" if item[model]["answered"] is not False else "unanswered"] += 1
         else:
             counts["missing"] += 1
@@ -334,3 +358,38 @@ def write_official(
     with atomic_writer(path) as fh:
         json.dump(data, fh, indent=4)
     return counts
+
+
+def write_release(path: str | Path, streams: Sequence[Stream]) -> int:
+    """Write the release file (``questions_proactive.json``'s structure) of the questions the
+    streams were built from, from the release fields their ``meta`` keeps; returns the questions."""
+    entries: dict[int, dict] = {}
+    questions: dict[int, dict[int, dict]] = {}
+    for s in streams:
+        i, k, entry, raw = _release_place(s)
+        entries.setdefault(i, entry)
+        questions.setdefault(i, {})[k] = raw
+    data = [
+        {**entries[i], "questions": [questions[i][k] for k in sorted(questions[i])]} for i in sorted(entries)
+    ]
+    with atomic_writer(path) as fh:
+        json.dump(data, fh, indent=4)
+    return sum(len(q) for q in questions.values())
+
+
+class StreamingBenchRunner(PublicRunner):
+    """``eval.run benchmark=streamingbench_proactive``: the stream as built (the question at its
+    ``time_stamp``, the clip to ``ground_truth_time_stamp + 4``); the model's decisions are the
+    harness's polls (``official``) or its answers at their own time (``streaming``)."""
+
+    def write_files(self, streams, predictions, folder, bench):
+        gt, pred = folder / "questions_proactive.json", folder / f"proactive_output_{bench.model_key}.json"
+        write_release(gt, streams)
+        write_official(pred, streams, predictions, bench.model_key, mode=bench.protocol_mode)
+        return gt, pred
+
+    def score_options(self, bench):
+        return ["--model", bench.model_key]
+
+
+register_runner(SOURCE)(StreamingBenchRunner)

@@ -49,6 +49,7 @@ def test_cli_builds_the_single_question_release(tmp_path, mp4):
     ]
     # Action Recognition (spelled with a trailing space in the file): due at the window's midpoint
     assert [(t.time, t.window) for t in a1.targets] == [(145.0, (140.0, 150.0))]
+    assert a1.meta.pop("release")["question"] == "Tell me when I stir the pot."  # the qa as released
     assert a1.meta == {
         "video_id": "vid-a",
         "video_uid": "vid-a",

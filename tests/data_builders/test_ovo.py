@@ -52,6 +52,8 @@ def test_the_build_command_makes_one_stream_per_question_forward_item_and_ssr_st
     assert (epm.clip_start, epm.clip_end, epm.instruction_time) == (0.0, 12.0, 12.0)
     assert epm.instruction == EPM_PROMPT
     assert [(t.time, t.content, t.label) for t in epm.targets] == [(12.0, "C", "C")]
+    release = {item["id"]: item for item in json.loads(ann.read_text())}
+    assert epm.meta.pop("release") == release[7]  # the item as released, for eval.run's ground truth
     assert epm.meta == {
         "benchmark_task": "EPM",
         "part": "backward",

@@ -134,7 +134,7 @@ def test_keep_best_keeps_the_weights_of_the_best_held_out_evaluation(toy_mixture
     assert list(evals) == [0, 2, 3]  # before the first update, every 2, and after the last
     best = json.loads((run / "best" / "best.json").read_text())
     first_max = next(step for step, v in evals.items() if v == max(evals.values()))
-    assert best == {"step": first_max, "prs_b": evals[first_max]}
+    assert best == {"step": first_max, "metric": "with_negatives/prs_b", "value": evals[first_max]}
     # the saved weights are those of that evaluation: they score it again, and differ from the last
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     assert saved_render(run / "best") == cfg["render"]  # every checkpoint carries its render block
@@ -143,6 +143,6 @@ def test_keep_best_keeps_the_weights_of_the_best_held_out_evaluation(toy_mixture
     )
     records = split_records(toy_mixture / "train")
     again = evaluate_model(model, processor, load_streams(records), records, RenderConfig(**cfg["render"]))
-    assert again["with_negatives"]["prs_b"] == pytest.approx(best["prs_b"])
+    assert again["with_negatives"]["prs_b"] == pytest.approx(best["value"])
     weights, final = (load_file(run / d / "model.safetensors") for d in ("best", "final"))
     assert (best["step"] == 3) == all(bool((weights[k] == final[k]).all()) for k in final)
