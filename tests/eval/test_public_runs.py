@@ -290,3 +290,17 @@ def test_grpo_held_out_on_a_public_benchmark_reaches_the_sweep_table(built, tmp_
     assert best["value"] == max(r["eval/answer_accuracy"] for r in evals)
     _, [row] = sweep_table.sweep_rows(point.parent, "eval/time_accuracy")
     assert (row["final_update"], row["final"]) == (1, evals[-1]["eval/time_accuracy"])
+
+
+def test_the_public_figures_are_w_and_b_curves(tiny_checkpoint, built, tmp_path, monkeypatch, offline_run):
+    """An evaluation's OVO-Bench figures land in its W&B run under ``eval/ovo/``, at the checkpoint's step."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wb"))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    (tmp_path / "wb").mkdir()
+    metrics, _ = _run(tiny_checkpoint, built("ovo"), tmp_path, "ovo", "streaming", "logger=wandb", "step=7")
+    [run] = list((tmp_path / "wb" / "wandb").glob("offline-run-*"))
+    summary = offline_run(run)["summary"]
+    assert summary["train/global_step"] == 7
+    for key in ("total", "backward", "realtime", "forward", "REC", "SSR", "CRR", "EPM", "STU"):
+        assert summary[f"eval/ovo/{key}"] == metrics[key]
