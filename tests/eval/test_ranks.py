@@ -102,18 +102,20 @@ def _launch(argv: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # two real 2-process launches (~20 s each alone, more on a busy machine)
 def test_two_ranks_score_as_one_process_and_a_requeue_resumes_every_shard(
     tiny_checkpoint, toy_dir, tmp_path, capsys
 ):
     records = toy_dir / "records.jsonl"
-    streams = load_streams(records)
+    streams = load_streams(records)[:4]
     common = [
         f"checkpoint={tiny_checkpoint}",
         f"records={records}",
         f"paths.cache_dir={tmp_path / 'cache'}",
         "render.max_pixels=4096",
-        "max_new_tokens=6",
+        "max_new_tokens=4",
         f"threshold={FIRING}",
+        "limit=4",
         "batch_size=1",  # the same batches in one process and in two: bit-equal probabilities
     ]
     ref = tmp_path / "one"
@@ -123,16 +125,16 @@ def test_two_ranks_score_as_one_process_and_a_requeue_resumes_every_shard(
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert json.loads(run.stdout.strip().splitlines()[-1]) == one
     assert json.loads((out / "metrics.json").read_text()) == one
-    assert "8 records, 2 ranks, 8 streamed" in run.stdout
+    assert "4 records, 2 ranks, 4 streamed" in run.stdout
     merged = PredictionLog(out / "predictions.jsonl").rows()
     assert merged == PredictionLog(ref / "predictions.jsonl").rows()  # same rows, in record order
-    assert sum(sum(r["fired"]) for r in merged) > 10
+    assert sum(sum(r["fired"]) for r in merged) > 5
     shares = split(streams, 2)
     for rank in (0, 1):
         ids = [r["id"] for r in PredictionLog(shard_path(out, rank, 2)).rows()]
         assert ids == [s.id for s in shares[rank]]
 
-    # Rank 1 died part way: one record kept, a torn line after it. The rerun redoes rank 1's other 3.
+    # Rank 1 died part way: one record kept, a torn line after it. The rerun redoes its other one.
     kept = (out / "predictions.rank-0-of-2.jsonl").read_bytes()
     rank1 = out / "predictions.rank-1-of-2.jsonl"
     first = rank1.read_text().splitlines(keepends=True)[0]
@@ -141,7 +143,7 @@ def test_two_ranks_score_as_one_process_and_a_requeue_resumes_every_shard(
     (out / "predictions.jsonl").unlink()
     rerun = _launch([*common, f"out_dir={out}"])
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
-    assert "8 records, 2 ranks, 3 streamed" in rerun.stdout
+    assert "4 records, 2 ranks, 1 streamed" in rerun.stdout
     assert json.loads((out / "metrics.json").read_text()) == one
     assert (out / "predictions.rank-0-of-2.jsonl").read_bytes() == kept
     assert PredictionLog(out / "predictions.jsonl").rows() == merged  # no duplicate, none lost
@@ -149,7 +151,7 @@ def test_two_ranks_score_as_one_process_and_a_requeue_resumes_every_shard(
     # One process resumes the 2-rank run: the shards' rows are taken over, nothing is streamed again.
     capsys.readouterr()
     assert evaluate(load_config([*common, f"out_dir={out}"])) == one
-    assert "8 records, 0 streamed" in capsys.readouterr().out
+    assert "4 records, 0 streamed" in capsys.readouterr().out
     assert not list(out.glob("predictions.rank-*"))
     assert PredictionLog(out / "predictions.jsonl").rows() == merged
 
