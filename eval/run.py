@@ -3,6 +3,7 @@
     python -m eval.run checkpoint=runs/sft/checkpoint-500 benchmark=p3i data=toy split=test
     python -m eval.run checkpoint=null records=/tmp/toy/records.jsonl limit=8 logger=wandb
     python -m eval.run checkpoint=DIR threshold=0.3,0.5,0.7 -m        (sweep, see eval.sweep)
+    accelerate launch --config_file conf/accelerate/ddp.yaml --num_processes 8 -m eval.run checkpoint=DIR ...
 
 1. Compose ``conf/eval.yaml`` (with a checkpoint, at the ``render`` block it was trained with:
    ``eval.checkpoints``); read the records (``records=PATH`` or ``<data.dir>/<split>``).
@@ -11,6 +12,11 @@
    Batches are a fixed plan over the record order, so a resumed batch holds the same records.
 3. Score in memory with ``eval.scoring.score`` into ``metrics.json`` (what ``python -m eval.score``
    prints; order-independent), ``per_sample.jsonl``; plot timelines; log (``eval.tracking``).
+
+Under a multi-process launch (``accelerate launch --num_processes N -m eval.run ...``, ``WORLD_SIZE``
+> 1) each rank streams its share of the records into ``predictions.rank-R-of-N.jsonl`` and rank 0
+merges them into ``predictions.jsonl`` and does step 3 alone (``eval.ranks``); a threshold sweep is
+refused there. Each rank uses the GPU of its ``LOCAL_RANK`` when CUDA is there.
 
 ``evaluate(cfg)`` does all of it and returns the metrics dict (used by ``make demo``);
 ``eval.runners.evaluate_model`` runs the same streaming and scoring on a model in memory, with no
