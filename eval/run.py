@@ -3,6 +3,7 @@
     python -m eval.run checkpoint=runs/sft/checkpoint-500 benchmark=p3i data=toy split=test
     python -m eval.run checkpoint=null records=/tmp/toy/records.jsonl limit=8 logger=wandb
     python -m eval.run checkpoint=DIR threshold=0.3,0.5,0.7 -m        (sweep, see eval.sweep)
+    accelerate launch --config_file conf/accelerate/ddp.yaml --num_processes 8 -m eval.run checkpoint=DIR ...
 
 1. Compose ``conf/eval.yaml`` (with a checkpoint, at the ``render`` block it was trained with:
    ``eval.checkpoints``); read the records (``records=PATH`` or ``<data.dir>/<split>``).
@@ -11,6 +12,11 @@
    Batches are a fixed plan over the record order, so a resumed batch holds the same records.
 3. Score in memory with ``eval.scoring.score`` into ``metrics.json`` (what ``python -m eval.score``
    prints; order-independent), ``per_sample.jsonl``; plot timelines; log (``eval.tracking``).
+
+Under a multi-process launch (``accelerate launch --num_processes N -m eval.run ...``, ``WORLD_SIZE``
+> 1) each rank streams its share of the records into ``predictions.rank-R-of-N.jsonl`` and rank 0
+merges them into ``predictions.jsonl`` and does step 3 alone (``eval.ranks``); a threshold sweep is
+refused there. Each rank uses the GPU of its ``LOCAL_RANK`` when CUDA is there.
 
 ``evaluate(cfg)`` does all of it and returns the metrics dict (used by ``make demo``);
 ``eval.runners.evaluate_model`` runs the same streaming and scoring on a model in memory, with no
@@ -29,6 +35,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -56,6 +63,7 @@ from eval.checkpoints import (
 from eval.config import EvalConfig, quiet_libraries
 from eval.memory import build_memory
 from eval.model import load_model_and_processor
+from eval.ranks import RankGroup, Ranks, adopt, check_manifests, merge, shard_path, split, write_manifest
 from eval.render import TurnRenderer
 from eval.runners import get_runner
 from eval.store import PredictionLog, PredictionWriteError
@@ -158,6 +166,12 @@ def _run_streams(
             "random_init": False,
         }
     model, processor = load_model_and_processor(model_cfg, cache_dir=cfg.paths.cache_dir)
+    import torch
+
+    if torch.cuda.is_available():  # each rank of a launch on its own GPU (LOCAL_RANK), else GPU 0
+        device = torch.device("cuda", Ranks.from_env().local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        model.to(device)
     render = RenderConfig(**OmegaConf.to_container(cfg.render, resolve=True))
     renderer = TurnRenderer(processor, render, cfg.benchmark.steps_per_second)
     engine_cfg = EngineConfig(
@@ -193,13 +207,21 @@ def _run_streams(
 def evaluate(cfg: DictConfig, sweep: bool = False, echo: bool = True) -> dict:
     """Run, score and log one evaluation (one threshold); returns the metrics dict. The output
     folder is locked for the run (``data_builders.files.OutputLock``): a second evaluation into it
-    stops at once, naming the holder, instead of duplicating its predictions."""
+    stops at once, naming the holder, instead of duplicating its predictions. Under a multi-process
+    launch (``WORLD_SIZE > 1``) each rank streams its share and rank 0 scores (``eval.ranks``); the
+    other ranks return an empty dict."""
     quiet_libraries()
     bench = cfg.benchmark
     get_runner(bench.protocol).check(bench)  # e.g. a judge without its URL fails here, not after streaming
     if cfg.checkpoint is not None:
         check_checkpoint(cfg.checkpoint)  # a damaged file fails here, naming it, not after streaming
     check_render(cfg.checkpoint, cfg.render)
+    ranks = Ranks.from_env()
+    if ranks.world > 1 and sweep:
+        raise ValueError(
+            f"a threshold sweep (-m) runs in one process, not under a {ranks.world}-process launch: "
+            "sweep with plain python -m eval.run, or launch one threshold per run"
+        )
     path = records_path(cfg)
     streams = load_streams(path)[: cfg.limit]
     if not streams:
@@ -213,26 +235,39 @@ def evaluate(cfg: DictConfig, sweep: bool = False, echo: bool = True) -> dict:
         / (bench.name + ("_memory" if cfg.memory.enabled else ""))
     )
     out = point_dir(base, cfg.threshold) if sweep else base
-    with OutputLock(out, "eval.run"):
-        metrics, columns, table, counts = _evaluate_into(out, base, cfg, streams, path, sweep)
+    if ranks.world > 1:
+        result = _evaluate_ranks(out, cfg, streams, path, ranks)
+        if result is None:
+            return {}
+        metrics, columns, table, counts = result
+    else:
+        with OutputLock(out, "eval.run"):
+            metrics, columns, table, counts = _evaluate_into(out, base, cfg, streams, path, sweep)
     if echo:
         ran, reused = counts
+        launch = f", {ranks.world} ranks" if ranks.world > 1 else ""
         print(
-            f"{checkpoint_name(cfg)} on {bench.name} ({len(streams)} records, {ran} streamed, {reused} reused, "
-            f"threshold {cfg.threshold:g}) -> {out}"
+            f"{checkpoint_name(cfg)} on {bench.name} ({len(streams)} records{launch}, {ran} streamed, "
+            f"{reused} reused, threshold {cfg.threshold:g}) -> {out}"
         )
         print(format_table(columns, table))
     return metrics
+
+
+def _recorded(cfg: DictConfig) -> dict:
+    """The config written to ``config.yaml``: the resolved config and the weights' sha256."""
+    weights = weights_fingerprint(cfg.checkpoint)["sha256"] if cfg.checkpoint is not None else None
+    return OmegaConf.to_container(cfg, resolve=True) | {"weights": weights}
 
 
 def _evaluate_into(
     out: Path, base: Path, cfg: DictConfig, streams: list[Stream], path: Path, sweep: bool
 ) -> tuple[dict, list[str], list[list], tuple[int, int]]:
     bench, runner = cfg.benchmark, get_runner(cfg.benchmark.protocol)
-    weights = weights_fingerprint(cfg.checkpoint)["sha256"] if cfg.checkpoint is not None else None
-    recorded = OmegaConf.to_container(cfg, resolve=True) | {"weights": weights}
+    recorded = _recorded(cfg)
     _start_dir(out, recorded)
     write_jsonl(out / "gt.jsonl", [runner.gt_row(s) for s in streams])
+    adopt(out, [streams])  # the shards of a multi-process run into predictions.jsonl, if any
     log = PredictionLog(out / "predictions.jsonl")
     done = log.done_ids()
     reused = 0
@@ -244,10 +279,72 @@ def _evaluate_into(
             done.add(row["id"])
             reused += 1
     ran = _run_streams(cfg, streams, done, path, log) if len(done) < len(streams) else 0
-    metrics, per_sample = runner.score(streams, log.rows(), bench, out=out)
+    metrics, columns, table = _score_and_log(out, base, cfg, streams, log.rows(), recorded, sweep)
+    return metrics, columns, table, (ran, reused)
+
+
+def _evaluate_ranks(
+    out: Path, cfg: DictConfig, streams: list[Stream], path: Path, ranks: Ranks
+) -> tuple[dict, list[str], list[list], tuple[int, int]] | None:
+    """One rank of a multi-process evaluation (``eval.ranks``); rank 0 returns what
+    :func:`_evaluate_into` does, the others None."""
+    runner = get_runner(cfg.benchmark.protocol)
+    shares = split(streams, ranks.world, lambda s: runner.shard_key(s, cfg.benchmark))
+    mine = shares[ranks.rank]
+    group = RankGroup(ranks)
+    lock = None
+    try:
+        if ranks.main:  # the output folder is set up once, before any rank writes into it
+            lock = OutputLock(out, "eval.run").acquire()
+            recorded = _recorded(cfg)
+            _start_dir(out, recorded)
+            write_jsonl(out / "gt.jsonl", [runner.gt_row(s) for s in streams])
+            adopt(out, shares)
+        group.barrier()
+        write_manifest(out, ranks, streams, mine, path)
+        group.barrier()
+        check_manifests(out, ranks.world)
+        shard = PredictionLog(shard_path(out, ranks.rank, ranks.world))
+        done = shard.done_ids()
+        ran = (
+            _run_streams(cfg, mine, done, path, shard) if len(done & {s.id for s in mine}) < len(mine) else 0
+        )
+        log.info(
+            "rank %d/%d: %d of its %d records streamed -> %s",
+            ranks.rank,
+            ranks.world,
+            ran,
+            len(mine),
+            shard.path,
+        )
+        ran_all = [None] * ranks.world
+        group.dist.all_gather_object(ran_all, ran)  # also the barrier before the merge
+        if not ranks.main:
+            return None
+        rows = merge(out, streams, shares)
+        metrics, columns, table = _score_and_log(out, out, cfg, streams, rows, recorded, sweep=False)
+        return metrics, columns, table, (sum(ran_all), 0)
+    finally:
+        if lock is not None:
+            lock.release()
+        group.close()
+
+
+def _score_and_log(
+    out: Path,
+    base: Path,
+    cfg: DictConfig,
+    streams: list[Stream],
+    rows: list[dict],
+    recorded: dict,
+    sweep: bool,
+) -> tuple[dict, list[str], list[list]]:
+    """Score the rows, write ``metrics.json`` / ``per_sample.jsonl`` / timelines, log to the tracker."""
+    bench, runner = cfg.benchmark, get_runner(cfg.benchmark.protocol)
+    metrics, per_sample = runner.score(streams, rows, bench, out=out)
     write_jsonl(out / "per_sample.jsonl", per_sample)
     write_text_atomic(out / "metrics.json", json.dumps(metrics, indent=2, sort_keys=True) + "\n")
-    pngs = plot_timelines(streams[: cfg.timelines], log.rows(), bench.steps_per_second, cfg.threshold, out)
+    pngs = plot_timelines(streams[: cfg.timelines], rows, bench.steps_per_second, cfg.threshold, out)
     columns, table = runner.table(metrics, per_sample, streams)
     run_dir = run_dir_of(cfg.checkpoint)
     tracker = make_logger(
@@ -264,7 +361,7 @@ def _evaluate_into(
     tracker.finish()
     if sweep:
         write_summary(base)
-    return metrics, columns, table, (ran, reused)
+    return metrics, columns, table
 
 
 @hydra.main(config_path=CONF, config_name="eval", version_base="1.3")
@@ -276,12 +373,16 @@ def _main(cfg: DictConfig) -> None:
     except (ValueError, OutputLocked, FileNotFoundError, PredictionWriteError) as exc:  # RecordError too
         print(f"eval.run: {exc}", file=sys.stderr)
         sys.exit(2)
-    print(json.dumps(metrics))
+    if Ranks.from_env().main:  # the other ranks of a launch print nothing: rank 0's line comes last
+        print(json.dumps(metrics))
 
 
 def main() -> None:
     """The command line, with a checkpoint's saved render block added as overrides before Hydra
-    composes (``eval.checkpoints.render_overrides``)."""
+    composes (``eval.checkpoints.render_overrides``). SIGUSR1 gets its default action back (the end
+    of the process): ``slurm/eval.sh`` starts ranks under a launcher told to ignore it, and a
+    resumable evaluation has nothing to save before the requeue."""
+    signal.signal(signal.SIGUSR1, signal.SIG_DFL)
     try:
         sys.argv[1:] = render_overrides(sys.argv[1:])
     except CheckpointError as exc:  # a damaged render.json: its name and why, not a traceback

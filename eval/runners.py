@@ -84,6 +84,12 @@ class ProtocolRunner:
             stream_batches(model, renderer, streams, path, engine_cfg, **options), bench
         )
 
+    def shard_key(self, stream: Stream, bench: BenchmarkConfig) -> str:
+        """What a multi-process ``eval.run`` splits the records by (``eval.ranks.split``): records
+        with one key go to one rank. Here the record id; a runner whose :meth:`stream_rows` serves
+        several records from one pass keys them by that pass."""
+        return stream.id
+
     def replies(self, result: StreamResult, bench: BenchmarkConfig) -> tuple[list[Reply], int]:
         """The stream's replies and how many fired turns were left out (none here)."""
         return result.replies(bench.categories), 0

@@ -19,6 +19,10 @@ entry kept in the new one's ``superseded`` list (and ``eval.run`` moves the old 
 ``superseded/``). A checkpoint that the trainer's ``save_total_limit`` deleted before its
 evaluation finished is recorded as ``deleted``. Run one watcher per run dir and benchmark.
 
+``launch=accelerate num_processes=N`` runs each evaluation as ``accelerate launch --num_processes N
+-m eval.run`` on this node (its config handed over as a file, :func:`launch_command`): the ranks
+split the records and rank 0 scores (``eval.ranks``); the watcher itself stays one process.
+
 W&B: with ``logger_from_run=true`` (default) the evaluations go to the training run's project and
 entity (its ``config.yaml``; ``WANDB_MODE`` from the environment wins over the recorded mode), into
 the training run's paired eval run (``eval.tracking``: same group, id ``<training id>-eval``, under
@@ -29,11 +33,16 @@ inherited from a training job is dropped, so an evaluation never writes into the
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 import re
+import shutil
+import socket
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -43,7 +52,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from data_builders.progress import console
-from data_builders.schema import validate
+from data_builders.schema import bounded, validate
 from eval.checkpoints import (
     COMPLETE_MARKER,
     CheckpointError,
@@ -74,6 +83,11 @@ class WatchConfig(EvalConfig):
     """Exit once the run wrote ``final/`` and every complete checkpoint is evaluated."""
     logger_from_run: bool = True
     """Log to the W&B project/entity/tags of ``<run_dir>/config.yaml`` instead of the ``logger`` group."""
+    launch: str = "inline"
+    """``inline``: each evaluation in this process; ``accelerate``: each one an ``accelerate launch
+    --num_processes <num_processes> -m eval.run`` on this node (``eval.ranks``)."""
+    num_processes: int = bounded(1, ge=1)
+    """Processes (GPUs) of each evaluation with ``launch=accelerate``."""
 
 
 WATCH_KEYS = {f.name for f in fields(WatchConfig)} - {f.name for f in fields(EvalConfig)}
@@ -164,6 +178,50 @@ def _run_evaluate(cfg: DictConfig) -> dict:
     return evaluate(cfg)
 
 
+def launch_command(point: DictConfig, config_dir: Path, num_processes: int) -> list[str]:
+    """The ``accelerate launch`` of one checkpoint's evaluation: its whole config saved as
+    ``<config_dir>/eval.yaml`` (with the Hydra settings of ``conf/eval.yaml``), read back by
+    ``eval.run --config-path <config_dir> --config-name eval``."""
+    plain = OmegaConf.to_container(point, resolve=True)
+    hydra = {"output_subdir": None, "run": {"dir": "."}, "job": {"chdir": False}}
+    quiet = [{"override hydra/job_logging": "none"}, {"override hydra/hydra_logging": "none"}]
+    OmegaConf.save(
+        OmegaConf.create({"defaults": ["_self_", *quiet], **plain, "hydra": hydra}), config_dir / "eval.yaml"
+    )
+    with socket.socket() as sock:  # a port of its own: two watchers on one node must not meet
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or "accelerate"
+    return [
+        accelerate,
+        "launch",
+        "--config_file",
+        str(Path(CONF) / "accelerate" / "ddp.yaml"),
+        "--num_processes",
+        str(num_processes),
+        "--main_process_port",
+        str(port),
+        "-m",
+        "eval.run",
+        "--config-path",
+        str(config_dir),
+        "--config-name",
+        "eval",
+    ]
+
+
+def launch_evaluate(point: DictConfig, num_processes: int) -> dict:
+    """One checkpoint's evaluation as a multi-process launch (:func:`launch_command`); its metrics."""
+    with tempfile.TemporaryDirectory(prefix="eval-watch-") as tmp:
+        cmd = launch_command(point, Path(tmp), num_processes)
+        done = subprocess.run(cmd, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"{num_processes}-process evaluation of {point.checkpoint} exited {done.returncode}"
+        )
+    return json.loads((Path(point.out_dir) / "metrics.json").read_text())
+
+
 def evaluate_checkpoint(
     cfg: DictConfig, run_dir: Path, checkpoint: Path, evaluate: Callable[[DictConfig], dict]
 ) -> dict:
@@ -204,6 +262,10 @@ def watch(cfg: DictConfig, evaluate: Callable[[DictConfig], dict] = _run_evaluat
         raise FileNotFoundError(f"run_dir={run_dir}: no such folder (give the training run dir to watch)")
     for key in TRAINING_RUN_ENV:
         os.environ.pop(key, None)
+    if cfg.launch not in ("inline", "accelerate"):
+        raise ValueError(f"launch={cfg.launch!r}: give inline or accelerate")
+    if cfg.launch == "accelerate" and evaluate is _run_evaluate:
+        evaluate = functools.partial(launch_evaluate, num_processes=cfg.num_processes)
     evaluated: list[str] = []
     while True:
         todo = pending(cfg, run_dir)

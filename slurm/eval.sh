@@ -1,12 +1,16 @@
 #!/bin/bash
 # sbatch --partition="$PARTITION" --account="$ACCOUNT" slurm/eval.sh checkpoint=runs/sft_4b/checkpoint-500 benchmark=p3i data=mix_p3i data.dir=/data/mix_p3i logger=wandb
+#   sbatch --nodes=2 --gpus-per-node=8 slurm/eval.sh checkpoint=... benchmark=egoserve ...   (16 ranks)
 #   EVAL_MODULE=eval.watch sbatch slurm/eval.sh run_dir=runs/sft_4b benchmark=p3i data=mix_p3i data.dir=/data/mix_p3i
 #       (the watcher: evaluates every new complete checkpoint of a training run once, beside the training)
 #
-# Causal streaming evaluation on one GPU: "python -m eval.run" (or $EVAL_MODULE) with Hydra overrides
-# of conf/eval.yaml passed through unchanged; a single process, so no accelerate launch. Evaluation is
-# resumable (predictions.jsonl), so the time-limit warning (USR1, forwarded to the step by
-# slurm/launch.sh) simply ends the process and the job is requeued to finish the remaining records.
+# Causal streaming evaluation: one "accelerate launch" per node (conf/accelerate/ddp.yaml, or
+# $ACCELERATE_CONFIG), one eval.run process per GPU, Hydra overrides of conf/eval.yaml passed through
+# unchanged. The ranks split the records and rank 0 merges and scores (eval/ranks.py); one node of
+# one GPU is one plain process. Evaluation is resumable (one predictions shard per rank), so the
+# time-limit warning (USR1, forwarded to the step by slurm/launch.sh) simply ends the processes and
+# the job is requeued to finish the remaining records. EVAL_MODULE=eval.watch runs the watcher, one
+# process on one node (give it launch=accelerate num_processes=N to evaluate on N GPUs).
 # Partition, account and time come from your sbatch flags or SBATCH_* variables. Submit from the
 # repository root.
 #SBATCH --job-name=eval
@@ -20,9 +24,23 @@
 #SBATCH --open-mode=append
 #SBATCH --output=slurm-%x-%j.log
 set -euo pipefail
-LAUNCHER_COMMAND=python            # one Python process: no accelerate launch, whatever the GPU count
-GPUS_PER_NODE="${GPUS_PER_NODE:-1}"
+MODULE="${EVAL_MODULE:-eval.run}"
+if [[ $MODULE == eval.watch ]]; then
+  LAUNCHER_COMMAND=python # the watcher is one process; it launches each evaluation itself
+fi
 # shellcheck source=launch.sh source-path=SCRIPTDIR
 source "${SLURM_SUBMIT_DIR:-.}/slurm/launch.sh"
 
-run_step srun --ntasks=1 --kill-on-bad-exit=1 --label python -m "${EVAL_MODULE:-eval.run}" "$@"
+if [[ $MODULE == eval.watch ]]; then
+  if ((NUM_MACHINES > 1)); then
+    echo "eval.sh: EVAL_MODULE=eval.watch runs on one node (got $NUM_MACHINES): submit it with --nodes=1" >&2
+    exit 2
+  fi
+  STEP=(--ntasks=1 --kill-on-bad-exit=1 --label python -m eval.watch)
+else
+  # As slurm/sft.sh: each node expands its own $SLURM_NODEID; the launcher ignores USR1, eval.run
+  # restores its default action (the process ends and resumes after the requeue).
+  # shellcheck disable=SC2016
+  STEP=(--ntasks-per-node=1 --kill-on-bad-exit=1 --label bash -c 'trap "" USR1; exec accelerate launch --config_file "${ACCELERATE_CONFIG:-conf/accelerate/ddp.yaml}" --num_machines "$NUM_MACHINES" --num_processes "$NUM_PROCESSES" --machine_rank "$SLURM_NODEID" --main_process_ip "$MAIN_ADDR" --main_process_port "$MAIN_PORT" -m "$0" "$@"' "$MODULE")
+fi
+run_step srun "${STEP[@]}" "$@"

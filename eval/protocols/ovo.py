@@ -421,6 +421,13 @@ class OvoRunner(PublicRunner):
     (:func:`probe_plan`: one causal pass per video, the cache branched at each probe,
     ``eval.probes``); a record's answers are its replies at its targets' steps."""
 
+    def shard_key(self, stream, bench):
+        """``official``: the video (the key of :func:`probe_plan`), so that one rank makes each
+        video's single pass; ``streaming``: the record id."""
+        if bench.protocol_mode != "official":
+            return stream.id
+        return json.dumps([stream.video, stream.clip_start, stream.video_offset])
+
     def stream_rows(self, model, renderer, streams, path, engine_cfg, bench, **options):
         if bench.protocol_mode != "official":
             yield from super().stream_rows(model, renderer, streams, path, engine_cfg, bench, **options)

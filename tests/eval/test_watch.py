@@ -175,3 +175,35 @@ def test_real_evaluations_of_two_tiny_checkpoints(tiny_checkpoint, toy_dir, tmp_
         ("train-project", "sft_a_checkpoint-3/p3i", 3, "eval/p3i"),
     ]
     assert watch(cfg_for(run_dir, *overrides)) == [] and (run_dir / LEDGER).exists()
+
+
+def test_launch_accelerate_hands_each_checkpoint_its_whole_config(tmp_path, monkeypatch):
+    """``launch=accelerate``: each evaluation is an ``accelerate launch -m eval.run`` whose config file,
+    composed as eval.run composes it, is the inline evaluation's config."""
+    from hydra import compose, initialize_config_dir
+
+    from data_builders.schema import validate
+    from eval.config import EvalConfig
+    from eval.watch import checkpoint_config, launch_command
+
+    run_dir = make_run(tmp_path)
+    ckpt = make_checkpoint(run_dir, 7)
+    cfg = cfg_for(run_dir, "launch=accelerate", "num_processes=2", "threshold=0.3", "logger.name=none")
+    point = checkpoint_config(cfg, run_dir, ckpt)
+    cmd = launch_command(point, tmp_path, 2)
+    assert cmd[1:3] == ["launch", "--config_file"] and cmd[4:6] == ["--num_processes", "2"]
+    assert cmd[-6:] == ["-m", "eval.run", "--config-path", str(tmp_path), "--config-name", "eval"]
+    with initialize_config_dir(config_dir=str(tmp_path), version_base="1.3"):
+        composed = validate(compose(config_name="eval"), EvalConfig)
+    assert composed == point and composed.threshold == 0.3 and composed.step == 7
+    assert composed.out_dir == str(run_dir / "eval" / "p3i" / "checkpoint-7")
+    launched = []
+    monkeypatch.setattr(
+        "eval.watch.launch_evaluate", lambda p, num_processes: launched.append(num_processes) or {}
+    )
+    assert watch(cfg_for(run_dir, "launch=accelerate", "num_processes=2", "once=true")) == [
+        "p3i/checkpoint-7"
+    ]
+    assert launched == [2]
+    with pytest.raises(ValueError, match="launch='slurm': give inline or accelerate"):
+        watch(cfg_for(run_dir, "launch=slurm", "once=true"))

@@ -194,25 +194,36 @@ def test_overrides_from_the_environment(cluster):
     assert line[line.index("--main_process_port") + 1] == "29555"
 
 
-def test_eval_runs_one_python_process_with_the_arguments(cluster):
+def test_eval_launches_one_accelerate_per_node_and_the_watcher_one_python(cluster):
     c = cluster()
     rc, out = finish(c.sbatch("eval.sh", *TRICKY))
     assert rc == 0, out
-    assert c.args("srun") == [
+    srun = c.args("srun")
+    assert srun[:5] == ["--ntasks-per-node=1", "--kill-on-bad-exit=1", "--label", "bash", "-c"]
+    assert srun[6:] == ["eval.run", *TRICKY]
+    for rank in (0, 1):  # 2 nodes x 4 GPUs: 8 ranks of eval.run (eval/ranks.py splits the records)
+        line = launch_line("conf/accelerate/ddp.yaml", "eval.run", rank, TRICKY)
+        assert c.args(f"accelerate.{rank}") == [
+            a for a in line if a not in ("--deepspeed_multinode_launcher", "standard")
+        ]
+        assert c.recorded_env(f"accelerate.{rank}")["WANDB_RUN_ID"] == "<unset>"  # one W&B run per evaluation
+    c2 = cluster(SLURM_NNODES="1")
+    rc, out = finish(c2.sbatch("eval.sh", "run_dir=runs/sft", "launch=accelerate", EVAL_MODULE="eval.watch"))
+    assert rc == 0, out
+    assert c2.args("srun") == [
         "--ntasks=1",
         "--kill-on-bad-exit=1",
         "--label",
         "python",
         "-m",
-        "eval.run",
-        *TRICKY,
+        "eval.watch",
+        "run_dir=runs/sft",
+        "launch=accelerate",
     ]
-    assert c.args("python.0") == ["-m", "eval.run", *TRICKY]
-    assert c.recorded_env("python.0")["WANDB_RUN_ID"] == "<unset>"  # one W&B run per evaluation
-    c2 = cluster()
-    rc, out = finish(c2.sbatch("eval.sh", "run_dir=runs/sft", EVAL_MODULE="eval.watch"))
-    assert rc == 0, out
-    assert c2.args("python.0") == ["-m", "eval.watch", "run_dir=runs/sft"]
+    assert c2.args("python.0") == ["-m", "eval.watch", "run_dir=runs/sft", "launch=accelerate"]
+    c3 = cluster()
+    rc, out = finish(c3.sbatch("eval.sh", "run_dir=runs/sft", EVAL_MODULE="eval.watch"))
+    assert rc == 2 and "runs on one node (got 2)" in out and not (c3.log / "srun.args").exists()
 
 
 @pytest.mark.parametrize(
