@@ -175,3 +175,34 @@ def test_real_evaluations_of_two_tiny_checkpoints(tiny_checkpoint, toy_dir, tmp_
         ("train-project", "sft_a_checkpoint-3/p3i", 3, "eval/p3i"),
     ]
     assert watch(cfg_for(run_dir, *overrides)) == [] and (run_dir / LEDGER).exists()
+
+
+def test_a_run_dir_that_appears_later_is_waited_for(tmp_path, caplog):
+    """The watcher submitted with (or before) its training job: the run dir is made 0.3 s later, and
+    the watcher goes on with it instead of failing (its log says until when it would wait)."""
+    import threading
+
+    run_dir = tmp_path / "runs" / "sft_later"
+    cfg = cfg_for(run_dir, "once=true", "run_dir_wait_s=20", "logger_from_run=false")
+    maker = threading.Timer(0.3, lambda: make_checkpoint(run_dir, 2))
+    maker.start()
+    recorder = Recorder()
+    try:
+        with caplog.at_level("INFO", logger="eval.watch"):
+            assert watch(cfg, recorder) == ["p3i/checkpoint-2"]
+    finally:
+        maker.cancel()
+    assert recorder.steps == [2]
+    assert f"run_dir={run_dir} does not exist yet: waiting until" in caplog.text
+    assert "(run_dir_wait_s=20)" in caplog.text
+
+
+def test_a_run_dir_that_never_appears_fails_at_the_deadline(tmp_path):
+    import time
+
+    run_dir = tmp_path / "runs" / "never"
+    t0 = time.time()
+    with pytest.raises(FileNotFoundError, match=r"run_dir=.*never: no such folder after waiting 0.2 s"):
+        watch(cfg_for(run_dir, "once=true", "run_dir_wait_s=0.2"), Recorder())
+    assert 0.2 <= time.time() - t0 < 5
+    assert cfg_for(run_dir).run_dir_wait_s == 86400.0  # the default: a day

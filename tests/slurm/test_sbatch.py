@@ -86,12 +86,15 @@ def test_training_scripts_launch_one_accelerate_per_node(cluster, script, config
 
 
 @pytest.mark.parametrize("script", ["sft.sh", "grpo.sh"])
-def test_training_scripts_ask_for_one_node_of_eight_gpus(script):
-    """Both stages default to a full 8-GPU node (``--nodes=2`` on the command line doubles it)."""
+def test_training_scripts_leave_the_gpu_request_to_sbatch(script):
+    """One node by default, and no GPU line: any of --gpus-per-node=N, --gres=gpu:N, --gpus=N on the
+    command line is then the job's only GPU request (a header --gpus-per-node=8 made sbatch refuse
+    --gpus=2 and srun refuse --gres=gpu:2; tests/slurm/test_real_slurm.py submits all three)."""
     header = [
         line for line in (ROOT / "slurm" / script).read_text().splitlines() if line.startswith("#SBATCH")
     ]
-    assert "#SBATCH --gpus-per-node=8" in header and "#SBATCH --nodes=1" in header
+    assert "#SBATCH --nodes=1" in header
+    assert not [line for line in header if re.search(r"--(gpus|gres|gpus-per-node)[= ]", line)], header
 
 
 def test_grpo_on_two_nodes_of_four_gpus_with_zero3(cluster):
@@ -320,7 +323,7 @@ def test_scripts_open_with_a_command_and_hold_no_cluster_names(script):
     lines = text.splitlines()
     assert lines[0] == "#!/bin/bash" and lines[1].startswith("# sbatch ") and f"slurm/{script}" in lines[1]
     header = [line for line in lines if line.startswith("#SBATCH")]
-    for needed in ("--nodes=", "--gpus-per-node=", "--time=", "--requeue", "--signal=B:USR1@", "--output="):
+    for needed in ("--nodes=", "--time=", "--requeue", "--signal=B:USR1@", "--output="):
         assert any(needed in line for line in header), needed
     assert not any(re.search(r"--(partition|account|qos|chdir)|-[pA] ", line) for line in header)
     assert "set -euo pipefail" in text
