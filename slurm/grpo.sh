@@ -33,4 +33,4 @@ pin_wandb_run
 # rendezvous (DeepSpeed's own runners would start a separate world per node and write the whole
 # environment, API keys included, to .deepspeed_env).
 # shellcheck disable=SC2016
-run_step srun --ntasks-per-node=1 --kill-on-bad-exit=1 --label bash -c 'trap "" USR1; exec accelerate launch --config_file "${ACCELERATE_CONFIG:-conf/accelerate/zero2.yaml}" --num_machines "$NUM_MACHINES" --num_processes "$NUM_PROCESSES" --machine_rank "$SLURM_NODEID" --main_process_ip "$MAIN_ADDR" --main_process_port "$MAIN_PORT" --deepspeed_multinode_launcher standard -m train.grpo "$@"' node "$@"
+run_step srun --ntasks-per-node=1 --kill-on-bad-exit=1 --label bash -c 'trap "" USR1; exec python -m train.launch --config_file "${ACCELERATE_CONFIG:-conf/accelerate/zero2.yaml}" --num_machines "$NUM_MACHINES" --num_processes "$NUM_PROCESSES" --machine_rank "$SLURM_NODEID" --main_process_ip "$MAIN_ADDR" --main_process_port "$MAIN_PORT" --deepspeed_multinode_launcher standard -m train.grpo "$@"' node "$@"
