@@ -2,6 +2,7 @@
 # sbatch --partition="$PARTITION" --account="$ACCOUNT" slurm/eval.sh checkpoint=runs/sft_4b/checkpoint-500 benchmark=p3i data=mix_p3i data.dir=/data/mix_p3i logger=wandb
 #   EVAL_MODULE=eval.watch sbatch slurm/eval.sh run_dir=runs/sft_4b benchmark=p3i data=mix_p3i data.dir=/data/mix_p3i
 #       (the watcher: evaluates every new complete checkpoint of a training run once, beside the training)
+#   sbatch --cpus-per-task=2 --time=00:30:00 slurm/eval.sh checkpoint=runs/toy_sft/final data=toy   (smoke test, a small node)
 #
 # Causal streaming evaluation on one GPU: "python -m eval.run" (or $EVAL_MODULE) with Hydra overrides
 # of conf/eval.yaml passed through unchanged; a single process, so no accelerate launch. Evaluation is

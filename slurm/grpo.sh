@@ -4,6 +4,7 @@
 #   ACCELERATE_CONFIG=conf/accelerate/zero3.yaml sbatch --gpus=8 slurm/grpo.sh model=qwen3_vl_8b init=...              (ZeRO-3)
 #   sbatch --gres=gpu:8 --time=02:00:00 slurm/grpo.sh init=runs/sft_4b/final reward.reward_weights.prs=2 run_name=grpo_prs2
 #   python -m train.grpo -m hydra/launcher=slurm reward.reward_weights.prs=1,2,4 init=...    (a sweep: one job per point)
+#   sbatch --gpus=1 --cpus-per-task=2 --time=01:00:00 slurm/grpo.sh experiment=toy_grpo init=runs/toy_sft/final data.dir=data/toy   (smoke test, a small node)
 #
 # GRPO on Slurm, launched like slurm/sft.sh: one "accelerate launch" per node (DeepSpeed ZeRO-2 by
 # default, conf/accelerate/zero2.yaml), one process per GPU; each process rolls out its share of every

@@ -12,8 +12,9 @@
 # 16817), the nodes' from CTLD_PORT + 1 on.
 #
 # "start" records every daemon's pid in STATE_DIR/pids as it starts it and waits until all nodes are
-# idle; if that fails it stops what it started and prints the daemons' logs. "stop" ends each recorded
-# pid (TERM, then KILL after 10 s) and every job step still running, whatever state the cluster is in.
+# idle; if that fails it stops what it started and prints the daemons' logs. "stop" cancels every job
+# and waits for them to end (30 s at most), ends each recorded pid (TERM, then KILL after 10 s), then
+# kills any job step left behind (a slurmstepd working in STATE_DIR, and its processes).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cmd="${1:?usage: cluster.sh start|stop STATE_DIR [NODE_NAME...]}"
@@ -23,28 +24,59 @@ mkdir -p "$state"
 state="$(cd "$state" && pwd)"
 export SLURM_CONF="$state/slurm.conf"
 
+# ours PID NAME: PID is still the daemon NAME (slurmd-n1 -> slurmd) recorded at start, not a reused pid.
+ours() {
+  [[ $(cat "/proc/$1/comm" 2>/dev/null) == "${2%%-*}" ]]
+}
+
 stop() {
   [[ -f $state/pids ]] || return 0
-  local pid name
-  # scancel needs slurmctld: best effort, then the daemons by pid (slurmd ends its job steps).
-  timeout 5 scancel --full --user=root >/dev/null 2>&1 || true
+  local pid name jobs
+  # Every job cancelled and gone first (needs slurmctld: best effort), then the daemons by pid.
+  jobs="$(timeout 5 squeue -h -o %i 2>/dev/null || true)"
+  if [[ -n $jobs ]]; then
+    # shellcheck disable=SC2086
+    timeout 5 scancel $jobs >/dev/null 2>&1 || true
+    for _ in $(seq 60); do
+      [[ -z $(timeout 5 squeue -h -o %i 2>/dev/null || true) ]] && break
+      sleep 0.5
+    done
+  fi
   while read -r pid name; do
-    kill -TERM "$pid" 2>/dev/null || true
+    if ours "$pid" "$name"; then kill -TERM "$pid" 2>/dev/null || true; fi
   done <"$state/pids"
   for _ in $(seq 100); do
     local alive=0
     while read -r pid name; do
-      if kill -0 "$pid" 2>/dev/null; then alive=1; fi
+      if ours "$pid" "$name"; then alive=1; fi
     done <"$state/pids"
     ((alive)) || break
     sleep 0.1
   done
   while read -r pid name; do
-    if kill -0 "$pid" 2>/dev/null; then
+    if ours "$pid" "$name"; then
       echo "cluster: $name (pid $pid) ignored TERM: KILL" >&2
       kill -KILL "$pid" 2>/dev/null || true
     fi
   done <"$state/pids"
+  # A job step whose slurmd went first (slurmstepd runs in STATE_DIR/log) and what it started.
+  local steps=() table
+  for pid in $(pgrep -x slurmstepd || true); do
+    [[ $(readlink "/proc/$pid/cwd" 2>/dev/null) == "$state"/* ]] && steps+=("$pid")
+  done
+  if ((${#steps[@]})); then
+    table="$(ps -eo pid=,ppid=)"
+    local todo=("${steps[@]}") all=()
+    while ((${#todo[@]})); do
+      pid="${todo[-1]}"
+      unset 'todo[-1]'
+      all+=("$pid")
+      # shellcheck disable=SC2207
+      todo+=($(awk -v p="$pid" '$2 == p { print $1 }' <<<"$table"))
+    done
+    echo "cluster: killing ${#all[@]} leftover job process(es): ${all[*]}" >&2
+    kill -KILL "${all[@]}" 2>/dev/null || true
+  fi
   mv "$state/pids" "$state/pids.stopped"
 }
 
