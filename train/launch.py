@@ -7,15 +7,17 @@ The node command of ``slurm/sft.sh`` and ``slurm/grpo.sh``: the arguments are ``
 run in this process by accelerate's own command line. One thing differs. On a pre-emption every rank
 saves its checkpoint, says so in one line (``preempted: saved <run>/checkpoint-N; exit 75 to be
 requeued``) and exits with the requeue status; torch's launcher under accelerate then reports each
-rank as failed and raises, printing a ~40-line traceback that reads like a crash. Here, when every rank
-that failed exited with :data:`train.run_dir.REQUEUE_EXIT_CODE`, that report (the traceback and
-torch's per-rank error line) becomes one line and this process exits with the requeue status, which
+rank as failed and raises, printing a ~40-line traceback that reads like a crash. Here, when the first
+rank to end exited with :data:`train.run_dir.REQUEUE_EXIT_CODE` and the others did too or were
+stopped by torch's launcher on that (SIGTERM), that report (the traceback and torch's per-rank
+error line) becomes one line and this process exits with the requeue status, which
 ``slurm/launch.sh`` turns into a requeue. Any other failure keeps accelerate's whole report.
 """
 
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 
 from train.run_dir import REQUEUE_EXIT_CODE
@@ -29,6 +31,15 @@ class _DropRequeueExits(logging.Filter):
         return f"(exitcode: {REQUEUE_EXIT_CODE})" not in record.getMessage()
 
 
+def preempted(exc: Exception) -> bool:
+    """Whether a launcher's ``ChildFailedError`` is a pre-emption: the first rank to end exited with
+    the requeue status, and every other one did too or was stopped by the launcher (SIGTERM, which
+    torch sends the ranks still running once one has ended)."""
+    _, first = exc.get_first_failure()
+    codes = {f.exitcode for f in exc.failures.values()}
+    return first.exitcode == REQUEUE_EXIT_CODE and codes <= {REQUEUE_EXIT_CODE, -signal.SIGTERM}
+
+
 def main(argv: list[str] | None = None) -> None:
     from accelerate.commands.accelerate_cli import main as accelerate
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -38,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         accelerate()
     except ChildFailedError as exc:
-        if {f.exitcode for f in exc.failures.values()} != {REQUEUE_EXIT_CODE}:
+        if not preempted(exc):
             raise
         print(
             f"launch: pre-empted: {len(exc.failures)} rank(s) of {exc.name} saved a checkpoint and exited "
