@@ -89,7 +89,9 @@ def checkpoint_name(cfg: DictConfig) -> str:
     if cfg.checkpoint is None:
         return f"{cfg.model.name}-untrained"
     p = Path(cfg.checkpoint).resolve()
-    return f"{p.parent.name}_{p.name}" if p.name.startswith("checkpoint-") or p.name in RUN_OUTPUTS else p.name
+    return (
+        f"{p.parent.name}_{p.name}" if p.name.startswith("checkpoint-") or p.name in RUN_OUTPUTS else p.name
+    )
 
 
 def training_step(cfg: DictConfig) -> int:

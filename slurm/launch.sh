@@ -38,8 +38,9 @@
 #      action would kill it and its workers mid-step). The workers inherit the ignore, but the trainer
 #      installs its own handler (train.trainer.PreemptionCallback, train.grpo_trainer.GRPOLoop), so
 #      each worker saves a complete checkpoint and exits with the requeue status 75.
-#   4. The launcher then exits non-zero (it reports failed workers, not their status), so the decision
-#      is made here: once srun has ended, if USR1 came or the step exited 75, "scontrol requeue".
+#   4. The launcher (python -m train.launch: accelerate launch) then prints one line and exits 75 when
+#      every rank did (torch's own report of "failed" ranks would be a ~40-line traceback); the
+#      decision is made here: once srun has ended, if USR1 came or the step exited 75, "scontrol requeue".
 #   5. The requeued job has the same job id and the same command line: the same run dir (from the
 #      user's overrides) and train.resume=auto / grpo.resume=auto resume from the newest COMPLETE
 #      checkpoint, and WANDB_RUN_ID (slurm-<job id> unless set) with WANDB_RESUME=allow continues

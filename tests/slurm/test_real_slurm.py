@@ -81,7 +81,9 @@ class Slurm:
             [str(c) for c in cmd], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=timeout
         )
         if check and out.returncode != 0:
-            raise AssertionError(f"{shlex.join(map(str, cmd))}: exit {out.returncode}\n{out.stdout}{out.stderr}")
+            raise AssertionError(
+                f"{shlex.join(map(str, cmd))}: exit {out.returncode}\n{out.stdout}{out.stderr}"
+            )
         return out
 
     def submit(self, *args: str | Path) -> str:
@@ -147,7 +149,9 @@ def toy(work) -> Path:
 def job_env(work) -> dict[str, str]:
     """What a user's shell would hand sbatch: the project's Python (VENV), offline W&B, a cache and a
     DeepSpeed extension folder of this test run's own."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "WANDB_RUN"))}
+    base = {
+        k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "WANDB_RUN"))
+    }
     return base | {
         "VENV": str(Path(sys.executable).parent.parent),
         "PYTHONPATH": str(ROOT),

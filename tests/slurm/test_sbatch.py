@@ -82,7 +82,10 @@ def test_training_scripts_launch_one_accelerate_per_node(cluster, script, config
             "8",
         )
     assert not list(c.spool.rglob("pwned")) and not (ROOT / "pwned").exists()
-    assert c.calls("scontrol") == ["show hostnames gpu-[07-08]", "show node gpu-07"]  # no requeue after a clean exit
+    assert c.calls("scontrol") == [
+        "show hostnames gpu-[07-08]",
+        "show node gpu-07",
+    ]  # no requeue after a clean exit
     assert c.args("python.0")[6:8] == ["--num_processes", "8"]  # 2 machines x 4 GPUs, rank from the node
 
 
@@ -344,4 +347,6 @@ def test_the_job_log_in_the_submit_dir_is_ignored_by_git(script):
     assert "/" not in log, log  # the submit dir itself
     ignored = subprocess.run(["git", "check-ignore", "-q", "--no-index", log], cwd=ROOT)
     assert ignored.returncode == 0, f"{log} is not ignored by .gitignore"
-    assert subprocess.run(["git", "check-ignore", "-q", "--no-index", "slurm/sft.sh"], cwd=ROOT).returncode == 1
+    assert (
+        subprocess.run(["git", "check-ignore", "-q", "--no-index", "slurm/sft.sh"], cwd=ROOT).returncode == 1
+    )

@@ -80,8 +80,14 @@ def test_slurm_launcher_submits_one_array_task_per_point(tmp_path):
     assert "-m submitit.core._submit" in script.splitlines()[-1]
     # asked first whether such a job can ever start (tests/slurm/test_real_slurm.py: refused)
     asked = (log / "test-only.args").read_text().split()
-    assert asked == ["--test-only", *(f"--{k}=1" for k in ("nodes", "ntasks-per-node")), "--cpus-per-task=16",
-                     "--gpus-per-node=1", "--time=1440", "--wrap=true"], asked
+    assert asked == [
+        "--test-only",
+        *(f"--{k}=1" for k in ("nodes", "ntasks-per-node")),
+        "--cpus-per-task=16",
+        "--gpus-per-node=1",
+        "--time=1440",
+        "--wrap=true",
+    ], asked
     points = []
     for task in range(3):
         with (folder / f"4242_{task}" / f"4242_{task}_submitted.pkl").open("rb") as fh:
