@@ -40,7 +40,7 @@ test-fast: setup
 test-slurm: setup
 	@if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v munged >/dev/null; then \
 		echo "test-slurm: installing slurm-wlm and munge"; \
-		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends slurm-wlm munge; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge; \
 	fi
 	PROACTIVE_REAL_SLURM=1 $(PY) -m pytest -q -x tests/slurm/test_real_slurm.py
 

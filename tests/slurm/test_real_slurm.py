@@ -53,17 +53,6 @@ SFT = [
     "train.logging_steps=10",
     "train.num_threads=1",
 ]
-GRPO = [
-    "grpo.max_steps=1",
-    "grpo.save_every=1",
-    "grpo.windows_per_step=2",
-    "grpo.num_generations=2",
-    "grpo.window_steps=6",
-    "grpo.max_new_tokens=2",
-    "grpo.eval_split=null",
-    "grpo.keep_best=false",
-    "grpo.num_threads=1",
-]
 
 
 def tail(log: Path) -> str:
@@ -230,7 +219,7 @@ def test_a_job_no_node_holds_is_refused_at_submission_naming_the_limit(slurm, wo
     assert not (work / "refused" / "runs" / "grpo_sweep" / ".submitit").exists()  # nothing submitted
 
 
-def test_a_two_point_sweep_runs_as_slurm_array_tasks(slurm, toy, work):
+def test_a_two_point_sweep_runs_as_slurm_array_tasks(slurm, toy, work, tiny_grpo):
     root = work / "sweep"
     out = slurm.run(
         sys.executable,
@@ -243,7 +232,7 @@ def test_a_two_point_sweep_runs_as_slurm_array_tasks(slurm, toy, work):
         f"paths.root_dir={root}",
         f"data.dir={toy}",
         "init=random",
-        *GRPO,
+        *tiny_grpo,
         "reward.reward_weights.prs=1,2",
         timeout=420,
     )
@@ -254,7 +243,7 @@ def test_a_two_point_sweep_runs_as_slurm_array_tasks(slurm, toy, work):
         assert (sweep / f"reward.reward_weights.prs={weight}" / "final" / "model.safetensors").exists()
 
 
-def test_sft_preempted_requeued_and_resumed_then_grpo_and_eval(slurm, toy, work, deepspeed_op):
+def test_sft_preempted_requeued_and_resumed_then_grpo_and_eval(slurm, toy, work, deepspeed_op, tiny_grpo):
     built = deepspeed_op.stat().st_mtime
     logs, run = work / "logs", work / "runs" / "sft_a"
     logs.mkdir()  # sbatch --output's folder must exist (else the job fails before it starts)
@@ -306,7 +295,7 @@ def test_sft_preempted_requeued_and_resumed_then_grpo_and_eval(slurm, toy, work,
         f"init={run / 'final'}",
         f"data.dir={toy}",
         f"grpo.output_dir={grpo_run}",
-        *GRPO,
+        *tiny_grpo,
     )
     text = slurm.finish(job, logs / f"grpo-{job}.log")
     assert "1 machine(s) x 2 GPU(s)" in text and " rank 1/2 " in text
