@@ -206,3 +206,30 @@ def test_a_run_dir_that_never_appears_fails_at_the_deadline(tmp_path):
         watch(cfg_for(run_dir, "once=true", "run_dir_wait_s=0.2"), Recorder())
     assert 0.2 <= time.time() - t0 < 5
     assert cfg_for(run_dir).run_dir_wait_s == 86400.0  # the default: a day
+
+
+def test_the_command_waits_before_composing_and_names_the_deadline(tmp_path):
+    """``python -m eval.watch`` waits for the run dir before it reads the run's render block (the
+    command line path of a watcher submitted with its training job); at the deadline: exit 2."""
+    import subprocess
+    import sys
+
+    missing = tmp_path / "runs" / "queued"
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "eval.watch",
+            f"run_dir={missing}",
+            "run_dir_wait_s=0.3",
+            "poll_s=0.1",
+            "once=true",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert f"run_dir={missing} does not exist yet: waiting until" in out.stderr
+    assert f"eval.watch: run_dir={missing}: no such folder after waiting 0.3 s" in out.stderr
