@@ -1,6 +1,8 @@
 # make setup   -> .venv from nothing (idempotent; seconds once done)
 # make test    -> setup, then the whole test suite (CPU, no downloads)
 # make demo    -> setup, then the whole pipeline on the tiny model and toy videos
+# make test-slurm -> setup, Debian's slurm-wlm + munge when absent, then the sbatch scripts under a
+#                    real Slurm on localhost (tests/slurm/test_real_slurm.py; root; minutes)
 # make lint    -> ruff
 SHELL := /bin/bash
 PYTHON ?= python3.11
@@ -15,7 +17,7 @@ export HF_DATASETS_OFFLINE := 1
 export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup test test-fast demo lint clean
+.PHONY: setup test test-fast test-slurm demo lint clean
 
 setup: $(STAMP)
 
@@ -34,6 +36,13 @@ test: setup
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow" tests
+
+test-slurm: setup
+	@if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v munged >/dev/null; then \
+		echo "test-slurm: installing slurm-wlm and munge"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge; \
+	fi
+	PROACTIVE_REAL_SLURM=1 $(PY) -m pytest -q -x tests/slurm/test_real_slurm.py
 
 demo: setup
 	$(PY) -m train.demo

@@ -86,12 +86,20 @@ def load_config(overrides: list[str] | None = None) -> DictConfig:
         return validate(compose(config_name="eval", overrides=render_overrides(overrides or [])), EvalConfig)
 
 
+#: Folders a training run writes inside its run dir: named after the run too, so two runs' ``final/``
+#: get two evaluation folders (``runs/eval/sft_a_final/p3i``, ``runs/eval/sft_b_final/p3i``).
+RUN_OUTPUTS = ("final", "best")
+
+
 def checkpoint_name(cfg: DictConfig) -> str:
-    """``<run>_<checkpoint-N>`` for trainer checkpoints, the dir name otherwise, ``<model>-untrained``."""
+    """``<run>_<checkpoint-N>``, ``<run>_final`` and ``<run>_best`` for what a training run writes, the
+    dir name otherwise (a downloaded model), ``<model>-untrained`` without a checkpoint."""
     if cfg.checkpoint is None:
         return f"{cfg.model.name}-untrained"
     p = Path(cfg.checkpoint).resolve()
-    return f"{p.parent.name}_{p.name}" if p.name.startswith("checkpoint-") else p.name
+    return (
+        f"{p.parent.name}_{p.name}" if p.name.startswith("checkpoint-") or p.name in RUN_OUTPUTS else p.name
+    )
 
 
 def training_step(cfg: DictConfig) -> int:

@@ -9,7 +9,9 @@ Every ``poll_s`` seconds the watcher lists the run's complete checkpoints
 checkpoint still being written is never read) and runs ``eval.run.evaluate`` on each one not yet in
 ``<run_dir>/eval_watch.json`` with the weights it holds now, with ``checkpoint=<that dir>`` and
 ``step=<its training step>``, into ``<run_dir>/eval/<benchmark>/<checkpoint-N>/`` (or
-``<out_dir>/<checkpoint-N>/``). A result is recorded (atomically: write, fsync, rename) only after its
+``<out_dir>/<checkpoint-N>/``). A ``run_dir`` that does not exist yet (the watcher submitted
+with the training job, which is still queued) is waited for up to ``run_dir_wait_s`` (default 24 h;
+the log says until when), then it is an error naming it. A result is recorded (atomically: write, fsync, rename) only after its
 evaluation finished, so a killed watcher redoes at most the checkpoint it was on, and that one resumes
 from its ``predictions.jsonl``; a restarted watcher evaluates nothing twice. Each entry holds the
 sha256 of the weights it evaluated (``eval.checkpoints.fingerprint_dir``; a poll re-reads a file only
@@ -88,6 +90,9 @@ class WatchConfig(EvalConfig):
     --num_processes <num_processes> -m eval.run`` on this node (``eval.ranks``)."""
     num_processes: int = bounded(1, ge=1)
     """Processes (GPUs) of each evaluation with ``launch=accelerate``."""
+    run_dir_wait_s: float = 86400.0
+    """How long to wait for a ``run_dir`` that does not exist yet (a training job still queued), then
+    fail naming it; 0 fails at once."""
 
 
 WATCH_KEYS = {f.name for f in fields(WatchConfig)} - {f.name for f in fields(EvalConfig)}
@@ -252,14 +257,37 @@ def evaluate_checkpoint(
     return entry
 
 
+def wait_for_run_dir(run_dir: Path, wait_s: float, poll_s: float) -> None:
+    """Return once ``run_dir`` exists; wait up to ``wait_s`` seconds for it (logged with the deadline),
+    then raise ``FileNotFoundError`` naming it."""
+    if run_dir.is_dir():
+        return
+    deadline = time.time() + wait_s
+    if wait_s > 0:
+        log.info(
+            "run_dir=%s does not exist yet: waiting until %s (run_dir_wait_s=%g) for the training run to make it",
+            run_dir,
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(deadline)),
+            wait_s,
+        )
+    while not run_dir.is_dir():
+        left = deadline - time.time()
+        if left <= 0:
+            raise FileNotFoundError(
+                f"run_dir={run_dir}: no such folder after waiting {wait_s:g} s (run_dir_wait_s; "
+                "give the training run dir to watch, or check that its job started)"
+            )
+        time.sleep(min(poll_s, left))
+    log.info("run_dir=%s appeared", run_dir)
+
+
 def watch(cfg: DictConfig, evaluate: Callable[[DictConfig], dict] = _run_evaluate) -> list[str]:
     """Poll ``cfg.run_dir`` and evaluate each new complete checkpoint once; returns the ledger keys
     evaluated by this call. Stops after one pass (``once``) or when the run finished (``final/``)."""
     if not cfg.run_dir:
         raise ValueError("give run_dir=<training run dir>")
     run_dir = Path(cfg.run_dir)
-    if not run_dir.is_dir():
-        raise FileNotFoundError(f"run_dir={run_dir}: no such folder (give the training run dir to watch)")
+    wait_for_run_dir(run_dir, cfg.run_dir_wait_s, cfg.poll_s)
     for key in TRAINING_RUN_ENV:
         os.environ.pop(key, None)
     if cfg.launch not in ("inline", "accelerate"):
@@ -299,7 +327,20 @@ def _main(cfg: DictConfig) -> None:
 
 
 def main() -> None:
-    """The command line, composed at the render block the watched run trains with."""
+    """The command line, composed at the render block the watched run trains with (so a run dir that
+    does not exist yet is waited for first, as ``watch`` would)."""
+    given = dict(a.split("=", 1) for a in sys.argv[1:] if "=" in a and not a.startswith("-"))
+    if given.get("run_dir") not in (None, "", "null"):
+        console()
+        try:
+            wait_for_run_dir(
+                Path(given["run_dir"]),
+                float(given.get("run_dir_wait_s", WatchConfig.run_dir_wait_s)),
+                float(given.get("poll_s", WatchConfig.poll_s)),
+            )
+        except (FileNotFoundError, ValueError) as exc:
+            print(f"eval.watch: {exc}", file=sys.stderr)
+            sys.exit(2)
     try:
         sys.argv[1:] = render_overrides(sys.argv[1:], key="run_dir")
     except CheckpointError as exc:  # a damaged render block: its file and why, not a traceback

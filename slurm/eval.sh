@@ -3,6 +3,7 @@
 #   sbatch --nodes=2 --gpus-per-node=8 slurm/eval.sh checkpoint=... benchmark=egoserve ...   (16 ranks)
 #   EVAL_MODULE=eval.watch sbatch slurm/eval.sh run_dir=runs/sft_4b benchmark=p3i data=mix_p3i data.dir=/data/mix_p3i
 #       (the watcher: evaluates every new complete checkpoint of a training run once, beside the training)
+#   sbatch --cpus-per-task=2 --time=00:30:00 slurm/eval.sh checkpoint=runs/toy_sft/final data=toy   (smoke test, a small node)
 #
 # Causal streaming evaluation: one "accelerate launch" per node (conf/accelerate/ddp.yaml, or
 # $ACCELERATE_CONFIG), one eval.run process per GPU, Hydra overrides of conf/eval.yaml passed through

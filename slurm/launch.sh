@@ -18,7 +18,8 @@
 #                  no SLURM_GPUS_* variable), $CUDA_VISIBLE_DEVICES; none of them: the job stops
 #                  (a silent 1 would start one process on an 8-GPU node)
 #   NUM_PROCESSES  NUM_MACHINES x GPUS_PER_NODE (one training process per GPU)
-#   MAIN_ADDR      first host of $SLURM_JOB_NODELIST (rank 0 of the rendezvous)
+#   MAIN_ADDR      first host of $SLURM_JOB_NODELIST (rank 0 of the rendezvous): its NodeAddr from
+#                  "scontrol show node", else its name
 #   MAIN_PORT      $MAIN_PORT if set, else 20000 + job id mod 20000 (a requeued job keeps its id)
 #                  (each node's "accelerate launch" joins one torch rendezvous at MAIN_ADDR:MAIN_PORT, as
 #                  machine $SLURM_NODEID of NUM_MACHINES; nothing writes the environment to disk)
@@ -37,8 +38,9 @@
 #      action would kill it and its workers mid-step). The workers inherit the ignore, but the trainer
 #      installs its own handler (train.trainer.PreemptionCallback, train.grpo_trainer.GRPOLoop), so
 #      each worker saves a complete checkpoint and exits with the requeue status 75.
-#   4. The launcher then exits non-zero (it reports failed workers, not their status), so the decision
-#      is made here: once srun has ended, if USR1 came or the step exited 75, "scontrol requeue".
+#   4. The launcher (python -m train.launch: accelerate launch) then prints one line and exits 75 when
+#      every rank did (torch's own report of "failed" ranks would be a ~40-line traceback); the
+#      decision is made here: once srun has ended, if USR1 came or the step exited 75, "scontrol requeue".
 #   5. The requeued job has the same job id and the same command line: the same run dir (from the
 #      user's overrides) and train.resume=auto / grpo.resume=auto resume from the newest COMPLETE
 #      checkpoint, and WANDB_RUN_ID (slurm-<job id> unless set) with WANDB_RESUME=allow continues
@@ -103,7 +105,7 @@ find_gpus_per_node() {
 
 export NUM_MACHINES="${SLURM_NNODES:-1}"
 if ! GPUS_PER_NODE="$(find_gpus_per_node)"; then
-  echo "launch: cannot tell how many GPUs each node has (no SLURM_GPUS_ON_NODE, SLURM_GPUS_PER_NODE, SLURM_JOB_GPUS, gres in 'scontrol show job' or CUDA_VISIBLE_DEVICES): ask sbatch for --gpus-per-node=N or set GPUS_PER_NODE=N" >&2
+  echo "launch: cannot tell how many GPUs each node has (no SLURM_GPUS_ON_NODE, SLURM_GPUS_PER_NODE, SLURM_JOB_GPUS, gres in 'scontrol show job' or CUDA_VISIBLE_DEVICES): ask sbatch for GPUs (--gpus-per-node=N, --gres=gpu:N or --gpus=N: the headers ask for none) or set GPUS_PER_NODE=N" >&2
   exit 2
 fi
 export GPUS_PER_NODE
@@ -117,8 +119,17 @@ if ((${#JOB_HOSTS[@]} == 0)); then
   echo "launch: scontrol listed no hosts for '${SLURM_JOB_NODELIST:-}'" >&2
   exit 2
 fi
-export MAIN_ADDR="${JOB_HOSTS[0]}"
+# The head's address: its NodeAddr in "scontrol show node" (a node's name need not resolve), else its name.
+MAIN_ADDR="$(scontrol show node "${JOB_HOSTS[0]}" 2>/dev/null | tr ' ' '\n' | sed -n 's/^NodeAddr=//p' | head -n 1 || true)"
+export MAIN_ADDR="${MAIN_ADDR:-${JOB_HOSTS[0]}}"
 export MAIN_PORT="${MAIN_PORT:-$((20000 + SLURM_JOB_ID % 20000))}"
+
+# The step asks for the GPUs the job holds on each node, whichever way sbatch was asked (--gpus-per-node,
+# --gres=gpu:N, --gpus=N): srun reads SLURM_GPUS_PER_NODE as its own --gpus-per-node, and a value left
+# from another spelling ("Step requested gres_per_node=gpu:8 is more than the job's gpu:2") fails it.
+if [[ -n ${SLURM_GPUS_ON_NODE:-} ]]; then
+  export SLURM_GPUS_PER_NODE="$SLURM_GPUS_ON_NODE"
+fi
 
 # srun does not inherit sbatch's --cpus-per-task (Slurm >= 22.05) unless told through the environment.
 if [[ -n ${SLURM_CPUS_PER_TASK:-} ]]; then

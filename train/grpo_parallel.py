@@ -2,7 +2,7 @@
 
     python -m train.grpo ...                                                      # one process
     accelerate launch --config_file conf/accelerate/zero2.yaml -m train.grpo ...  # one per GPU
-    sbatch slurm/grpo.sh ...                                                      # the same, on Slurm nodes
+    sbatch --gpus-per-node=8 slurm/grpo.sh ...                                    # the same, on Slurm nodes
 
 :func:`from_environment` picks :class:`Single` (no launcher, or one process without DeepSpeed) or
 :class:`DeepSpeedRanks` (``accelerate launch`` with a DeepSpeed config: ``ACCELERATE_USE_DEEPSPEED``

@@ -9,6 +9,10 @@
 - The ``sweep_point_dir`` resolver names a point's folder by those keys alone
   (``reward.redundancy.lambda=0.1,reward.reward_weights.prs=2``), not by every fixed override of the command.
 - The ``local_gpus`` resolver gives the local launcher the node's GPUs (it would hide them with 0).
+- :class:`SlurmRequestCheck` (a callback of ``hydra/launcher=slurm``): before submitit's launcher submits, asks
+  Slurm whether a point's job can ever start (``slurm/submit.sh --check``: ``sbatch --test-only`` with
+  the launcher's nodes, tasks, CPUs, GPUs and partition) and refuses the sweep, naming what it asks
+  and what the partition's nodes have, instead of waiting for ever on jobs that pend.
 - :func:`sweep_identity`: inside a point, the sweep's name (the sweep folder's name, e.g.
   ``grpo_sweep``: the W&B group of every point), the point's name (its folder) and its swept values.
 """
@@ -16,12 +20,61 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
 
 SWEEP_KEYS_ENV = "PROACTIVE_SWEEP_KEYS"
+SUBMIT = Path(__file__).resolve().parents[1] / "slurm" / "submit.sh"
+
+
+class SweepRequestError(RuntimeError):
+    """Slurm can never start a sweep point's job as the launcher asks for it."""
+
+
+def slurm_request(params: dict[str, Any]) -> list[str]:
+    """The sbatch options of one sweep point's job, from the launcher's settings."""
+    flags = {
+        "nodes": params.get("nodes"),
+        "ntasks-per-node": params.get("tasks_per_node"),
+        "cpus-per-task": params.get("cpus_per_task"),
+        "gpus-per-node": params.get("gpus_per_node") or None,
+        "partition": params.get("partition"),
+        "account": params.get("account"),
+        "time": params.get("timeout_min"),
+    }
+    return [f"--{k}={v}" for k, v in flags.items() if v is not None]
+
+
+def check_slurm_request(params: dict[str, Any]) -> None:
+    """Raise :class:`SweepRequestError` when ``slurm/submit.sh --check`` says the point's job can
+    never start (its message names the request and the partition's nodes)."""
+    request = slurm_request(params)
+    out = subprocess.run(
+        ["bash", str(SUBMIT), "--check", *request, "--wrap=true"], capture_output=True, text=True
+    )
+    if out.returncode != 0:
+        raise SweepRequestError(
+            f"hydra/launcher=slurm: {out.stderr.strip()} (set hydra.launcher.cpus_per_task / gpus_per_node / "
+            "nodes / partition)"
+        )
+
+
+class SlurmRequestCheck(Callback):
+    """``hydra/launcher=slurm``'s callback: before the first point is submitted, the request is
+    checked (:func:`check_slurm_request`); a refusal ends the command with exit 2 and Slurm's reason
+    (a callback's exception would be only a warning to Hydra)."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            check_slurm_request(OmegaConf.to_container(config.hydra.launcher, resolve=True))
+        except SweepRequestError as exc:
+            print(exc, file=sys.stderr)
+            sys.exit(2)
 
 
 def swept_keys(argv: list[str]) -> list[str]:

@@ -61,7 +61,7 @@ def test_a_retrain_into_the_same_run_dir_is_evaluated_afresh_by_eval_run_and_eva
     ]
     ev = [f"checkpoint={final}", f"paths.runs_dir={tmp_path / 'runs'}", *common]
     metrics_a = evaluate(load_config(ev))
-    out = tmp_path / "runs" / "eval" / "final" / "p3i"  # the default folder of checkpoint=<run>/final
+    out = tmp_path / "runs" / "eval" / "sft_final" / "p3i"  # the default folder of checkpoint=<run>/final
     old = p_response(out)
     sha_a = weights_fingerprint(final)["sha256"]
     assert yaml.safe_load((out / "config.yaml").read_text())["weights"] == sha_a

@@ -207,3 +207,61 @@ def test_launch_accelerate_hands_each_checkpoint_its_whole_config(tmp_path, monk
     assert launched == [2]
     with pytest.raises(ValueError, match="launch='slurm': give inline or accelerate"):
         watch(cfg_for(run_dir, "launch=slurm", "once=true"))
+
+
+def test_a_run_dir_that_appears_later_is_waited_for(tmp_path, caplog):
+    """The watcher submitted with (or before) its training job: the run dir is made 0.3 s later, and
+    the watcher goes on with it instead of failing (its log says until when it would wait)."""
+    import threading
+
+    run_dir = tmp_path / "runs" / "sft_later"
+    cfg = cfg_for(run_dir, "once=true", "run_dir_wait_s=20", "logger_from_run=false")
+    maker = threading.Timer(0.3, lambda: make_checkpoint(run_dir, 2))
+    maker.start()
+    recorder = Recorder()
+    try:
+        with caplog.at_level("INFO", logger="eval.watch"):
+            assert watch(cfg, recorder) == ["p3i/checkpoint-2"]
+    finally:
+        maker.cancel()
+    assert recorder.steps == [2]
+    assert f"run_dir={run_dir} does not exist yet: waiting until" in caplog.text
+    assert "(run_dir_wait_s=20)" in caplog.text
+
+
+def test_a_run_dir_that_never_appears_fails_at_the_deadline(tmp_path):
+    import time
+
+    run_dir = tmp_path / "runs" / "never"
+    t0 = time.time()
+    with pytest.raises(FileNotFoundError, match=r"run_dir=.*never: no such folder after waiting 0.2 s"):
+        watch(cfg_for(run_dir, "once=true", "run_dir_wait_s=0.2"), Recorder())
+    assert 0.2 <= time.time() - t0 < 5
+    assert cfg_for(run_dir).run_dir_wait_s == 86400.0  # the default: a day
+
+
+def test_the_command_waits_before_composing_and_names_the_deadline(tmp_path):
+    """``python -m eval.watch`` waits for the run dir before it reads the run's render block (the
+    command line path of a watcher submitted with its training job); at the deadline: exit 2."""
+    import subprocess
+    import sys
+
+    missing = tmp_path / "runs" / "queued"
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "eval.watch",
+            f"run_dir={missing}",
+            "run_dir_wait_s=0.3",
+            "poll_s=0.1",
+            "once=true",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert f"run_dir={missing} does not exist yet: waiting until" in out.stderr
+    assert f"eval.watch: run_dir={missing}: no such folder after waiting 0.3 s" in out.stderr

@@ -196,3 +196,25 @@ def cluster(tmp_path):
         return made[-1]
 
     return make
+
+
+#: The real-Slurm test (tests/slurm/test_real_slurm.py) starts Slurm daemons: only ``make test-slurm``
+#: (PROACTIVE_REAL_SLURM=1) collects it, so ``make test`` neither runs nor skips it.
+collect_ignore = [] if os.environ.get("PROACTIVE_REAL_SLURM") == "1" else ["test_real_slurm.py"]
+
+
+@pytest.fixture
+def tiny_grpo() -> list[str]:
+    """GRPO overrides for one update of the tiny model on toy windows (2 windows x 2 rollouts of 2
+    tokens): the shortest run that still writes a checkpoint."""
+    return [
+        "grpo.max_steps=1",
+        "grpo.save_every=1",
+        "grpo.windows_per_step=2",
+        "grpo.num_generations=2",
+        "grpo.window_steps=6",
+        "grpo.max_new_tokens=2",
+        "grpo.eval_split=null",
+        "grpo.keep_best=false",
+        "grpo.num_threads=1",
+    ]

@@ -87,7 +87,7 @@ def files_holding(text: str, *roots: Path) -> list[str]:
 STAGES = {
     "sft": (
         "conf/accelerate/zero2.yaml",
-        lambda toy, run: [
+        lambda toy, run, tiny_grpo: [
             "experiment=toy_sft",
             f"data.dir={toy}",
             f"train.output_dir={run}",
@@ -101,27 +101,21 @@ STAGES = {
     ),
     "grpo": (
         "conf/accelerate/zero3.yaml",
-        lambda toy, run: [
+        lambda toy, run, tiny_grpo: [
             "experiment=toy_grpo",
             "init=random",
             f"data.dir={toy}",
             f"grpo.output_dir={run}",
-            "grpo.max_steps=1",
-            "grpo.save_every=1",
-            "grpo.windows_per_step=2",
-            "grpo.num_generations=2",
-            "grpo.window_steps=6",
-            "grpo.max_new_tokens=2",
-            "grpo.eval_split=null",
-            "grpo.keep_best=false",
-            "grpo.num_threads=1",
+            *tiny_grpo,
         ],
     ),
 }
 
 
 @pytest.mark.parametrize("stage", ["sft", "grpo"])
-def test_two_nodes_form_one_job_and_write_no_secret(cluster, toy, tmp_path, submit_dir_kept_clean, stage):
+def test_two_nodes_form_one_job_and_write_no_secret(
+    cluster, toy, tmp_path, submit_dir_kept_clean, stage, tiny_grpo
+):
     config, overrides = STAGES[stage]
     run = tmp_path / "run"
     tmp = tmp_path / "tmp"
@@ -141,7 +135,7 @@ def test_two_nodes_form_one_job_and_write_no_secret(cluster, toy, tmp_path, subm
         WANDB_MODE="offline",
         **secrets,
     )
-    proc = c.sbatch(f"{stage}.sh", *overrides(toy, run), cwd=submit_dir_kept_clean)
+    proc = c.sbatch(f"{stage}.sh", *overrides(toy, run, tiny_grpo), cwd=submit_dir_kept_clean)
     try:
         out, _ = proc.communicate(timeout=540)
     except subprocess.TimeoutExpired:

@@ -30,7 +30,8 @@ TRICKY = [
 
 def launch_line(config: str, module: str, rank: int, args: list[str]) -> list[str]:
     return [
-        "launch",
+        "-m",
+        "train.launch",
         "--config_file",
         config,
         "--num_machines",
@@ -71,8 +72,8 @@ def test_training_scripts_launch_one_accelerate_per_node(cluster, script, config
     assert srun[:5] == ["--ntasks-per-node=1", "--kill-on-bad-exit=1", "--label", "bash", "-c"]
     assert srun[6:] == ["node", *TRICKY]
     for rank in (0, 1):
-        assert c.args(f"accelerate.{rank}") == launch_line(config, module, rank, TRICKY)
-        env = c.recorded_env(f"accelerate.{rank}")
+        assert c.args(f"python.{rank}") == launch_line(config, module, rank, TRICKY)
+        env = c.recorded_env(f"python.{rank}")
         assert env["WANDB_RUN_ID"] == f"slurm-{JOB_ID}" and env["WANDB_RESUME"] == "allow"
         assert env["SRUN_CPUS_PER_TASK"] == "32"
         assert (env["NCCL_DEBUG"], env["TORCH_NCCL_ASYNC_ERROR_HANDLING"], env["OMP_NUM_THREADS"]) == (
@@ -81,17 +82,23 @@ def test_training_scripts_launch_one_accelerate_per_node(cluster, script, config
             "8",
         )
     assert not list(c.spool.rglob("pwned")) and not (ROOT / "pwned").exists()
-    assert c.calls("scontrol") == ["show hostnames gpu-[07-08]"]  # no requeue after a clean exit
-    assert c.args("accelerate.0")[5:7] == ["--num_processes", "8"]  # 2 machines x 4 GPUs, rank from the node
+    assert c.calls("scontrol") == [
+        "show hostnames gpu-[07-08]",
+        "show node gpu-07",
+    ]  # no requeue after a clean exit
+    assert c.args("python.0")[6:8] == ["--num_processes", "8"]  # 2 machines x 4 GPUs, rank from the node
 
 
 @pytest.mark.parametrize("script", ["sft.sh", "grpo.sh"])
-def test_training_scripts_ask_for_one_node_of_eight_gpus(script):
-    """Both stages default to a full 8-GPU node (``--nodes=2`` on the command line doubles it)."""
+def test_training_scripts_leave_the_gpu_request_to_sbatch(script):
+    """One node by default, and no GPU line: any of --gpus-per-node=N, --gres=gpu:N, --gpus=N on the
+    command line is then the job's only GPU request (a header --gpus-per-node=8 made sbatch refuse
+    --gpus=2 and srun refuse --gres=gpu:2; tests/slurm/test_real_slurm.py submits all three)."""
     header = [
         line for line in (ROOT / "slurm" / script).read_text().splitlines() if line.startswith("#SBATCH")
     ]
-    assert "#SBATCH --gpus-per-node=8" in header and "#SBATCH --nodes=1" in header
+    assert "#SBATCH --nodes=1" in header
+    assert not [line for line in header if re.search(r"--(gpus|gres|gpus-per-node)[= ]", line)], header
 
 
 def test_grpo_on_two_nodes_of_four_gpus_with_zero3(cluster):
@@ -103,7 +110,7 @@ def test_grpo_on_two_nodes_of_four_gpus_with_zero3(cluster):
     )
     assert rc == 0, out
     for rank in (0, 1):
-        line = c.args(f"accelerate.{rank}")
+        line = c.args(f"python.{rank}")
         assert line == launch_line(
             "conf/accelerate/zero3.yaml", "train.grpo", rank, ["experiment=p3i_4b_grpo"]
         )
@@ -128,7 +135,7 @@ def test_gpu_count_forms(cluster, gpus):
         del c.env["SLURM_GPUS_PER_NODE"]
     rc, out = finish(c.sbatch("sft.sh", "x=1"))
     assert rc == 0, out
-    assert c.args("accelerate.1") == launch_line("conf/accelerate/zero2.yaml", "train.sft", 1, ["x=1"])
+    assert c.args("python.1") == launch_line("conf/accelerate/zero2.yaml", "train.sft", 1, ["x=1"])
 
 
 @pytest.mark.parametrize(
@@ -148,7 +155,7 @@ def test_gpu_count_without_slurm_gpus_variables(cluster, gpus, processes):
     del c.env["SLURM_GPUS_PER_NODE"]
     rc, out = finish(c.sbatch("sft.sh", "x=1"))
     assert rc == 0, out
-    line = c.args("accelerate.1")
+    line = c.args("python.1")
     assert line[line.index("--num_processes") + 1] == processes
 
 
@@ -173,7 +180,7 @@ def test_the_scripts_activate_the_environment_themselves(cluster, tmp_path):
     del c2.env["VENV"]
     rc, out = finish(c2.sbatch("sft.sh", "x=1", SLURM_SUBMIT_DIR=str(submit)))
     assert rc == 0, out
-    assert c2.args("accelerate.0")[-1] == "x=1"
+    assert c2.args("python.0")[-1] == "x=1"
     c3 = cluster()
     del c3.env["VENV"]
     rc, out = finish(c3.sbatch("sft.sh", "x=1", SLURM_SUBMIT_DIR=str(tmp_path / "bare")))
@@ -189,7 +196,7 @@ def test_overrides_from_the_environment(cluster):
     proc = c.sbatch("sft.sh", "a=1", MAIN_PORT="29555", ACCELERATE_CONFIG="conf/accelerate/zero3.yaml")
     rc, out = finish(proc)
     assert rc == 0, out
-    line = c.args("accelerate.0")
+    line = c.args("python.0")
     assert line[line.index("--config_file") + 1] == "conf/accelerate/zero3.yaml"
     assert line[line.index("--main_process_port") + 1] == "29555"
 
@@ -241,21 +248,21 @@ def test_requeue_follows_the_step_status(cluster, mode, restarts, rc, requeued):
 def test_usr1_is_forwarded_to_the_step_and_the_job_requeued(cluster):
     c = cluster("wait")
     proc = c.sbatch("sft.sh", "run_name=r", "train.resume=auto")
-    c.wait_for("accelerate.0.pid")
+    c.wait_for("python.0.pid")
     proc.send_signal(signal.SIGUSR1)  # Slurm's "B:USR1@120" reaches the batch shell only
     rc, out = finish(proc)
     assert rc == 0, out
     assert c.calls("scancel") == [f"--signal=USR1 {JOB_ID}"]
     assert c.calls("scontrol")[-1] == f"requeue {JOB_ID}"
     # The launcher on node 0 ignored the forwarded USR1 (trap '' USR1 before exec) and exited by itself.
-    assert (c.log / "accelerate.0.survived").exists()
+    assert (c.log / "python.0.survived").exists()
     assert "requeueing" in out
 
 
 def test_sigterm_waits_for_the_step_without_requeueing(cluster):
     c = cluster("wait")
     proc = c.sbatch("sft.sh", "a=1")
-    c.wait_for("accelerate.0.pid")
+    c.wait_for("python.0.pid")
     proc.send_signal(signal.SIGTERM)
     c.wait_for("scontrol.calls")
     (c.log / "stop").touch()  # the workers saved and exited
@@ -293,7 +300,7 @@ def test_a_multinode_deepspeed_launch_is_one_torch_rendezvous(tmp_path, config, 
         text = (ROOT / "conf/accelerate/zero2.yaml").read_text()
         (tmp_path / config).write_text(text.replace("launcher: standard", "launcher: pdsh"))
         config = str(tmp_path / config)
-    argv = launch_line(config, "train.sft", 1, ["x=1"])[1:]
+    argv = launch_line(config, "train.sft", 1, ["x=1"])[2:]  # what train.launch hands to accelerate launch
     argv = [a for a in argv if a not in ("--deepspeed_multinode_launcher", "standard")]
     argv[argv.index("-m") : argv.index("-m")] = flags
     argv[argv.index("--num_processes") + 1] = "2"
@@ -331,8 +338,26 @@ def test_scripts_open_with_a_command_and_hold_no_cluster_names(script):
     lines = text.splitlines()
     assert lines[0] == "#!/bin/bash" and lines[1].startswith("# sbatch ") and f"slurm/{script}" in lines[1]
     header = [line for line in lines if line.startswith("#SBATCH")]
-    for needed in ("--nodes=", "--gpus-per-node=", "--time=", "--requeue", "--signal=B:USR1@", "--output="):
+    for needed in ("--nodes=", "--time=", "--requeue", "--signal=B:USR1@", "--output="):
         assert any(needed in line for line in header), needed
     assert not any(re.search(r"--(partition|account|qos|chdir)|-[pA] ", line) for line in header)
     assert "set -euo pipefail" in text
     assert len([line for line in lines if line.startswith("run_step srun ")]) == 1
+
+
+@pytest.mark.parametrize("script", ["sft.sh", "grpo.sh", "eval.sh"])
+def test_the_job_log_in_the_submit_dir_is_ignored_by_git(script):
+    """The header's ``--output`` (slurm-%x-%j.log in the submit dir, the repository root) is a file
+    git ignores, so ``git status`` after a job shows no log to commit."""
+    (output,) = [
+        line.split("=", 1)[1]
+        for line in (ROOT / "slurm" / script).read_text().splitlines()
+        if line.startswith("#SBATCH --output=")
+    ]
+    log = output.replace("%x", script.removesuffix(".sh")).replace("%j", "4242")
+    assert "/" not in log, log  # the submit dir itself
+    ignored = subprocess.run(["git", "check-ignore", "-q", "--no-index", log], cwd=ROOT)
+    assert ignored.returncode == 0, f"{log} is not ignored by .gitignore"
+    assert (
+        subprocess.run(["git", "check-ignore", "-q", "--no-index", "slurm/sft.sh"], cwd=ROOT).returncode == 1
+    )

@@ -26,7 +26,8 @@ TINY = [
     "grpo.num_threads=1",
 ]
 FAKE_SLURM = {
-    "sbatch": 'cp "$1" "$FAKE_LOG/sbatch.sh"\necho "Submitted batch job 4242"\n',
+    "sbatch": 'if [[ $1 == --test-only ]]; then echo "$*" > "$FAKE_LOG/test-only.args"; exit 0; fi\n'
+    'cp "$1" "$FAKE_LOG/sbatch.sh"\necho "Submitted batch job 4242"\n',
     "sacct": 'echo "JobID|State|NodeList"\nfor i in 0 1 2; do echo "4242_$i|PENDING|None"; done\n',
     "srun": "exit 0\n",
 }
@@ -77,6 +78,16 @@ def test_slurm_launcher_submits_one_array_task_per_point(tmp_path):
         assert line in script.splitlines(), line
     assert "--partition" not in script and "--account" not in script
     assert "-m submitit.core._submit" in script.splitlines()[-1]
+    # asked first whether such a job can ever start (tests/slurm/test_real_slurm.py: refused)
+    asked = (log / "test-only.args").read_text().split()
+    assert asked == [
+        "--test-only",
+        *(f"--{k}=1" for k in ("nodes", "ntasks-per-node")),
+        "--cpus-per-task=16",
+        "--gpus-per-node=1",
+        "--time=1440",
+        "--wrap=true",
+    ], asked
     points = []
     for task in range(3):
         with (folder / f"4242_{task}" / f"4242_{task}_submitted.pkl").open("rb") as fh:
