@@ -39,9 +39,9 @@ if [[ $MODULE == eval.watch ]]; then
   fi
   STEP=(--ntasks=1 --kill-on-bad-exit=1 --label python -m eval.watch)
 else
-  # As slurm/sft.sh: each node expands its own $SLURM_NODEID; the launcher ignores USR1, eval.run
+  # As slurm/sft.sh (through train.launch): each node expands its own $SLURM_NODEID; the launcher ignores USR1, eval.run
   # restores its default action (the process ends and resumes after the requeue).
   # shellcheck disable=SC2016
-  STEP=(--ntasks-per-node=1 --kill-on-bad-exit=1 --label bash -c 'trap "" USR1; exec accelerate launch --config_file "${ACCELERATE_CONFIG:-conf/accelerate/ddp.yaml}" --num_machines "$NUM_MACHINES" --num_processes "$NUM_PROCESSES" --machine_rank "$SLURM_NODEID" --main_process_ip "$MAIN_ADDR" --main_process_port "$MAIN_PORT" -m "$0" "$@"' "$MODULE")
+  STEP=(--ntasks-per-node=1 --kill-on-bad-exit=1 --label bash -c 'trap "" USR1; exec python -m train.launch --config_file "${ACCELERATE_CONFIG:-conf/accelerate/ddp.yaml}" --num_machines "$NUM_MACHINES" --num_processes "$NUM_PROCESSES" --machine_rank "$SLURM_NODEID" --main_process_ip "$MAIN_ADDR" --main_process_port "$MAIN_PORT" -m "$0" "$@"' "$MODULE")
 fi
 run_step srun "${STEP[@]}" "$@"

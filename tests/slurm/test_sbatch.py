@@ -210,10 +210,10 @@ def test_eval_launches_one_accelerate_per_node_and_the_watcher_one_python(cluste
     assert srun[6:] == ["eval.run", *TRICKY]
     for rank in (0, 1):  # 2 nodes x 4 GPUs: 8 ranks of eval.run (eval/ranks.py splits the records)
         line = launch_line("conf/accelerate/ddp.yaml", "eval.run", rank, TRICKY)
-        assert c.args(f"accelerate.{rank}") == [
+        assert c.args(f"python.{rank}") == [
             a for a in line if a not in ("--deepspeed_multinode_launcher", "standard")
         ]
-        assert c.recorded_env(f"accelerate.{rank}")["WANDB_RUN_ID"] == "<unset>"  # one W&B run per evaluation
+        assert c.recorded_env(f"python.{rank}")["WANDB_RUN_ID"] == "<unset>"  # one W&B run per evaluation
     c2 = cluster(SLURM_NNODES="1")
     rc, out = finish(c2.sbatch("eval.sh", "run_dir=runs/sft", "launch=accelerate", EVAL_MODULE="eval.watch"))
     assert rc == 0, out
