@@ -81,6 +81,9 @@ class FramesConfig:
     """Decision steps per second: the frames cached are those of the streams' steps."""
     workers: int = 4
     """Decoding processes."""
+    shard: str | None = None
+    """``i/n``: decode only shard ``i`` of ``n`` of the clips (``data_builders.frames.clip_shard``),
+    one task of a Slurm array (``slurm/frames.sh``); null: every clip."""
     render: RenderConfig = field(default_factory=RenderConfig)
     """Frame size and video backend: the training run's (``render=toy|hd``)."""
     paths: PathsConfig = field(default_factory=PathsConfig)

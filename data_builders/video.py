@@ -48,6 +48,9 @@ import hashlib
 import logging
 import math
 import os
+import re
+import secrets
+import socket
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -419,6 +422,17 @@ def read_frames(
     return out
 
 
+def writer_host() -> str:
+    """This host's name as cache temp files carry it (``[A-Za-z0-9-]`` only, no dots)."""
+    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname().split(".")[0]) or "host"
+
+
+def _tmp_name(target: Path) -> Path:
+    """A temp file beside ``target`` no other writer can pick, on any host of a shared file system:
+    ``<entry>.<host>_<pid>_<random>.tmp`` (process ids repeat across nodes)."""
+    return target.with_name(f"{target.name}.{writer_host()}_{os.getpid()}_{secrets.token_hex(4)}.tmp")
+
+
 def _write_npy(tmp: Path, frames: Iterator[tuple[list[int], np.ndarray]], n: int) -> None:
     """Write ``n`` frames to ``tmp`` as one ``.npy`` array, each frame as it comes."""
     written: set[int] = set()
@@ -490,7 +504,7 @@ class FrameCache:
         self.misses += 1
         path, info = _prepare(path, backend)
         times = [float(t) for t in times]
-        tmp = target.with_suffix(f".{os.getpid()}.tmp")
+        tmp = _tmp_name(target)
         held = None
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
