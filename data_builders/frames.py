@@ -88,6 +88,7 @@ def stream_frames(
             max_pixels=render.max_pixels,
             backend=render.video_backend,
             cache=cache,
+            frame_format=render.frame_format,
         )
     except VideoError as exc:
         offset = f", video_offset {stream.video_offset:g} s" if stream.video_offset else ""
@@ -95,7 +96,7 @@ def stream_frames(
         raise VideoError(exc.path, f"{exc.reason} (record {stream.id}, {clip})") from None
     if window is None:
         return frames
-    return np.ascontiguousarray(frames[window[0] : window[1]])
+    return np.ascontiguousarray(frames[window[0] : window[1]])  # decodes a compressed entry's window only
 
 
 def _records_file(data: Path) -> Path:
