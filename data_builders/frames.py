@@ -9,8 +9,8 @@ One rule, used by the frames stage, SFT, GRPO and evaluation alike:
   frame of a step is the one on screen at ``time - video_offset`` on the file's own clock.
 - Frames are sized by the run's :class:`~data_builders.config.RenderConfig` (``max_pixels``, aspect
   kept) and read with its ``video_backend``.
-- The cache entry of a stream is keyed by the video file, the file times of *all* its steps and the
-  pixel budget (:class:`~data_builders.video.FrameCache`): a training window is cut from the whole
+- The cache entry of a stream is keyed by the video file, the file times of *all* its steps, the
+  pixel budget and the entry format (``render.frame_format``) (:class:`~data_builders.video.FrameCache`): a training window is cut from the whole
   stream's frames (:func:`stream_frames` with ``window``), so every stage reads the entry the frames
   stage wrote, under ``paths.frame_cache_dir``.
 

@@ -592,6 +592,12 @@ class FrameCache:
     :class:`VideoError`) leaves nothing behind. A disk that cannot take the entry (full, read-only)
     raises :class:`FrameCacheError` naming the folder.
 
+    ``frame_format`` (``render.frame_format``, :func:`parse_frame_format`) picks the entry: ``raw``
+    (``<key>.npy``, memory-mapped; the key of caches written before formats existed) or a compressed
+    ``<key>.frames`` (PNG, JPEG or WebP per frame, the format in the key), served as
+    :class:`EncodedFrames`, which decodes only the frames indexed. Temp files are named by host,
+    process and a random token, so writers on several nodes of a shared file system never share one.
+
     An entry is checked before it is served: one that does not load, or holds another number of
     frames than the times asked (a short or emptied file), is dropped, logged naming the file, and
     the clip decoded again (counted in ``dropped`` and as a miss).
