@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from data_builders.build import build_source
+from data_builders.config import RenderConfig
 from data_builders.frames import cache_frames, clip_jobs, clip_shard, parse_shard
 from data_builders.records import load_streams, write_jsonl
 from data_builders.video import writer_host
@@ -72,7 +73,8 @@ def test_the_shards_split_every_clip_once_whatever_the_record_order(tmp_path):
 def test_shards_running_at_once_leave_the_cache_one_run_leaves(tmp_path):
     out, ref, shared = tmp_path / "toy", tmp_path / "ref", tmp_path / "shared"
     build_source("toy", out, options={"n": 10, "seed": 0}, workers=1)
-    one = cache_frames(out, ref, workers=1, progress=False)
+    hd = RenderConfig(max_pixels=200704, frame_format="jpeg90")  # conf/render/hd.yaml, the command's default
+    one = cache_frames(out, ref, render=hd, workers=1, progress=False)
     # two shards and a whole run at once: every key is written by two processes at the same time
     procs = [
         subprocess.Popen(frames_command(out, shared, *a), env=env(), stdout=subprocess.PIPE, text=True)
@@ -85,7 +87,7 @@ def test_shards_running_at_once_leave_the_cache_one_run_leaves(tmp_path):
     assert min(results[0]["clips"], results[1]["clips"]) > 0
     assert results[0]["frames"] + results[1]["frames"] == one["frames"]
     want, got = entries(ref), entries(shared)
-    assert len(want) == 10 and all(k.endswith(".npy") for k in want)
+    assert len(want) == 10 and all(k.endswith(".frames") for k in want)
     assert sorted(got) == sorted(want)  # same keys, no temp file left
     assert all(got[k] == want[k] for k in want)  # same bytes
 
