@@ -143,10 +143,12 @@ def frames_main(cfg: DictConfig) -> None:
                     render=c.render,
                     steps_per_second=c.steps_per_second,
                     workers=c.workers,
+                    shard=c.shard,
                 )
             )
-    except RuntimeError as exc:
+    except (RuntimeError, ValueError) as exc:  # ValueError: a bad option, before any work
         print(f"frames failed: {exc}", file=sys.stderr)
         sys.exit(1)
-    summary = {k: sum(s[k] for s in summaries) for k in ("clips", "frames", "failed")}
-    print(json.dumps(summary | {"cache": c.paths.frame_cache_dir}, sort_keys=True))
+    summary = {k: sum(s[k] for s in summaries) for k in ("clips", "clips_total", "frames", "failed")}
+    summary |= {"cache": c.paths.frame_cache_dir, "shard": c.shard or "0/1"}
+    print(json.dumps(summary, sort_keys=True))

@@ -44,6 +44,11 @@ class RenderConfig:
     Part of the frame-cache key."""
     video_backend: str = "decord"
     """``decord`` or ``pyav`` (``data_builders.video``)."""
+    frame_format: str = "raw"
+    """Frame-cache entry format (``data_builders.video.parse_frame_format``): ``raw``, ``png``,
+    ``jpeg<q>`` or ``webp<q>``. Part of the frame-cache key, and of the pixels the model sees when
+    lossy: training saves it in ``render.json`` and evaluation reads the same. A ``render.json``
+    written before the option existed means ``raw``."""
     history_budget_tokens: int = bounded(2048, ge=0)
     """Personal history given as text: the most recent lines that fit in this many tokens."""
 
@@ -81,6 +86,9 @@ class FramesConfig:
     """Decision steps per second: the frames cached are those of the streams' steps."""
     workers: int = 4
     """Decoding processes."""
+    shard: str | None = None
+    """``i/n``: decode only shard ``i`` of ``n`` of the clips (``data_builders.frames.clip_shard``),
+    one task of a Slurm array (``slurm/frames.sh``); null: every clip."""
     render: RenderConfig = field(default_factory=RenderConfig)
     """Frame size and video backend: the training run's (``render=toy|hd``)."""
     paths: PathsConfig = field(default_factory=PathsConfig)

@@ -9,24 +9,41 @@ One rule, used by the frames stage, SFT, GRPO and evaluation alike:
   frame of a step is the one on screen at ``time - video_offset`` on the file's own clock.
 - Frames are sized by the run's :class:`~data_builders.config.RenderConfig` (``max_pixels``, aspect
   kept) and read with its ``video_backend``.
-- The cache entry of a stream is keyed by the video file, the file times of *all* its steps and the
-  pixel budget (:class:`~data_builders.video.FrameCache`): a training window is cut from the whole
+- The cache entry of a stream is keyed by the video file, the file times of *all* its steps, the
+  pixel budget and the entry format (``render.frame_format``) (:class:`~data_builders.video.FrameCache`): a training window is cut from the whole
   stream's frames (:func:`stream_frames` with ``window``), so every stage reads the entry the frames
   stage wrote, under ``paths.frame_cache_dir``.
 
-The stage spreads clips over ``workers`` processes with a progress bar. Unreadable videos, and
+The stage spreads clips over ``workers`` processes with a progress bar. Over many nodes, ``shard=i/n``
+(``slurm/frames.sh``, a Slurm array job: task ``i`` of ``n``) decodes only the clips whose
+:func:`clip_shard` is ``i``: the SHA-1 of the clip's identity (the video's resolved absolute path,
+``clip_start``, ``clip_end`` and ``video_offset``, the four that decide its cache entry besides the
+render) modulo ``n``. The split depends on the clip alone, not on the record order or on which
+record file lists it, so the ``n`` shards together decode every clip once, and a clip listed by two
+splits of a mixture falls in the same shard for both. Each shard writes into the one shared cache:
+an entry is written to a temp file named by its host, process and a random token, and renamed into
+place once whole, so concurrent writers on a shared file system never cut or lose an entry (two
+writers of one key both rename a whole, identical entry; the last rename stays). Unreadable videos, and
 clips that run past the end of their video, are listed (file, record, clip and reason) and make the
 stage fail after every other clip is cached. A disk that runs out of space stops the stage at once,
 naming the cache folder: the entries written are whole, so a rerun decodes only the rest. The stage
 first removes the temp files of cache entries whose writer died mid-write (a killed frames stage or
-training run: the entry's lock is free), naming each in the log; a live writer's are left alone.
+training run: the entry's lock is free), naming each in the log; a live writer's are left alone. A
+temp file another host writes is removed only once it has not changed for
+:data:`FOREIGN_TMP_STALE_S` (file locks are not seen across nodes on every shared file system), so a
+shard killed part way leaves nothing behind that its rerun, or any later stage, trips over: the
+rerun decodes the clips it had not renamed into place, and every other entry stays.
 """
 
 from __future__ import annotations
 
 import gc
+import hashlib
 import logging
 import math
+import os
+import re
+import time
 from concurrent.futures import CancelledError, ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
@@ -37,9 +54,13 @@ from data_builders.config import RenderConfig
 from data_builders.files import remove_dead_writes
 from data_builders.progress import Progress
 from data_builders.records import Stream, load_streams, resolve_video, step_times
-from data_builders.video import FrameCache, FrameCacheError, VideoError, load_frames
+from data_builders.video import FrameCache, FrameCacheError, VideoError, load_frames, writer_host
 
 log = logging.getLogger("data_builders")
+#: A cache temp file written by another host is treated as dead once unchanged this long (s): a live
+#: writer appends every frame as it is decoded.
+FOREIGN_TMP_STALE_S = 3600.0
+_SHARD = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
 
 
 def stream_file_times(stream: Stream, steps_per_second: float = 1.0) -> list[float]:
@@ -67,6 +88,7 @@ def stream_frames(
             max_pixels=render.max_pixels,
             backend=render.video_backend,
             cache=cache,
+            frame_format=render.frame_format,
         )
     except VideoError as exc:
         offset = f", video_offset {stream.video_offset:g} s" if stream.video_offset else ""
@@ -74,7 +96,7 @@ def stream_frames(
         raise VideoError(exc.path, f"{exc.reason} (record {stream.id}, {clip})") from None
     if window is None:
         return frames
-    return np.ascontiguousarray(frames[window[0] : window[1]])
+    return np.ascontiguousarray(frames[window[0] : window[1]])  # decodes a compressed entry's window only
 
 
 def _records_file(data: Path) -> Path:
@@ -93,6 +115,48 @@ def clip_jobs(data: str | Path) -> list[tuple[int, Path, Stream]]:
             seen.add(key)
             jobs.append((k, video, s))
     return jobs
+
+
+def parse_shard(shard: str | None) -> tuple[int, int]:
+    """``"i/n"`` -> ``(i, n)`` (``None``: ``(0, 1)``, the whole set); ``ValueError`` naming the option
+    unless ``n >= 1`` and ``0 <= i < n``.
+
+    >>> parse_shard("2/4"), parse_shard(None)
+    ((2, 4), (0, 1))
+    """
+    if shard is None:
+        return 0, 1
+    m = _SHARD.fullmatch(str(shard))
+    if not m:
+        raise ValueError(f"shard={shard}: expected i/n, two whole numbers (shard i of n, e.g. shard=0/4)")
+    i, n = int(m.group(1)), int(m.group(2))
+    if n < 1:
+        raise ValueError(f"shard={shard}: the number of shards n must be at least 1")
+    if i >= n:
+        raise ValueError(f"shard={shard}: the shard index must be 0 to {n - 1} (shards count from 0)")
+    return i, n
+
+
+def clip_shard(video: str | Path, stream: Stream, n: int) -> int:
+    """The shard (``0 .. n-1``) of a clip: SHA-1 of its video's resolved path and its clip bounds and
+    offset, modulo ``n`` (see the module docstring)."""
+    ident = f"{Path(video).resolve()}|{stream.clip_start!r}|{stream.clip_end!r}|{stream.video_offset!r}"
+    return int.from_bytes(hashlib.sha1(ident.encode()).digest()[:8], "big") % n
+
+
+def dead_cache_writes(cache: str | Path) -> list[Path]:
+    """The cache's temp files that may be a dead writer's: this host's (their lock tells), and
+    other hosts' unchanged for :data:`FOREIGN_TMP_STALE_S`."""
+    here, now, out = writer_host(), time.time(), []
+    for tmp in sorted(Path(cache).glob("*/*.tmp")):
+        writer = tmp.name.split(".")[-2]  # <host>_<pid>_<random>; a bare pid before hosts were named
+        host = writer.rsplit("_", 2)[0] if writer.count("_") == 2 else here
+        try:
+            if host == here or now - os.stat(tmp).st_mtime > FOREIGN_TMP_STALE_S:
+                out.append(tmp)
+        except FileNotFoundError:  # renamed into place meanwhile
+            continue
+    return out
 
 
 def _cache_one(
@@ -121,16 +185,20 @@ def cache_frames(
     steps_per_second: float = 1.0,
     workers: int = 4,
     progress: bool = True,
+    shard: str | None = None,
 ) -> dict[str, Any]:
     """Fill the frame cache ``cache`` (``paths.frame_cache_dir``) for ``data`` (a build dir or a
-    records file); returns a summary. Raises ``RuntimeError`` listing the videos that could not be
-    decoded, after caching all the others; ``RuntimeError`` naming the cache folder at once when its
+    records file), or with ``shard="i/n"`` for the clips of shard ``i`` (:func:`clip_shard`); returns
+    a summary (``clips``: those of this shard, ``clips_total``: of the whole set). Raises
+    ``RuntimeError`` listing the videos that could not be decoded, after caching all the others; ``RuntimeError`` naming the cache folder at once when its
     disk cannot take an entry (:class:`~data_builders.video.FrameCacheError`); ``ValueError`` for
     bad options, before any work."""
     check_frames_options(steps_per_second, workers)
-    remove_dead_writes(sorted(Path(cache).glob("*/*.tmp")))
+    index, n_shards = parse_shard(shard)
+    remove_dead_writes(dead_cache_writes(cache))
     render = render or RenderConfig()
-    jobs = clip_jobs(data)
+    every = clip_jobs(data)
+    jobs = [job for job in every if clip_shard(job[1], job[2], n_shards) == index]
     failed: list[tuple[str, str]] = []
     n_frames = cached = 0
     full: FrameCacheError | None = None
@@ -166,7 +234,14 @@ def cache_frames(
             f"{full}. {cached} of {len(jobs)} clips are cached; make room and run the frames stage "
             "again: it decodes only the clips not cached yet"
         )
-    summary = {"clips": len(jobs), "frames": n_frames, "failed": len(failed), "cache": str(cache)}
+    summary = {
+        "clips": len(jobs),
+        "clips_total": len(every),
+        "frames": n_frames,
+        "failed": len(failed),
+        "cache": str(cache),
+        "shard": f"{index}/{n_shards}",
+    }
     if failed:
         for path, err in sorted(failed):
             log.error("cannot decode %s: %s", path, err)

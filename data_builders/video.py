@@ -44,10 +44,14 @@ from __future__ import annotations
 
 import bisect
 import errno
+import functools
 import hashlib
 import logging
 import math
 import os
+import re
+import secrets
+import socket
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -419,6 +423,17 @@ def read_frames(
     return out
 
 
+def writer_host() -> str:
+    """This host's name as cache temp files carry it (``[A-Za-z0-9-]`` only, no dots)."""
+    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname().split(".")[0]) or "host"
+
+
+def _tmp_name(target: Path) -> Path:
+    """A temp file beside ``target`` no other writer can pick, on any host of a shared file system:
+    ``<entry>.<host>_<pid>_<random>.tmp`` (process ids repeat across nodes)."""
+    return target.with_name(f"{target.name}.{writer_host()}_{os.getpid()}_{secrets.token_hex(4)}.tmp")
+
+
 def _write_npy(tmp: Path, frames: Iterator[tuple[list[int], np.ndarray]], n: int) -> None:
     """Write ``n`` frames to ``tmp`` as one ``.npy`` array, each frame as it comes."""
     written: set[int] = set()
@@ -437,6 +452,135 @@ def _write_npy(tmp: Path, frames: Iterator[tuple[list[int], np.ndarray]], n: int
         raise RuntimeError(f"{tmp}: {n - len(written)} of {n} frames were not written")
 
 
+#: Frame-cache entry formats (``render.frame_format``): ``raw`` (``.npy``, memory-mapped), ``png``
+#: (lossless), ``jpeg<q>`` / ``webp<q>`` (lossy at quality ``q``, 1-100; JPEG with 4:2:0 chroma).
+FRAME_FORMAT_HELP = "raw, png, jpeg<quality> or webp<quality> (quality 1-100, e.g. jpeg90)"
+_FORMAT = re.compile(r"(raw|png)|(jpeg|webp)(\d{1,3})")
+_PIL_NAMES = {"png": "PNG", "jpeg": "JPEG", "webp": "WEBP"}
+#: A compressed entry (``<key>.frames``): this magic, the format (16 bytes, ASCII, NUL-padded) and the
+#: frame count, height and width (little-endian int64); then one (offset, length) int64 pair per
+#: frame, offsets counted from the end of that table; then the encoded frames.
+ENCODED_MAGIC = b"FRMCACHE"
+_HEADER = 8 + 16 + 3 * 8
+
+
+def parse_frame_format(frame_format: str) -> tuple[str, int | None]:
+    """``(codec, quality)`` of a ``render.frame_format``; ``ValueError`` naming the option.
+
+    >>> parse_frame_format("jpeg90"), parse_frame_format("raw")
+    (('jpeg', 90), ('raw', None))
+    """
+    m = _FORMAT.fullmatch(str(frame_format))
+    if m and m.group(1):
+        return m.group(1), None
+    if m and 1 <= int(m.group(3)) <= 100:
+        return m.group(2), int(m.group(3))
+    raise ValueError(f"render.frame_format={frame_format}: expected {FRAME_FORMAT_HELP}")
+
+
+def encode_frame(frame: np.ndarray, frame_format: str) -> bytes:
+    """One ``(H, W, 3)`` uint8 frame as a PNG, JPEG or WebP file's bytes (PIL)."""
+    import io
+
+    from PIL import Image
+
+    codec, quality = parse_frame_format(frame_format)
+    buf = io.BytesIO()
+    options = {"quality": quality} if quality is not None else {}
+    Image.fromarray(frame).save(buf, format=_PIL_NAMES[codec], **options)
+    return buf.getvalue()
+
+
+def decode_frame(blob: bytes) -> np.ndarray:
+    """The ``(H, W, 3)`` uint8 frame of :func:`encode_frame`'s bytes."""
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(blob)) as img:
+        return np.asarray(img.convert("RGB") if img.mode != "RGB" else img)
+
+
+def _write_encoded(
+    tmp: Path, frames: Iterator[tuple[list[int], np.ndarray]], n: int, frame_format: str
+) -> None:
+    """Write ``n`` frames to ``tmp`` as one compressed entry, each frame encoded as it comes (a frame
+    serving several times is stored once)."""
+    table = np.full((n, 2), -1, dtype="<i8")
+    shape = (0, 0)
+    with tmp.open("wb") as fh:
+        fh.write(bytes(_HEADER + table.nbytes))
+        start = fh.tell()
+        for idx, frame in frames:
+            shape = frame.shape[:2]
+            blob = encode_frame(frame, frame_format)
+            table[idx] = (fh.tell() - start, len(blob))
+            fh.write(blob)
+        if (table[:, 0] < 0).any():  # every reader serves every time; a gap would be a bug
+            raise RuntimeError(f"{tmp}: {int((table[:, 0] < 0).sum())} of {n} frames were not written")
+        fh.seek(0)
+        fh.write(ENCODED_MAGIC + frame_format.encode().ljust(16, b"\0"))
+        fh.write(np.array([n, *shape], dtype="<i8").tobytes() + table.tobytes())
+
+
+class EncodedFrames:
+    """The frames of a compressed cache entry, decoded when indexed: ``frames[k]`` is one
+    ``(H, W, 3)`` uint8 frame, ``frames[a:b]`` (or a list of indices) an ``(N, H, W, 3)`` array, and
+    ``np.asarray(frames)`` all of them. Only the frames asked are read and decoded, so a training
+    window or the engine's chunk costs its own frames, like a slice of a memory-mapped raw entry.
+    ``shape``, ``dtype``, ``ndim`` and ``len`` are those of the whole array."""
+
+    dtype = np.dtype(np.uint8)
+    ndim = 4
+
+    def __init__(self, path: Path, frame_format: str, shape: tuple[int, int, int], table: np.ndarray):
+        self.path, self.frame_format, self.table = path, frame_format, table
+        self.shape = (*shape, 3)
+        self._start = _HEADER + table.nbytes
+        self._fd = os.open(path, os.O_RDONLY)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __del__(self) -> None:
+        fd, self._fd = getattr(self, "_fd", None), None
+        if fd is not None:
+            os.close(fd)
+
+    def _frame(self, k: int) -> np.ndarray:
+        offset, length = (int(v) for v in self.table[k])
+        blob = os.pread(self._fd, length, self._start + offset)
+        try:
+            frame = decode_frame(blob)
+        except Exception as exc:  # PIL raises several types for a damaged image
+            raise FrameCacheError(
+                f"frame cache entry {self.path}: frame {k} does not decode: {exc}"
+            ) from None
+        if frame.shape != self.shape[1:]:
+            raise FrameCacheError(
+                f"frame cache entry {self.path}: frame {k} is {frame.shape}, not {self.shape[1:]}"
+            )
+        return frame
+
+    def __getitem__(self, key):
+        if isinstance(key, tuple):
+            return self[key[0]][(slice(None),) * (not isinstance(key[0], (int, np.integer))) + key[1:]]
+        if isinstance(key, (int, np.integer)):
+            k = int(key) + len(self) * (key < 0)
+            if not 0 <= k < len(self):
+                raise IndexError(f"frame {key} of {len(self)}")
+            return self._frame(k)
+        ks = range(len(self))[key] if isinstance(key, slice) else [int(i) for i in np.asarray(key).ravel()]
+        out = np.empty((len(ks), *self.shape[1:]), dtype=np.uint8)
+        for j, k in enumerate(ks):
+            out[j] = self[k]
+        return out
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        frames = self[:]
+        return frames if dtype is None else frames.astype(dtype)
+
+
 class FrameCache:
     """Decode a clip once, then serve its frames from disk (``.npy``, no pickle).
 
@@ -447,6 +591,12 @@ class FrameCache:
     memory is one frame, concurrent workers and crashed runs are safe, and a failed read (a
     :class:`VideoError`) leaves nothing behind. A disk that cannot take the entry (full, read-only)
     raises :class:`FrameCacheError` naming the folder.
+
+    ``frame_format`` (``render.frame_format``, :func:`parse_frame_format`) picks the entry: ``raw``
+    (``<key>.npy``, memory-mapped; the key of caches written before formats existed) or a compressed
+    ``<key>.frames`` (PNG, JPEG or WebP per frame, the format in the key), served as
+    :class:`EncodedFrames`, which decodes only the frames indexed. Temp files are named by host,
+    process and a random token, so writers on several nodes of a shared file system never share one.
 
     An entry is checked before it is served: one that does not load, or holds another number of
     frames than the times asked (a short or emptied file), is dropped, logged naming the file, and
@@ -459,7 +609,9 @@ class FrameCache:
         self.misses = 0
         self.dropped = 0
 
-    def key(self, path: str | Path, times: Sequence[float], max_pixels: int) -> str:
+    def key(
+        self, path: str | Path, times: Sequence[float], max_pixels: int, frame_format: str = "raw"
+    ) -> str:
         p = Path(path).resolve()
         st = p.stat()
         parts = [
@@ -469,7 +621,16 @@ class FrameCache:
             str(max_pixels),
             ",".join(f"{t:.6f}" for t in times),
         ]
+        if frame_format != "raw":  # raw keys are those of the caches written before formats existed
+            parts.append(frame_format)
         return hashlib.sha1("|".join(parts).encode()).hexdigest()
+
+    def entry(
+        self, path: str | Path, times: Sequence[float], max_pixels: int, frame_format: str = "raw"
+    ) -> Path:
+        """The file of a clip's entry: ``<root>/<key[:2]>/<key>.npy`` (raw) or ``.frames`` (compressed)."""
+        key = self.key(path, times, max_pixels, frame_format)
+        return self.root / key[:2] / f"{key}{'.npy' if frame_format == 'raw' else '.frames'}"
 
     def frames(
         self,
@@ -477,25 +638,30 @@ class FrameCache:
         times: Sequence[float],
         max_pixels: int = DEFAULT_MAX_PIXELS,
         backend: str = "decord",
-    ) -> np.ndarray:
-        """Frames as :func:`read_frames` returns them, decoded at most once per key."""
+        frame_format: str = "raw",
+    ) -> np.ndarray | EncodedFrames:
+        """Frames as :func:`read_frames` returns them, decoded at most once per key; a compressed
+        ``frame_format`` returns :class:`EncodedFrames` (decoded when indexed)."""
+        parse_frame_format(frame_format)
         _check_file(Path(path))
-        key = self.key(path, times, max_pixels)
-        target = self.root / key[:2] / f"{key}.npy"
+        target = self.entry(path, times, max_pixels, frame_format)
+        load = self._load if frame_format == "raw" else functools.partial(self._load_encoded, frame_format)
         if target.exists():
-            cached = self._load(target, len(times), max_pixels, path)
+            cached = load(target, len(times), max_pixels, path)
             if cached is not None:
                 self.hits += 1
                 return cached
         self.misses += 1
         path, info = _prepare(path, backend)
         times = [float(t) for t in times]
-        tmp = target.with_suffix(f".{os.getpid()}.tmp")
+        tmp = _tmp_name(target)
         held = None
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             held = WriterLock.file(tmp)  # a frames stage removes the temp file only once its writer died
-            if times:
+            if frame_format != "raw":
+                _write_encoded(tmp, _frames(path, times, max_pixels, backend, info), len(times), frame_format)
+            elif times:
                 _write_npy(tmp, _frames(path, times, max_pixels, backend, info), len(times))
             else:
                 with tmp.open("wb") as fh:
@@ -513,9 +679,42 @@ class FrameCache:
             tmp.unlink(missing_ok=True)
             if held is not None:
                 held.release()
+        if frame_format != "raw":
+            return self._load_encoded(frame_format, target, len(times), max_pixels, path, fresh=True)
         if not times:
             return np.load(target, allow_pickle=False)
         return np.load(target, allow_pickle=False, mmap_mode="c")
+
+    def _load_encoded(
+        self, frame_format: str, target: Path, n: int, max_pixels: int, path: str | Path, fresh: bool = False
+    ) -> EncodedFrames | None:
+        """The compressed entry ``target``, or None after dropping it when its header or frame table
+        is not that of ``n`` frames of ``frame_format`` within the pixel budget, whole on disk."""
+        try:
+            with target.open("rb") as fh:
+                head = fh.read(_HEADER)
+                size = os.fstat(fh.fileno()).st_size
+                ok = len(head) == _HEADER and head[:8] == ENCODED_MAGIC
+                stored = head[8:24].rstrip(b"\0").decode("ascii", "replace") if ok else ""
+                count, h, w = (int(v) for v in np.frombuffer(head[24:], dtype="<i8")) if ok else (-1, 0, 0)
+                table = np.frombuffer(fh.read(16 * n), dtype="<i8").reshape(-1, 2) if count == n else None
+        except FileNotFoundError:  # another worker dropped it a moment ago
+            return None
+        reason = None
+        if not ok:
+            reason = "is not a compressed frame-cache entry (cut short or damaged)"
+        elif stored != frame_format or count != n or h * w > max_pixels or (n and min(h, w) < 1):
+            reason = f"holds {count} {stored} frames of {h} x {w} px, not {n} {frame_format} frames of at most {max_pixels} px"
+        elif len(table) != n or (n and ((table < 0).any() or (table.sum(1) > size - _HEADER - 16 * n).any())):
+            reason = f"is cut short: its frame table points past its {size} bytes"
+        if reason is None:
+            return EncodedFrames(target, frame_format, (n, h, w), table)
+        if fresh:  # just written by this process: never the disk's fault
+            raise RuntimeError(f"frame cache entry {target} {reason}")
+        self.dropped += 1
+        log.warning("frame cache entry %s %s: dropped, decoding %s again", target, reason, path)
+        target.unlink(missing_ok=True)
+        return None
 
     def _load(self, target: Path, n: int, max_pixels: int, path: str | Path) -> np.ndarray | None:
         """The entry ``target`` memory-mapped (copy on write: a caller slicing a window reads only
@@ -551,8 +750,16 @@ def load_frames(
     max_pixels: int = DEFAULT_MAX_PIXELS,
     backend: str = "decord",
     cache: FrameCache | None = None,
-) -> np.ndarray:
-    """:func:`read_frames` through ``cache`` when one is given."""
-    if cache is None:
-        return read_frames(path, times, max_pixels=max_pixels, backend=backend)
-    return cache.frames(path, times, max_pixels=max_pixels, backend=backend)
+    frame_format: str = "raw",
+) -> np.ndarray | EncodedFrames:
+    """:func:`read_frames` through ``cache`` when one is given, its entries in ``frame_format``.
+    Without a cache the frames are those a ``frame_format`` entry would serve (decoded, and for a
+    lossy format encoded and decoded again), so a run without a cache sees the pixels of one with."""
+    if cache is not None:
+        return cache.frames(path, times, max_pixels=max_pixels, backend=backend, frame_format=frame_format)
+    frames = read_frames(path, times, max_pixels=max_pixels, backend=backend)
+    if parse_frame_format(frame_format)[0] in ("raw", "png"):  # lossless: the same pixels
+        return frames
+    for k in range(len(frames)):
+        frames[k] = decode_frame(encode_frame(frames[k], frame_format))
+    return frames

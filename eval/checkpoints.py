@@ -187,7 +187,7 @@ def saved_render(checkpoint: str | Path) -> dict[str, Any] | None:
     Read as data and checked (:func:`render_values`): a damaged file raises :class:`CheckpointError`."""
     path = Path(checkpoint)
     if (path / RENDER_FILE).is_file():
-        return render_values(read_json(path / RENDER_FILE), path / RENDER_FILE)
+        return _before_formats(render_values(read_json(path / RENDER_FILE), path / RENDER_FILE))
     for run in (path, path.parent):
         config = run / "config.yaml"
         if config.is_file():
@@ -199,8 +199,15 @@ def saved_render(checkpoint: str | Path) -> dict[str, Any] | None:
                 raise CheckpointError(config, f"not valid YAML ({exc})") from None
             block = loaded.get("render") if isinstance(loaded, dict) else None
             if isinstance(block, dict):
-                return render_values({k: block[k] for k in RENDER_KEYS if k in block}, config)
+                return _before_formats(
+                    render_values({k: block[k] for k in RENDER_KEYS if k in block}, config)
+                )
     return None
+
+
+def _before_formats(values: dict[str, Any]) -> dict[str, Any]:
+    """A render block saved before ``frame_format`` existed was trained on raw frame-cache entries."""
+    return {"frame_format": "raw"} | values
 
 
 def render_values(values: Any, source: str | Path) -> dict[str, Any]:
@@ -228,12 +235,16 @@ def render_values(values: Any, source: str | Path) -> dict[str, Any]:
             raise CheckpointError(
                 source, f"{key} must be {want.__name__}, got {type(value).__name__} {value!r}"
             )
-    from data_builders.video import BACKENDS
+    from data_builders.video import BACKENDS, parse_frame_format
 
     if values.get("video_backend", BACKENDS[0]) not in BACKENDS:
         raise CheckpointError(
             source, f"video_backend {values['video_backend']!r} is not one of {', '.join(BACKENDS)}"
         )
+    try:
+        parse_frame_format(values.get("frame_format", "raw"))
+    except ValueError as exc:
+        raise CheckpointError(source, str(exc)) from None
     try:
         check_bounds(RenderConfig(**values), RenderConfig)
     except ConfigValueError as exc:

@@ -14,6 +14,10 @@ Prints one JSON object on its last line:
   (250 folders x 4 subfolders x 100 files, 9 in 10 of them videos), best of 3 runs.
 - ``peak_mb_10min_720p``: peak memory (MB) of a fresh process building the frame cache of a
   synthetic 10-minute 720p file at 1 step/s, 448 x 448 frames (``data_builders.bench.video``).
+- ``cache_bytes_per_frame``, ``cache_decode_ms_per_frame``, ``cache_encode_ms_per_frame``,
+  ``cache_psnr_db`` (dicts by entry format, ``raw`` among them) and
+  ``pipeline_samples_per_s_per_worker`` / ``pipeline_tokens_per_sample`` (SFT's input pipeline on
+  30-step windows of 448 x 448 frames): ``data_builders.bench.cache``.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from data_builders.bench.cache import cache_figures
 from data_builders.bench.video import peak_mb_10min_720p
 from data_builders.build import build_source
 from data_builders.records import step_times
@@ -134,12 +139,14 @@ def main() -> None:
     cache = frame_cache_speedup()
     index = index_files_per_second()
     video = peak_mb_10min_720p()
+    formats = cache_figures()
     print(
         json.dumps(
             {"records_per_s": round(rps, 1)}
             | {k: round(v, 4) for k, v in cache.items()}
             | {"index_files_per_s": round(index)}
             | video
+            | formats
         )
     )
 

@@ -20,7 +20,8 @@ def test_frames_stage_decodes_each_clip_once(tmp_path):
     build_source("toy", tmp_path / "toy", options={"n": 3, "seed": 0}, workers=2)
     toy = RenderConfig(max_pixels=64 * 64)  # conf/render/toy.yaml, which the CLI run below names
     summary = cache_frames(tmp_path / "toy", tmp_path / "frames", render=toy, workers=2, progress=False)
-    assert summary == {"clips": 3, "frames": 60, "failed": 0, "cache": str(tmp_path / "frames")}
+    want = {"clips": 3, "clips_total": 3, "frames": 60, "failed": 0, "cache": str(tmp_path / "frames")}
+    assert summary == want | {"shard": "0/1"}
     cached = sorted((tmp_path / "frames").rglob("*.npy"))
     assert len(cached) == 3 and np.load(cached[0]).shape[0] == 20
     mtimes = [p.stat().st_mtime_ns for p in cached]
@@ -42,7 +43,7 @@ def test_frames_stage_decodes_each_clip_once(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     last = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert last == {"clips": 3, "failed": 0, "frames": 60, "cache": str(tmp_path / "frames")}
+    assert last == want | {"shard": "0/1"}
     assert [p.stat().st_mtime_ns for p in sorted((tmp_path / "frames").rglob("*.npy"))] == mtimes
 
 
@@ -83,3 +84,24 @@ def test_build_outputs_load_with_datasets(tmp_path):
     assert sorted(rows) == sorted(jsonl) == ["toy-1-00000", "toy-1-00001", "toy-1-00002"]
     for rid, s in jsonl.items():
         assert [t["time"] for t in rows[rid]["targets"]] == [t.time for t in s.targets]
+
+
+def test_cache_format_figures_are_measured_on_textured_448_frames(tmp_path):
+    """What ``cache_*`` measure: each format's entry on disk, a PNG entry serving the decoded video's
+    very pixels, lossy ones close to them, on frames with texture and noise (not flat colour)."""
+    from data_builders.bench.cache import BENCH_FORMATS, format_figures, textured_frames
+    from data_builders.synthetic.toy import write_mp4
+
+    frames = textured_frames(4)
+    assert frames[0].shape == (448, 448, 3) and float(frames[0].std()) > 20  # not flat colour
+    assert float(np.abs(np.diff(frames[0].astype(int), axis=1)).mean()) > 5  # edges and noise
+    write_mp4(tmp_path / "v.mp4", frames, fps=2)
+    out = format_figures(tmp_path / "v.mp4", [0.0, 0.5, 1.0, 1.5], tmp_path / "cache")
+    assert set(out["cache_bytes_per_frame"]) == set(BENCH_FORMATS) and "raw" in BENCH_FORMATS
+    assert out["cache_bytes_per_frame"]["raw"] == pytest.approx(448 * 448 * 3, abs=40)  # + the .npy header
+    assert out["cache_bytes_per_frame"]["png"] < out["cache_bytes_per_frame"]["raw"]
+    sizes = [out["cache_bytes_per_frame"][f] for f in ("jpeg95", "jpeg90", "jpeg80")]
+    assert sizes == sorted(sizes, reverse=True)  # lower quality, fewer bytes
+    assert out["cache_psnr_db"]["raw"] == out["cache_psnr_db"]["png"] == float("inf")
+    assert 30 < out["cache_psnr_db"]["jpeg90"] < out["cache_psnr_db"]["jpeg95"] < 60
+    assert all(v > 0 for v in out["cache_decode_ms_per_frame"].values())

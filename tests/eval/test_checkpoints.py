@@ -21,7 +21,12 @@ from eval.checkpoints import (
 from eval.run import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
-HD = {"max_pixels": 200704, "video_backend": "decord", "history_budget_tokens": 2048}
+HD = {
+    "max_pixels": 200704,
+    "video_backend": "decord",
+    "history_budget_tokens": 2048,
+    "frame_format": "jpeg90",
+}
 
 
 def _job(module: str, *overrides: str) -> tuple[dict, str]:
