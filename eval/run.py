@@ -10,7 +10,8 @@
    killed run resumes: finished ids are skipped, a torn last line is dropped (``eval.store``).
    Batches are a fixed plan over the record order, so a resumed batch holds the same records.
 3. Score in memory with ``eval.scoring.score`` into ``metrics.json`` (what ``python -m eval.score``
-   prints; order-independent), ``per_sample.jsonl``; plot timelines; log (``eval.tracking``).
+   prints; order-independent), ``per_sample.jsonl``; plot timelines; log (``eval.tracking``); write
+   the viewer page ``view.html`` and its rows as a W&B Table (``eval.view``; ``view=false``: not).
 
 ``evaluate(cfg)`` does all of it and returns the metrics dict (used by ``make demo``);
 ``eval.runners.evaluate_model`` runs the same streaming and scoring on a model in memory, with no
@@ -62,6 +63,7 @@ from eval.store import PredictionLog, PredictionWriteError
 from eval.streaming import EngineConfig
 from eval.sweep import fingerprint, point_dir, reuse_rows, sibling_passes, write_summary
 from eval.tracking import format_table, make_logger, plot_timelines
+from eval.view import write_view
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 #: Where an output folder keeps the evaluations of weights the checkpoint no longer holds.
@@ -261,6 +263,8 @@ def _evaluate_into(
     tracker.log_metrics(metrics, training_step(cfg), prefix)
     tracker.log_table(f"{prefix}/per_task", columns, table)
     tracker.log_images(f"{prefix}/timeline", pngs, [s.id for s in streams[: len(pngs)]])
+    if cfg.view:  # view.html next to metrics.json, and its rows as a W&B Table (eval.view)
+        write_view(out, tracker=tracker, name=f"{prefix}/streams")
     tracker.finish()
     if sweep:
         write_summary(base)
