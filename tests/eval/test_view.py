@@ -9,8 +9,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import pytest
-
 from data_builders.records import Stream, Target, load_streams, write_jsonl
 from data_builders.synthetic.toy import generate_toy
 from eval.config import BenchmarkConfig
@@ -19,33 +17,7 @@ from eval.runners import get_runner
 from eval.store import PredictionLog
 from eval.view import CURVE_BINS, main
 
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 FIRING = 0.47  # the untrained tiny model fires on about half the steps (tests/eval/test_run.py)
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    """Debian's Chromium, headless, with a fresh profile (``make setup`` installs it)."""
-    from playwright.sync_api import sync_playwright
-
-    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: `make setup` installs Debian's chromium"
-    profile = tmp_path_factory.mktemp("profile")
-    with sync_playwright() as p:
-        ctx = p.chromium.launch_persistent_context(
-            str(profile), executable_path=CHROMIUM, args=FLAGS, viewport={"width": 1100, "height": 760}
-        )
-        yield ctx
-        ctx.close()
 
 
 def open_page(browser, html: Path):
