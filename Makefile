@@ -1,4 +1,4 @@
-# make setup   -> .venv from nothing (idempotent; seconds once done)
+# make setup   -> .venv from nothing, and Debian's chromium for the browser tests (idempotent; seconds once done)
 # make test    -> setup, then the whole test suite (CPU, no downloads)
 # make demo    -> setup, then the whole pipeline on the tiny model and toy videos
 # make test-slurm -> setup, Debian's slurm-wlm + munge when absent, then the sbatch scripts under a
@@ -16,10 +16,18 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
+export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
-.PHONY: setup test test-fast test-slurm demo lint clean
+.PHONY: setup browser test test-fast test-slurm demo lint clean
 
-setup: $(STAMP)
+setup: $(STAMP) browser
+
+# The browser tests (tests/eval/test_view.py) drive Debian's chromium through Playwright; nothing
+# is downloaded by Playwright itself.
+browser:
+	@command -v chromium >/dev/null || { \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium; }
 
 $(VENV)/.torch:
 	$(PYTHON) -m venv $(VENV)

@@ -150,6 +150,8 @@ class EvalConfig:
     lowest-threshold pass for every record (approximate, see eval.sweep)."""
     timelines: int = bounded(4, ge=0)
     """Records whose timeline (fires vs target windows) is plotted and logged."""
+    view: bool = True
+    """Write ``<out>/view.html`` (``eval.view``) and log its rows as a W&B Table."""
     paths: PathsConfig = field(default_factory=PathsConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     data: MixtureConfig = field(default_factory=MixtureConfig)

@@ -11,7 +11,8 @@
    killed run resumes: finished ids are skipped, a torn last line is dropped (``eval.store``).
    Batches are a fixed plan over the record order, so a resumed batch holds the same records.
 3. Score in memory with ``eval.scoring.score`` into ``metrics.json`` (what ``python -m eval.score``
-   prints; order-independent), ``per_sample.jsonl``; plot timelines; log (``eval.tracking``).
+   prints; order-independent), ``per_sample.jsonl``; plot timelines; log (``eval.tracking``); write
+   the viewer page ``view.html`` and its rows as a W&B Table (``eval.view``; ``view=false``: not).
 
 Under a multi-process launch (``accelerate launch --num_processes N -m eval.run ...``, ``WORLD_SIZE``
 > 1) each rank streams its share of the records into ``predictions.rank-R-of-N.jsonl`` and rank 0
@@ -70,6 +71,7 @@ from eval.store import PredictionLog, PredictionWriteError
 from eval.streaming import EngineConfig
 from eval.sweep import fingerprint, point_dir, reuse_rows, sibling_passes, write_summary
 from eval.tracking import format_table, make_logger, plot_timelines
+from eval.view import write_view
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 #: Where an output folder keeps the evaluations of weights the checkpoint no longer holds.
@@ -366,6 +368,8 @@ def _score_and_log(
     tracker.log_metrics(metrics, training_step(cfg), prefix)
     tracker.log_table(f"{prefix}/per_task", columns, table)
     tracker.log_images(f"{prefix}/timeline", pngs, [s.id for s in streams[: len(pngs)]])
+    if cfg.view:  # view.html next to metrics.json, and its rows as a W&B Table (eval.view)
+        write_view(out, tracker=tracker, name=f"{prefix}/streams")
     tracker.finish()
     if sweep:
         write_summary(base)

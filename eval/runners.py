@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from data_builders.records import Reply, Stream
 from eval.config import BenchmarkConfig
+from rewards.outcomes import FireOutcome, StreamOutcomes
 
 if TYPE_CHECKING:
     from data_builders.config import RenderConfig
@@ -162,11 +163,20 @@ class ProtocolRunner:
         """Metrics as ``python -m eval.score`` prints them, and the per-sample rows it writes, of
         prediction rows (:meth:`prediction_row`) against the streams they were made on. ``out`` is
         the evaluation's folder (``eval.run``), where a protocol may write files of its own."""
-        predictions = {
-            row["id"]: [Reply(r["time"], r.get("text", ""), r.get("category")) for r in row["replies"]]
-            for row in rows
+        return score(bench.protocol, paired_rows(streams, rows), self.settings(bench))
+
+    def outcomes(
+        self, streams: list[Stream], rows: Iterable[dict[str, Any]], bench: BenchmarkConfig
+    ) -> dict[str, StreamOutcomes]:
+        """Per record id, what each reply and each target came to under the protocol's scoring
+        (``rewards.outcomes``; drawn by ``eval.view``). Here: every reply ``unclassified``, no
+        target word; P3I, ProPerMem and EgoServe override it with their scorers' readings."""
+        return {
+            g.id: StreamOutcomes(
+                [FireOutcome("unclassified") for _ in replies], ["unclassified"] * len(g.targets)
+            )
+            for g, replies in paired_rows(streams, rows)
         }
-        return score(bench.protocol, pair(ground_truth(streams), predictions), self.settings(bench))
 
     def table(
         self, metrics: dict[str, Any], per_sample: list[dict], streams: list[Stream]
@@ -178,6 +188,15 @@ class ProtocolRunner:
         n = metrics.get("n", {})
         cols = ["task", "n", *fields]
         return cols, [[task, n.get(task), *(v.get(k) for k in fields)] for task, v in per_task.items()]
+
+
+def paired_rows(streams: list[Stream], rows: Iterable[dict[str, Any]]) -> Paired:
+    """The streams' ground truths paired with the replies of their prediction rows."""
+    predictions = {
+        row["id"]: [Reply(r["time"], r.get("text", ""), r.get("category")) for r in row["replies"]]
+        for row in rows
+    }
+    return pair(ground_truth(streams), predictions)
 
 
 def prediction_rows(
@@ -229,4 +248,4 @@ def evaluate_model(
 
 # Last, as the protocol modules subclass ProtocolRunner: eval.scoring imports eval.protocols, whose
 # modules register their runners and scorers.
-from eval.scoring import ScoreSettings, ground_truth, pair, score, uses_judge  # noqa: E402
+from eval.scoring import Paired, ScoreSettings, ground_truth, pair, score, uses_judge  # noqa: E402

@@ -37,7 +37,17 @@ from eval.store import PredictionLog
 #: (batch composition moves logits by ~1e-7).
 MARGIN = 1e-6
 #: Config keys that do not change a record's decisions, left out when matching sweep points.
-NOT_DECISIVE = ("threshold", "out_dir", "step", "logger", "timelines", "sweep_mode", "batch_size", "paths")
+NOT_DECISIVE = (
+    "threshold",
+    "out_dir",
+    "step",
+    "logger",
+    "timelines",
+    "view",
+    "sweep_mode",
+    "batch_size",
+    "paths",
+)
 
 
 def point_dir(base: Path, threshold: float) -> Path:

@@ -3,7 +3,7 @@ pairing of a training run with its evaluations.
 
     logger = make_logger(cfg.logger, run_name="sft_4b", config=plain_cfg, run_dir=run_dir, job_type="train")
     logger.log_metrics({"loss": 0.3}, step=500, prefix="grpo")       # x axis: train/global_step
-    logger.log_table("eval/p3i/per_task", columns, rows)
+    logger.log_table("eval/p3i/per_task", columns, rows)       # a Path cell is logged as an image
     logger.log_images("eval/p3i/timeline", [png, ...], captions)
     logger.finish()
 
@@ -84,6 +84,9 @@ def training_run(run_dir: str | Path | None) -> dict | None:
 class EvalLogger:
     """Logs nothing (``logger=none``); the interface of every back end."""
 
+    #: Whether anything is logged (callers skip building what only a logger would read).
+    active = False
+
     def __init__(self, cfg: Any = None, run_name: str = "", config: dict | None = None, **_: Any):
         pass
 
@@ -106,6 +109,8 @@ class WandbLogger(EvalLogger):
     training run of ``run_dir`` (its id from ``WANDB_RUN_ID`` when set, so a requeued job continues
     it); ``job_type="eval"`` with a ``run_dir`` whose training run is known: the paired eval run
     (module docstring); else a run of its own."""
+
+    active = True
 
     def __init__(
         self,
@@ -157,7 +162,9 @@ class WandbLogger(EvalLogger):
         self.run.log({STEP_KEY: step, **flatten(metrics, prefix)})
 
     def log_table(self, name, columns, rows):
-        self.run.log({STEP_KEY: self.step, name: self.wandb.Table(columns=columns, data=rows)})
+        """A cell holding a ``Path`` (an image file) becomes a ``wandb.Image``."""
+        data = [[self.wandb.Image(str(v)) if isinstance(v, Path) else v for v in r] for r in rows]
+        self.run.log({STEP_KEY: self.step, name: self.wandb.Table(columns=columns, data=data)})
 
     def log_images(self, name, paths, captions):
         images = [self.wandb.Image(str(p), caption=c) for p, c in zip(paths, captions, strict=True)]

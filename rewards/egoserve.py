@@ -33,6 +33,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from rewards.outcomes import FireOutcome, StreamOutcomes
+
 #: Matching tolerance (seconds) per dataset.
 TOLERANCE_S: dict[str, float] = {"egolife": 60.0, "holoassist": 10.0, "captaincook4d": 25.0}
 SECONDS_PER_DAY = 86400
@@ -239,6 +241,68 @@ def score_dataset(
         pairs.extend((g[i], p[j]) for i, j in found)
     micro = SubtypeCounts(sum(c.matched for c in counts.values()), len(pred), len(gt))
     return DatasetScore(tuple(subtypes), counts, micro, per_unit, pairs)
+
+
+def _window_gap(g: ServiceEvent, c: float) -> float:
+    """Distance of a centre to a ground truth's window (0 inside), as :func:`match_greedy` measures."""
+    return g.start - c if c < g.start else (c - g.end if c > g.end else 0.0)
+
+
+def unit_outcomes(
+    gt: Sequence[ServiceEvent],
+    pred: Sequence[ServiceEvent],
+    tolerance: float,
+    subtypes: Sequence[str] = SUBTYPES,
+    check_main: bool = False,
+) -> StreamOutcomes:
+    """Each prediction's outcome (``rewards.outcomes``) and each ground truth's, in the callers'
+    orders, from the matching :func:`score_dataset` counts (per unit and subtype, :func:`match_greedy`):
+
+    - a matched prediction is a ``hit`` of its ground truth (inside its window or within the
+      tolerance of it), which is ``hit`` too; an unmatched ground truth is ``missed``;
+    - an unmatched prediction within the tolerance of a ground truth of its subtype (one taken by
+      another prediction, or of another main type on EgoLife) is ``redundant``; else, with a
+      ground truth of its subtype in the unit, ``early`` / ``late`` against the nearest one's
+      window; else ``wrong`` when a ground truth of another subtype is within the tolerance, and
+      ``false_alarm`` when none is, or when its subtype is not one the dataset scores.
+
+    >>> g = [ServiceEvent("v", "safety", 100.0, 120.0), ServiceEvent("v", "tool_use", 300.0, 310.0)]
+    >>> p = [ServiceEvent("v", "safety", 118.0, 118.0), ServiceEvent("v", "safety", 119.0, 119.0),
+    ...      ServiceEvent("v", "safety", 80.0, 80.0), ServiceEvent("v", "next_step_guidance", 305.0, 305.0),
+    ...      ServiceEvent("v", "error_recovery", 500.0, 500.0)]
+    >>> o = unit_outcomes(g, p, tolerance=10.0)
+    >>> [f.outcome for f in o.fires], o.targets
+    (['hit', 'redundant', 'early', 'wrong', 'false_alarm'], ['hit', 'missed'])
+    """
+    gt, pred = list(gt), list(pred)
+    fires: list[FireOutcome | None] = [None] * len(pred)
+    words = ["missed"] * len(gt)
+    groups: dict[tuple[str, str], tuple[list[int], list[int]]] = {}
+    for k, events in enumerate((gt, pred)):
+        for i, e in enumerate(events):
+            groups.setdefault((e.unit, e.subtype), ([], []))[k].append(i)
+    for (_, subtype), (gi, pi) in sorted(groups.items()):
+        if subtype not in subtypes:
+            continue
+        for a, b in match_greedy([gt[i] for i in gi], [pred[j] for j in pi], tolerance, check_main):
+            fires[pi[b]] = FireOutcome("hit", gi[a])
+            words[gi[a]] = "hit"
+    for j, p in enumerate(pred):
+        if fires[j] is not None:
+            continue
+        if p.subtype not in subtypes:
+            fires[j] = FireOutcome("false_alarm")
+            continue
+        same = [i for i, g in enumerate(gt) if g.unit == p.unit and g.subtype == p.subtype]
+        if same:
+            i = min(same, key=lambda i: _window_gap(gt[i], p.center))
+            gap = _window_gap(gt[i], p.center)
+            word = "redundant" if gap <= tolerance else ("early" if p.center < gt[i].start else "late")
+            fires[j] = FireOutcome(word, i)
+            continue
+        near = [i for i, g in enumerate(gt) if g.unit == p.unit and _window_gap(g, p.center) <= tolerance]
+        fires[j] = FireOutcome("wrong", near[0]) if near else FireOutcome("false_alarm")
+    return StreamOutcomes([f for f in fires if f is not None], words)
 
 
 def _rates(c: SubtypeCounts) -> dict:

@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Literal, NamedTuple
 
+from rewards.outcomes import FireOutcome, StreamOutcomes
+
 #: Tolerance (s) after the window end, and the content score a fire needs to be good.
 DEFAULT_TOLERANCE_S = 2.0
 GOOD_CONTENT = 0.5
@@ -85,6 +87,40 @@ def clip_outcome(
         false_fire=False,
         fires=fires,
     )
+
+
+def fire_outcomes(
+    fire_times: Sequence[float],
+    content_scores: Sequence[float],
+    window: tuple[float, float] | None,
+    tolerance: float = DEFAULT_TOLERANCE_S,
+    good_content: float = GOOD_CONTENT,
+) -> StreamOutcomes:
+    """Each fire's outcome (``rewards.outcomes``) by the rules of :func:`clip_outcome`: on a
+    negative clip every fire is a ``false_alarm``; else :func:`classify_fire` says ``early`` or
+    ``late``, and a fire in the window is ``hit`` when it is the first good one, ``redundant`` when
+    it is a later good one, ``wrong`` when its content scores under ``good_content``. The trigger
+    window (target 0) is ``hit`` when some fire is good, else ``missed``.
+
+    >>> o = fire_outcomes([3.0, 5.0, 5.5, 6.0, 9.0], [1.0, 0.0, 1.0, 1.0, 1.0], window=(4.0, 6.0))
+    >>> [f.outcome for f in o.fires], o.targets
+    (['early', 'wrong', 'hit', 'redundant', 'late'], ['hit'])
+    """
+    if window is None:
+        return StreamOutcomes([FireOutcome("false_alarm") for _ in fire_times], [])
+    if len(content_scores) != len(fire_times):
+        raise ValueError(f"{len(fire_times)} fires but {len(content_scores)} content scores")
+    fires, credited = [], False
+    for t, s in zip(fire_times, content_scores, strict=True):
+        where = classify_fire(t, window, tolerance)
+        if where != "in_window":
+            fires.append(FireOutcome(where, 0, s))
+        elif s < good_content:
+            fires.append(FireOutcome("wrong", 0, s))
+        else:
+            fires.append(FireOutcome("redundant" if credited else "hit", 0, s))
+            credited = True
+    return StreamOutcomes(fires, ["hit" if credited else "missed"])
 
 
 def _rate(flags: list[bool]) -> float:

@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterable, Sequence
 from math import exp, fsum
 from typing import NamedTuple
 
+from rewards.outcomes import FireOutcome, StreamOutcomes
+
 #: Default timing decay (1/s) of the pair score.
 DEFAULT_ALPHA = 0.05
 
@@ -207,6 +209,58 @@ def redundant_replies(target_times: Sequence[float], reply_times: Sequence[float
     else:
         hit = {assign_bidirectional(target_times, t) for t in reply_times}
     return len(reply_times) - len(hit)
+
+
+def fire_outcomes(
+    target_times: Sequence[float],
+    reply_times: Sequence[float],
+    content: ContentFn | None = None,
+    alpha: float = DEFAULT_ALPHA,
+) -> StreamOutcomes:
+    """Each reply's outcome under the PRS-U (causal) assignment, and each target's
+    (``rewards.outcomes``):
+
+    - no targets: every reply is a ``false_alarm``; a reply before every target is ``early`` (its
+      pair score is 0, though it counts at the first target);
+    - of the other replies assigned to a target, the one with the best pair score (the first on
+      ties) is credited: ``wrong`` when its content scores 0, ``late`` when its timing factor
+      ``exp(-alpha * delay)`` is under one half (a delay over ``ln 2 / alpha``: 13.9 s at 0.05),
+      else ``hit``; the target takes that word. The others are ``redundant``;
+    - a target that no reply at or after its time reaches is ``missed``.
+
+    >>> o = fire_outcomes([10.0, 30.0], [5.0, 12.0, 13.0, 50.0])
+    >>> [f.outcome for f in o.fires], o.targets
+    (['early', 'hit', 'redundant', 'late'], ['hit', 'late'])
+    """
+    if not target_times:
+        return StreamOutcomes([FireOutcome("false_alarm") for _ in reply_times], [])
+    order, times, first = _timeline(target_times)
+    fires: list[FireOutcome | None] = [None] * len(reply_times)
+    best: dict[int, tuple[float, int, float]] = {}  # sorted target position -> (score, reply, timing)
+    assigned: dict[int, int] = {}
+    for k, t in enumerate(reply_times):
+        hi = bisect_right(times, t)
+        if hi == 0:
+            fires[k] = FireOutcome("early", order[0], 0.0)
+            continue
+        p = first[hi - 1]
+        timing = exp(-alpha * (t - times[p]))
+        s = (1.0 if content is None else content(k, order[p])) * timing
+        assigned[k] = p
+        if p not in best or s > best[p][0]:
+            best[p] = (s, k, timing)
+    words = ["missed"] * len(target_times)
+    for p, (s, k, timing) in best.items():
+        word = "wrong" if s == 0.0 else ("late" if timing < 0.5 else "hit")
+        fires[k] = FireOutcome(word, order[p], s)
+        words[order[p]] = word
+    for k, p in assigned.items():
+        if fires[k] is None:
+            t = reply_times[k]
+            timing = exp(-alpha * (t - times[p]))
+            s = (1.0 if content is None else content(k, order[p])) * timing
+            fires[k] = FireOutcome("redundant", order[p], s)
+    return StreamOutcomes([f for f in fires if f is not None], words)
 
 
 def mean_score(scores: Iterable[float]) -> float:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from data_builders.records import RecordError, Reply
 from eval.egoserve_files import EventGroup
 from eval.egoserve_preds import Tally, events_from_replies
-from eval.runners import ProtocolRunner, register_runner
+from eval.runners import ProtocolRunner, paired_rows, register_runner
 from eval.scoring import Paired, ScoreSettings, protocol, uses_judge
 from rewards.egoserve import (
     DATASET_SUBTYPES,
@@ -36,6 +36,7 @@ from rewards.egoserve import (
     ServiceEvent,
     egoserve_report,
     score_dataset,
+    unit_outcomes,
 )
 from rewards.egoserve_rules import strict_subtype
 from rewards.turns import parse_turn
@@ -64,6 +65,20 @@ class EgoServeRunner(ProtocolRunner):
         cols = ["subtype", "p", "r", "f1", "matched", "n_pred", "n_gt"]
         rows = [[name, *(v[k] for k in cols[1:])] for name, v in metrics.get("per_subtype", {}).items()]
         return cols, rows
+
+    def outcomes(self, streams, rows, bench):
+        """Each reply's and service's outcome by :func:`rewards.egoserve.unit_outcomes`: the record
+        is the unit, matched with its dataset's tolerance, subtypes and main-type rule."""
+        settings = self.settings(bench)
+        out = {}
+        for gt, replies in paired_rows(streams, rows):
+            (group,) = egoserve_groups([(gt, replies)], settings)
+            tol = settings.tolerance if settings.tolerance is not None else TOLERANCE_S[group.dataset]
+            subtypes = DATASET_SUBTYPES.get(group.dataset, SUBTYPES)
+            out[gt.id] = unit_outcomes(
+                group.gt, group.pred, tol, subtypes, group.dataset in MAIN_TYPE_CHECKED
+            )
+        return out
 
 
 def egoserve_groups(paired: Paired, settings: ScoreSettings, gt_file: str | None = None) -> list[EventGroup]:

@@ -17,10 +17,11 @@
 from __future__ import annotations
 
 from data_builders.records import Target
-from eval.runners import ProtocolRunner, register_runner
+from eval.runners import ProtocolRunner, paired_rows, register_runner
 from eval.scoring import Paired, ScoreSettings, UnscorablePairs, prepared_content, protocol, reply_texts
 from rewards.content import Unscorable
-from rewards.prs import PRSScores, aggregate_prs, prs_scores, redundant_replies
+from rewards.outcomes import FireOutcome, StreamOutcomes
+from rewards.prs import PRSScores, aggregate_prs, fire_outcomes, prs_scores, redundant_replies
 
 
 @register_runner("p3i")
@@ -46,6 +47,29 @@ class P3IRunner(ProtocolRunner):
                 ]
             )
         return cols, rows
+
+    def outcomes(self, streams, rows, bench):
+        """Each reply's and target's outcome under PRS-U (:func:`rewards.prs.fire_outcomes`), with
+        the benchmark's content scorer; a sample the scorer cannot score is ``unclassified``."""
+        paired = paired_rows(streams, rows)
+        settings = self.settings(bench)
+        content = prepared_content(settings, paired)
+        out = {}
+        for gt, replies in paired:
+            texts = reply_texts(replies)
+
+            def c(k: int, i: int, texts: list[str] = texts, targets: list[Target] = gt.targets) -> float:
+                return content(texts[k], targets[i])
+
+            try:
+                out[gt.id] = fire_outcomes(
+                    [t.time for t in gt.targets], [r.time for r in replies], c, settings.alpha
+                )
+            except Unscorable:
+                out[gt.id] = StreamOutcomes(
+                    [FireOutcome("unclassified") for _ in replies], ["unclassified"] * len(gt.targets)
+                )
+        return out
 
 
 @protocol("p3i")

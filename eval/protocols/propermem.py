@@ -16,10 +16,11 @@ from __future__ import annotations
 from collections import defaultdict
 
 from data_builders.records import RecordError
-from eval.runners import ProtocolRunner, register_runner
+from eval.runners import ProtocolRunner, paired_rows, register_runner
 from eval.scoring import Paired, ScoreSettings, UnscorablePairs, prepared_content, protocol, reply_texts
 from rewards.content import Unscorable
-from rewards.propermem import DEFAULT_TOLERANCE_S, clip_outcome, propermem_metrics
+from rewards.outcomes import FireOutcome, StreamOutcomes
+from rewards.propermem import DEFAULT_TOLERANCE_S, clip_outcome, fire_outcomes, propermem_metrics
 
 
 @register_runner("propermem")
@@ -44,6 +45,50 @@ class ProPerMemRunner(ProtocolRunner):
         ]
         return cols, rows
 
+    def outcomes(self, streams, rows, bench):
+        """Each fire's outcome by :func:`rewards.propermem.fire_outcomes`, on the content scores
+        :func:`score_propermem` computes; a clip the scorer cannot score is ``unclassified``."""
+        settings = self.settings(bench)
+        tol = DEFAULT_TOLERANCE_S if settings.tolerance is None else settings.tolerance
+        paired = paired_rows(streams, rows)
+        content = prepared_content(settings, paired)
+        out = {}
+        for gt, replies in paired:
+            window = _window(gt)
+            try:
+                scores = _window_scores(gt, replies, window, content, tol)
+            except Unscorable:
+                out[gt.id] = StreamOutcomes(
+                    [FireOutcome("unclassified") for _ in replies], ["unclassified"] * len(gt.targets)
+                )
+                continue
+            out[gt.id] = fire_outcomes([r.time for r in replies], scores, window, tol)
+        return out
+
+
+def _window(gt) -> tuple[float, float] | None:
+    """The clip's trigger window (None: a negative clip); more than one target is an error."""
+    if len(gt.targets) > 1:
+        raise RecordError(
+            f"a ProPerMem clip has one trigger window, got {len(gt.targets)} targets", record=gt.id
+        )
+    if not gt.targets:
+        return None
+    t = gt.targets[0]
+    return t.window if t.window is not None else (t.time, t.time)
+
+
+def _window_scores(gt, replies, window, content, tol: float) -> list[float]:
+    """Content scores of the fires inside the window (up to the late tolerance), 0 elsewhere;
+    scored only where they matter."""
+    if window is None:
+        return []
+    t = gt.targets[0]
+    return [
+        content(text, t) if window[0] <= r.time <= window[1] + tol else 0.0
+        for r, text in zip(replies, reply_texts(replies), strict=True)
+    ]
+
 
 @protocol("propermem")
 def score_propermem(paired: Paired, settings: ScoreSettings) -> tuple[dict, list[dict]]:
@@ -52,23 +97,12 @@ def score_propermem(paired: Paired, settings: ScoreSettings) -> tuple[dict, list
     unscorable = UnscorablePairs()
     outcomes, per_sample = [], []
     for gt, replies in paired:
-        if len(gt.targets) > 1:
-            raise RecordError(
-                f"a ProPerMem clip has one trigger window, got {len(gt.targets)} targets", record=gt.id
-            )
-        window = None
-        scores: list[float] = []
-        if gt.targets:
-            t = gt.targets[0]
-            window = t.window if t.window is not None else (t.time, t.time)
-            try:  # content is scored only where it matters: fires inside the window
-                scores = [
-                    content(text, t) if window[0] <= r.time <= window[1] + tol else 0.0
-                    for r, text in zip(replies, reply_texts(replies), strict=True)
-                ]
-            except Unscorable:
-                unscorable.add(gt.id)
-                continue
+        window = _window(gt)
+        try:
+            scores = _window_scores(gt, replies, window, content, tol)
+        except Unscorable:
+            unscorable.add(gt.id)
+            continue
         o = clip_outcome([r.time for r in replies], scores, window, tol)
         outcomes.append(o)
         per_sample.append(

@@ -320,3 +320,32 @@ def egoserve(capsys):
         return res, err
 
     return run
+
+
+# Headless Chromium for the browser tests (test_view.py, test_app.py): Debian's, from `make setup`.
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    """Debian's Chromium, headless, with a fresh profile (``make setup`` installs it)."""
+    from playwright.sync_api import sync_playwright
+
+    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: `make setup` installs Debian's chromium"
+    profile = tmp_path_factory.mktemp("profile")
+    with sync_playwright() as p:
+        ctx = p.chromium.launch_persistent_context(
+            str(profile), executable_path=CHROMIUM, args=FLAGS, viewport={"width": 1100, "height": 760}
+        )
+        yield ctx
+        ctx.close()

@@ -1,11 +1,13 @@
-"""W&B logging of an evaluation, offline: metric keys against the training step, table, timelines."""
+"""W&B logging of an evaluation, offline: metric keys against the training step, tables, timelines."""
 
 from __future__ import annotations
 
 import json
 
 from eval.run import evaluate, load_config
+from eval.store import PredictionLog
 from eval.tracking import LOGGERS, EvalLogger, flatten, make_logger
+from eval.view import TABLE_COLUMNS
 
 
 def test_offline_wandb_run_holds_metrics_table_and_timeline(
@@ -50,8 +52,19 @@ def test_offline_wandb_run_holds_metrics_table_and_timeline(
     assert len(images) == 2 and all(p.stat().st_size > 1000 for p in images)
     assert config["step"] == 1234 and config["threshold"] == 0.47
     assert "sentinel-secret" not in json.dumps(config)  # the key's value is never logged (only its env name)
-    tables = list((run / "files" / "media" / "table").rglob("*.table.json"))
-    assert json.loads(tables[0].read_text())["columns"][:3] == ["task", "n", "prs_u"]
+    tables = [json.loads(p.read_text()) for p in (run / "files" / "media" / "table").rglob("*.table.json")]
+    assert [t["columns"][:3] for t in tables if t["columns"][0] == "task"] == [["task", "n", "prs_u"]]
+    # the viewer's rows (eval.view): one per stream, worst first, the timeline an image per row
+    assert summary["eval/p3i/streams/_type"] == "table-file"
+    [rows] = [t for t in tables if t["columns"] == TABLE_COLUMNS]
+    predictions = PredictionLog(tmp_path / "out" / "predictions.jsonl").rows()
+    fires = {r["id"]: len(r["replies"]) for r in predictions}
+    assert sorted(r[0] for r in rows["data"]) == sorted(fires)
+    assert all(r[3] == fires[r[0]] for r in rows["data"])
+    # an image cell: the run's copy names its type, the table's artifact holds the PNG
+    assert [r[-1] for r in rows["data"]] == ["Image"] * 3 and summary["eval/p3i/streams/nrows"] == 3
+    pngs = sorted((tmp_path / "out" / "view_timelines").glob("*.png"))
+    assert len(pngs) == 3 and all(p.stat().st_size > 200 for p in pngs)
 
 
 def test_none_logger_needs_no_wandb():
