@@ -15,9 +15,8 @@ Prints one JSON object on its last line:
 - ``peak_mb_10min_720p``: peak memory (MB) of a fresh process building the frame cache of a
   synthetic 10-minute 720p file at 1 step/s, 448 x 448 frames (``data_builders.bench.video``).
 - ``cache_bytes_per_frame``, ``cache_decode_ms_per_frame``, ``cache_encode_ms_per_frame``,
-  ``cache_psnr_db`` (dicts by entry format, ``raw`` among them) and
-  ``pipeline_samples_per_s_per_worker`` / ``pipeline_tokens_per_sample`` (SFT's input pipeline on
-  30-step windows of 448 x 448 frames): ``data_builders.bench.cache``.
+  ``cache_psnr_db`` (dicts by entry format, ``raw`` among them): ``data_builders.bench.cache``
+  (SFT's input pipeline on those entries: ``python -m train.bench pipeline``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The frame cache's entry formats: bytes and decode time per frame, and the SFT input pipeline's rate
-(part of ``python -m data_builders.bench``).
+"""The frame cache's entry formats: bytes and decode time per frame (part of ``python -m
+data_builders.bench``; the SFT input pipeline's rate on these entries is ``python -m train.bench
+pipeline``, ``train.bench.pipeline``).
 
     python -m data_builders.bench.cache              # these figures alone (~1 min on 2 cores)
 
@@ -17,18 +18,10 @@ Times are the process's CPU time (one thread, as one dataloader worker on its ow
 time, so other load on the machine does not inflate them.
 - ``cache_encode_ms_per_frame``: encoding one frame (the frames stage's extra cost), by format.
 - ``cache_psnr_db``: the served frames against the decoded video's (``inf``: the same pixels).
-- ``pipeline_samples_per_s_per_worker``: one dataloader worker's rate through SFT's input pipeline
-  (:class:`~train.data.StreamWindowDataset` with ``keep_rendered`` off -> the renderer and the
-  Qwen3-VL image processor -> :class:`~train.data.WindowCollator`, batches of one window as the
-  recipe's ``per_device_batch_size``), on 30-step windows at 1 step/s (the 30-frame window of the
-  H200 SFT figure, 6,701 tokens), by format; with ``pipeline_tokens_per_sample``. The processor is
-  Qwen3-VL's image processor settings (``conf/model/qwen3_vl_4b.yaml``) on the tiny tokenizer: the
-  frames cost what they cost the real model; the text is a few hundred tokens either way.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import tempfile
 import time
@@ -36,23 +29,13 @@ from pathlib import Path
 
 import numpy as np
 
-from data_builders.config import RenderConfig
-from data_builders.records import step_times, write_jsonl
+from data_builders.records import step_times
 from data_builders.synthetic.toy import generate_toy, write_mp4
 from data_builders.video import DEFAULT_MAX_PIXELS, FrameCache, encode_frame, read_frames
 
 #: The formats measured (``raw`` first: the others are set against it).
 BENCH_FORMATS = ("raw", "png", "jpeg95", "jpeg90", "jpeg80", "webp90")
 SIZE = 448
-#: Qwen3-VL's image processor (``conf/model/qwen3_vl_4b.yaml``).
-QWEN3_VL_IMAGES = {
-    "patch_size": 16,
-    "temporal_patch_size": 2,
-    "merge_size": 2,
-    "size": {"shortest_edge": 65536, "longest_edge": 16777216},
-    "image_mean": [0.5, 0.5, 0.5],
-    "image_std": [0.5, 0.5, 0.5],
-}
 
 
 def textured_frames(n: int, size: int = SIZE, seed: int = 0) -> list[np.ndarray]:
@@ -123,38 +106,6 @@ def format_figures(video: Path, times: list[float], root: Path) -> dict[str, dic
     return out
 
 
-def pipeline_rate(
-    root: Path, video: Path, fmt: str, n_samples: int = 6, window: int = 30
-) -> tuple[float, int]:
-    """(samples/s, tokens per sample) of one worker through SFT's dataset and collator, ``fmt`` entries."""
-    import torch
-
-    from eval.model import add_decision_tokens, build_processor, build_tokenizer
-    from eval.render import TurnRenderer
-    from train.data import StreamWindowDataset, WindowCollator
-
-    torch.set_num_threads(1)  # one dataloader worker
-    tokenizer = build_tokenizer(512)
-    add_decision_tokens(tokenizer)
-    processor = build_processor(tokenizer, QWEN3_VL_IMAGES)
-    (stream,) = generate_toy(root / "toy", n=1, seed=0, duration=window)
-    rel = video.relative_to(root)
-    streams = [dataclasses.replace(stream, id=f"s{k}", video=str(rel)) for k in range(n_samples)]
-    records = root / "records.jsonl"
-    write_jsonl(records, streams)
-    renderer = TurnRenderer(processor, RenderConfig(max_pixels=DEFAULT_MAX_PIXELS, frame_format=fmt))
-    dataset = StreamWindowDataset(streams, records, renderer, FrameCache(root / fmt), keep_rendered=False)
-    collate = WindowCollator(processor.tokenizer.pad_token_id)
-    collate([dataset[0]])  # warm: the entry is written, the processor's first call paid
-    t0 = time.process_time()
-    tokens = 0
-    for k in range(len(dataset)):
-        batch = collate([dataset[k]])
-        tokens += int(batch["attention_mask"].sum())
-    elapsed = time.process_time() - t0
-    return len(dataset) / elapsed, tokens // len(dataset)
-
-
 def cache_figures(window: int = 30) -> dict:
     """Every figure of the module docstring."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -162,12 +113,7 @@ def cache_figures(window: int = 30) -> dict:
         video = root / "videos" / "textured.mp4"
         write_mp4(video, textured_frames(2 * (window + 2)), fps=2)
         times = step_times(generate_toy(root / "probe", n=1, seed=0, duration=window)[0], 1.0)
-        out = format_figures(video, times, root / "cache")
-        rates, tokens = {}, 0
-        for fmt in BENCH_FORMATS:
-            rate, tokens = pipeline_rate(root, video, fmt, window=window)
-            rates[fmt] = round(rate, 3)
-        return out | {"pipeline_samples_per_s_per_worker": rates, "pipeline_tokens_per_sample": tokens}
+        return format_figures(video, times, root / "cache")
 
 
 if __name__ == "__main__":

@@ -111,3 +111,18 @@ def test_memory_bench_stand_in_builds_no_gradient_for_a_frozen_weight():
         ChunkedLinear.backward = staticmethod(native)
     assert built == [(True, True, False), (True, False, False)]
     assert torch.allclose(x.grad.float(), 2 * w.float().sum(0).expand(4, 64), rtol=2e-2, atol=0.1)
+
+
+def test_the_input_pipeline_bench_runs_sft_s_dataset_and_collator_on_a_cache_format(tmp_path):
+    """``python -m train.bench pipeline``'s one-format measure: windows of the textured video, served
+    from a ``jpeg90`` cache through SFT's dataset and collator."""
+    from data_builders.bench.cache import textured_frames
+    from data_builders.synthetic.toy import write_mp4
+    from train.bench.pipeline import pipeline_rate
+
+    video = tmp_path / "videos" / "textured.mp4"
+    write_mp4(video, textured_frames(28), fps=2)
+    rate, tokens = pipeline_rate(tmp_path, video, "jpeg90", n_samples=2, window=12)
+    assert rate > 0
+    assert tokens > 12 * 196  # 12 frames of 448 x 448 (196 merged patches each) and the text
+    assert list((tmp_path / "jpeg90").rglob("*.frames"))  # served from compressed entries

@@ -150,6 +150,12 @@ def _memory_variant(args) -> dict:
     return run_memory_variant(args.name, args.frames, args.group or 2, args.dtype, args.threads, args.params)
 
 
+def _pipeline(args) -> dict:
+    from train.bench.pipeline import bench_pipeline
+
+    return bench_pipeline()
+
+
 def _grpo(args) -> dict:
     from train.bench.grpo import bench_grpo
 
@@ -163,6 +169,7 @@ BENCHES = {
     "grpo": _grpo,
     "memory": _memory,
     "memory-variant": _memory_variant,
+    "pipeline": _pipeline,
 }
 
 
