@@ -1,5 +1,5 @@
 """One W&B run per training run, its evaluations beside it, offline: a tiny SFT with checkpoints at
-steps 100 and 200, the watcher and an eval.run on them, then the offline run files read back."""
+steps 10 and 20, the watcher and an eval.run on them, then the offline run files read back."""
 
 from __future__ import annotations
 
@@ -42,10 +42,10 @@ def test_checkpoint_evaluations_draw_curves_beside_the_training_run(
                 f"paths.cache_dir={toy_data / 'cache'}",
                 f"train.output_dir={run}",
                 "train.per_device_batch_size=2",
-                "train.max_steps=200",
-                "train.save_steps=100",
+                "train.max_steps=20",
+                "train.save_steps=10",
                 "train.save_total_limit=null",
-                "train.logging_steps=50",
+                "train.logging_steps=5",
                 "train.num_threads=2",
                 "logger=wandb",
             ]
@@ -56,12 +56,12 @@ def test_checkpoint_evaluations_draw_curves_beside_the_training_run(
     test = toy_data / "toy" / "test" / "records.jsonl"
     common = [f"records={test}", f"paths.cache_dir={toy_data / 'cache'}", "limit=2", "max_new_tokens=4"]
     assert watch(watch_config([f"run_dir={run}", "once=true", "timelines=1", *common])) == [
-        "p3i/checkpoint-100",
-        "p3i/checkpoint-200",
+        "p3i/checkpoint-10",
+        "p3i/checkpoint-20",
     ]
     # a later eval.run of one of its checkpoints lands in the same paired run
-    out = f"out_dir={tmp_path / 'eval200'}"
-    cfg = eval_config([f"checkpoint={run / 'checkpoint-200'}", "logger=wandb", "threshold=0.4", out, *common])
+    out = f"out_dir={tmp_path / 'eval20'}"
+    cfg = eval_config([f"checkpoint={run / 'checkpoint-20'}", "logger=wandb", "threshold=0.4", out, *common])
     assert cfg.render.max_pixels == 4096  # read back from the checkpoint
     evaluate(cfg, echo=False)
     runs = {}
@@ -73,7 +73,7 @@ def test_checkpoint_evaluations_draw_curves_beside_the_training_run(
     assert training["run"]["group"] == "sft_tiny"
     config = training["config"]  # the whole Hydra config, beside the Trainer's arguments
     assert config["loss"]["gamma"] == 2.0 and config["render"]["max_pixels"] == 4096
-    assert config["train"]["save_steps"] == 100 and config["data"]["name"] == "toy"
+    assert config["train"]["save_steps"] == 10 and config["data"]["name"] == "toy"
     assert any("train/loss" in row for row in training["history"])
     evals = runs[f"{trained['id']}-eval"]  # resumed at every evaluation: one id, several files
     assert {e["run"]["group"] for e in evals} == {"sft_tiny"}
@@ -84,4 +84,4 @@ def test_checkpoint_evaluations_draw_curves_beside_the_training_run(
         for row in e["history"]
         if "eval/p3i/prs_b" in row
     }
-    assert sorted(points) == [100, 200]  # one curve over the checkpoints' steps
+    assert sorted(points) == [10, 20]  # one curve over the checkpoints' steps
