@@ -40,7 +40,7 @@ $(STAMP): $(VENV)/.torch pyproject.toml
 	touch $@
 
 test: setup
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=15 tests
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow" tests
