@@ -94,7 +94,9 @@ def test_an_empty_records_file_and_a_missing_checkpoint_say_so(tiny_checkpoint, 
 
 
 def test_the_watcher_fails_on_a_run_dir_that_does_not_exist(tmp_path):
-    cfg = watch_config([f"run_dir={tmp_path / 'typo'}", "once=true"])
+    """With no wait left (``run_dir_wait_s=0``) a missing run dir fails at once, naming it; the
+    default waits a day for one a queued training job has not made yet (tests/eval/test_watch.py)."""
+    cfg = watch_config([f"run_dir={tmp_path / 'typo'}", "once=true", "run_dir_wait_s=0"])
     with pytest.raises(FileNotFoundError, match="run_dir=.*typo: no such folder"):
         watch(cfg, evaluate=lambda c: {})
 
