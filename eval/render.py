@@ -214,7 +214,39 @@ class TurnRenderer:
                 parts.append(history)
         if instruction and step == max(self.instruction_step(stream), window_start):
             parts.append(stream.instruction)
+        if instruction:
+            parts += [text for k, text in self.later_turns(stream) if step == max(k, window_start)]
         return "\n".join(parts) if parts else None
+
+    def later_turns(self, stream: Stream) -> list[tuple[int, str]]:
+        """``(step, text)`` of the user's turns after the instruction, ``meta["user_turns"]`` (each
+        ``{"time", "content"}`` on the record axis: a later question, a subtitle), on the step each
+        lands on (the first at or after its time; one before a window's start is given at the
+        start, as the instruction is). A turn equal to the instruction at its time is the
+        instruction itself and is not repeated."""
+        turns = stream.meta.get("user_turns") or []
+        if not isinstance(turns, list):
+            raise ValueError(
+                f"stream {stream.id}: meta user_turns must be a list, got {type(turns).__name__}"
+            )
+        out = []
+        for i, turn in enumerate(turns):
+            time, text = (turn.get("time"), turn.get("content")) if isinstance(turn, dict) else (None, None)
+            if isinstance(time, bool) or not isinstance(time, (int, float)) or not isinstance(text, str):
+                raise ValueError(
+                    f"stream {stream.id}: meta user_turns[{i}] must be {{'time': seconds, 'content': text}}, "
+                    f"got {turn!r}"
+                )
+            if (
+                text == stream.instruction
+                and stream.instruction_time is not None
+                and abs(time - stream.instruction_time) < 1e-6
+            ):
+                continue
+            out.append(
+                (target_step(stream, Target(time=float(time), content=""), self.steps_per_second), text)
+            )
+        return out
 
     def render(self, stream: Stream, frames: np.ndarray, window: tuple[int, int] | None = None) -> Rendered:
         """Render steps ``window = [start, end)`` (default: all) of a stream. ``frames`` holds one

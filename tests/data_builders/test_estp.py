@@ -57,6 +57,7 @@ def test_cli_builds_the_single_question_release(tmp_path, mp4):
         "qa_index": 1,
         "benchmark_task": "Action Recognition",
         "questions": [{"time": 100.0, "text": "Tell me when I stir the pot."}],
+        "user_turns": [],  # a single question: no later turn
     }
     assert b0.video.endswith("full_scale_2fps_max384/vid-b.mp4") and b0.targets[0].time == 25.0
 
@@ -78,6 +79,8 @@ def test_contextual_release_keeps_every_question(tmp_path, mp4):
         {"time": 55.0, "text": "Where did I put the keys?"},
         {"time": 80.0, "text": "And where are they now?"},
     ]
+    # the later question is a user turn given at its time (eval.render.TurnRenderer.later_turns)
+    assert s.meta["user_turns"] == [{"time": 80.0, "content": "And where are they now?"}]
     assert [(t.time, t.window) for t in s.targets] == [(60.0, (60.0, 62.0)), (90.0, (90.0, 91.0))]
 
 

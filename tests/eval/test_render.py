@@ -128,3 +128,36 @@ def test_late_instruction_history_and_merged_targets(setup):
     assert turns[4] == "Remind me.\n<4.0 seconds>"  # 13.5 s lands on the step at 14 s
     assert "</Response> A. B.<|im_end|>" in text  # both targets land on the step at 18 s
     assert out.decision_mask[out.decision_positions[8]] == RESPONSE_CLASS
+
+
+def test_later_user_turns_are_given_on_the_step_they_land_on(setup):
+    """``meta["user_turns"]``: a later question at 6.2 s goes in the user turn of the step at 7 s;
+    the instruction's own turn is not repeated; in a window starting later, a turn before it is
+    given at the window's start, as the instruction is; a malformed turn names the stream."""
+    renderer, _, frames = setup
+    stream = Stream(
+        id="q",
+        source="proactivevideoqa",
+        task="proactivevideoqa",
+        video="v.mp4",
+        clip_start=0.0,
+        clip_end=20.0,
+        instruction="Tell me each step.",
+        instruction_time=1.0,
+        meta={
+            "user_turns": [
+                {"time": 1.0, "content": "Tell me each step."},
+                {"time": 6.2, "content": "And now the lid?"},
+            ]
+        },
+    )
+    text = renderer.tokenizer.decode(renderer.render(stream, frames).input_ids)
+    turns = re.findall(r"<\|im_start\|>user\n(.*?)<\|vision_start\|>", text, flags=re.S)
+    assert turns[1] == "Tell me each step.\n<1.0 seconds>"
+    assert turns[7] == "And now the lid?\n<7.0 seconds>"
+    assert sum("Tell me each step." in t for t in turns) == 1
+    assert renderer.context_for_step(stream, 10, 10) == "Tell me each step.\nAnd now the lid?"
+    assert renderer.context_for_step(stream, 7, 0, instruction=False) is None  # probes ask their own
+    bad = Stream(**{**stream.__dict__, "meta": {"user_turns": [{"time": "soon", "content": "x"}]}})
+    with pytest.raises(ValueError, match=r"stream q: meta user_turns\[0\] must be"):
+        renderer.context_for_step(bad, 0, 0)
