@@ -138,6 +138,8 @@ class WandbLogger(EvalLogger):
         if run_dir is not None:
             Path(run_dir).mkdir(parents=True, exist_ok=True)
             init["dir"] = str(run_dir)
+        elif os.environ.get("WANDB_DIR"):  # read at each run: W&B itself reads it once per process
+            init["dir"] = os.environ["WANDB_DIR"]
         env_run = {k: os.environ.pop(k) for k in ("WANDB_RUN_ID", "WANDB_RESUME") if k in os.environ}
         try:
             self.run = wandb.init(

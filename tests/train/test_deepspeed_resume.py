@@ -104,9 +104,19 @@ def copy_run(written, tmp_path: Path) -> tuple[str, str, Path]:
     return stage, zero, run
 
 
-@pytest.mark.parametrize("part", ["model_states", "optim_states"])
-def test_a_planted_pickle_is_refused_on_resume_and_nothing_runs(written, toy, tmp_path, part):
+#: The file planted in each run: every stage, every ZeRO level and both files, each pair once (a
+#: covering design of the 8 combinations in 4 runs; the guard is one code path for every file).
+PLANTED = {
+    ("sft", "zero2"): "model_states",
+    ("sft", "zero3"): "optim_states",
+    ("grpo", "zero2"): "optim_states",
+    ("grpo", "zero3"): "model_states",
+}
+
+
+def test_a_planted_pickle_is_refused_on_resume_and_nothing_runs(written, toy, tmp_path):
     stage, zero, run = copy_run(written, tmp_path)
+    part = PLANTED[(stage, zero)]
     (target,) = (run / "checkpoint-1").rglob(f"*{part}.pt")  # ZeRO-2 / ZeRO-3 names differ
     state = torch.load(target, weights_only=False)  # the honest file this module's own run wrote
     marker = tmp_path / "marker"

@@ -73,7 +73,12 @@ def test_two_steps_pinned_losses_checkpoint_and_run_dir(toy_data, tmp_path):
     ):
         assert (ckpt / name).exists(), name
     # the frame budget it trained at travels with every checkpoint, for evaluation to read back
-    toy = {"max_pixels": 4096, "video_backend": "decord", "history_budget_tokens": 2048}
+    toy = {
+        "max_pixels": 4096,
+        "video_backend": "decord",
+        "history_budget_tokens": 2048,
+        "frame_format": "raw",
+    }
     assert saved_render(ckpt) == saved_render(final) == toy
     assert complete_checkpoints(run) == [ckpt] and resolve_resume("auto", run) == str(ckpt)
     info = json.loads((run / "run_info.json").read_text())
