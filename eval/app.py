@@ -62,22 +62,13 @@ class Demo:
     """One model, its renderer, the benchmark and the records; :meth:`stream` runs one request."""
 
     def __init__(self, overrides: list[str]):
-        from eval.checkpoints import model_dir
         from eval.model import load_model_and_processor
         from eval.render import TurnRenderer
-        from eval.run import checkpoint_name, load_config, records_path
+        from eval.run import load_config, model_config, records_path
 
         cfg = load_config(overrides)
         self.cfg = cfg
-        model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
-        if cfg.checkpoint is not None:
-            model_cfg |= {
-                "name": checkpoint_name(cfg),
-                "kind": "pretrained",
-                "path": str(model_dir(cfg.checkpoint)),
-                "random_init": False,
-            }
-        self.model, processor = load_model_and_processor(model_cfg, cache_dir=cfg.paths.cache_dir)
+        self.model, processor = load_model_and_processor(model_config(cfg), cache_dir=cfg.paths.cache_dir)
         self.model.eval()
         self.render = RenderConfig(**OmegaConf.to_container(cfg.render, resolve=True))
         self.renderer = TurnRenderer(processor, self.render, cfg.benchmark.steps_per_second)

@@ -163,10 +163,8 @@ def _set_aside(out: Path, old: str | None, recorded: dict) -> Path:
     return dest
 
 
-def _run_streams(
-    cfg: DictConfig, streams: list[Stream], done: set[str], path: Path, log: PredictionLog
-) -> int:
-    """Stream the not-yet-done records through the engine, batch by batch; returns records run."""
+def model_config(cfg: DictConfig) -> dict:
+    """The model block an evaluation loads: the ``model`` group's, or the checkpoint's weights."""
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
     if cfg.checkpoint is not None:
         model_cfg |= {
@@ -175,7 +173,14 @@ def _run_streams(
             "path": str(model_dir(cfg.checkpoint)),
             "random_init": False,
         }
-    model, processor = load_model_and_processor(model_cfg, cache_dir=cfg.paths.cache_dir)
+    return model_cfg
+
+
+def _run_streams(
+    cfg: DictConfig, streams: list[Stream], done: set[str], path: Path, log: PredictionLog
+) -> int:
+    """Stream the not-yet-done records through the engine, batch by batch; returns records run."""
+    model, processor = load_model_and_processor(model_config(cfg), cache_dir=cfg.paths.cache_dir)
     import torch
 
     if torch.cuda.is_available():  # each rank of a launch on its own GPU (LOCAL_RANK), else GPU 0
