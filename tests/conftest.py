@@ -66,6 +66,8 @@ def read_offline_run(path: Path) -> dict:
             pos += left
             continue
         frag, pos = data[pos + 7 : pos + 7 + n], pos + 7 + n
+        if len(frag) < n:  # the writer is still writing this record: read what is whole
+            break
         buf = frag if kind in (1, 2) else buf + frag
         if kind in (1, 4):
             records.append(buf)
@@ -100,10 +102,17 @@ def wait_for_offline_run(run_dir: Path, timeout: float = 60.0) -> dict:
     """:func:`read_offline_run` of a run folder once its writer (a separate process) recorded the exit."""
     import time
 
+    from google.protobuf.message import DecodeError
+
     deadline = time.time() + timeout
     while True:
         files = sorted(run_dir.glob("run-*.wandb"))
-        found = read_offline_run(files[-1]) if files else None
+        try:
+            found = read_offline_run(files[-1]) if files else None
+        except DecodeError:  # a record caught part way through its write: read again
+            if time.time() > deadline:
+                raise
+            found = None
         if (found and found["ended"]) or time.time() > deadline:
             assert found is not None, f"no run file in {run_dir}"
             return found
