@@ -9,7 +9,7 @@
 - queueing: a second request is told it is queued and starts only after the first's last step; the
   engine never runs two streams at once; a page closed mid-stream stops its stream and frees the lock;
 - the webcam (Chromium's fake camera): the page's step count and curve grow, the server runs one
-  engine step per step shown, and Stop ends the stream.
+  engine step per step shown, and Stop ends the stream; the webcam's frame queue alone.
 """
 
 from __future__ import annotations
@@ -307,3 +307,45 @@ def test_webcam(served, page):
     assert page.evaluate("S.posted") >= len(steps)
     assert page.inner_text("#steps") == f"{len(steps)} steps"
     wait_until(lambda: not demo.lock.locked() and not demo.webcams)
+
+
+def test_webcam_frames(monkeypatch):
+    """LiveFrames without a browser: frames sized to the pixel budget, a read that waits pings the
+    page, and a stop, a silent page or a page gone end the read; a bad image is refused."""
+    import io
+
+    from PIL import Image
+
+    from eval import app_streams
+    from eval.app_streams import ClientGone, LiveFrames, WebcamStopped
+
+    monkeypatch.setattr(app_streams, "PING_S", 0.02)
+    monkeypatch.setattr(app_streams, "WEBCAM_IDLE_S", 0.2)
+    pings = []
+    frames = LiveFrames(limit=3600, max_pixels=4096, ping=lambda: pings.append(1))
+    jpeg = io.BytesIO()
+    Image.new("RGB", (640, 480), (200, 30, 30)).save(jpeg, format="JPEG")
+    assert len(frames) == 3600 and frames.push(jpeg.getvalue()) == 1 and frames.push(jpeg.getvalue()) == 2
+    assert frames[0:1].shape == (1, 55, 73, 3) and frames[1].shape == (
+        55,
+        73,
+        3,
+    )  # fit_pixels(480, 640, 4096)
+    assert frames.frames[0] is None  # read past: dropped
+    with pytest.raises(ValueError, match="webcam frame of 4 bytes is not an image"):
+        frames.push(b"junk")
+    with pytest.raises(WebcamStopped, match="no frame for 0.2 s"):
+        frames[2]
+    assert len(pings) >= 3
+
+    def page_gone() -> None:
+        raise ClientGone()
+
+    gone = LiveFrames(limit=10, max_pixels=4096, ping=page_gone)
+    with pytest.raises(ClientGone):
+        gone[0]
+    frames.stop()
+    with pytest.raises(WebcamStopped, match="stopped"):
+        frames[2]
+    with pytest.raises(WebcamStopped):
+        frames.push(jpeg.getvalue())
