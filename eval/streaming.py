@@ -147,7 +147,7 @@ def compiled_forward(lm: torch.nn.Module) -> Callable:
     of one and for a batch of more; the cache length, chunk width and batch size are symbolic in
     each), are built once per process.
 
-    The engine keeps the rest out of the graphs' guards (docs/design.md): a run's first forward,
+    The engine keeps the rest out of the graphs' guards (docs/performance.md): a run's first forward,
     into an empty cache, runs eagerly; a step's KV columns are reserved before the forward
     (``eval.kv_cache.reserve_columns``), and neither they nor the attention mask ever fill their
     buffers (a view of a whole buffer strides as another shape); sizes equal by chance when a graph
