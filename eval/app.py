@@ -179,6 +179,11 @@ def serve(demo: Demo, host: str = "127.0.0.1", port: int = 7860) -> ThreadingHTT
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv in (["--help"], ["-h"]):
+        print(
+            "usage: python -m eval.app [checkpoint=DIR|null] [records=PATH] [host=127.0.0.1] [port=7860] [key=value ...]"
+        )
+        return 0
     opts = dict(a.split("=", 1) for a in argv if a.split("=", 1)[0] in ("host", "port"))
     rest = [a for a in argv if a.split("=", 1)[0] not in ("host", "port")]
     try:

@@ -3,9 +3,8 @@
 transformers' SDPA attention, given a mask and a query of more than one token (a streaming step's
 chunk against the KV cache), repeats every key/value head once per query head of its group
 (``repeat_kv``) before calling the kernel: in Qwen3-VL-4B (32 query heads on 8 key/value heads)
-each layer writes 4 copies of its whole cache at every step, 590 KB per cached token over the 36
-layers (4.2 GB per step with a 32-frame window's 7,040 tokens). SDPA's own grouped mode
-(``enable_gqa``) takes no mask on CUDA without falling back to the math kernel.
+each layer writes 4 copies of its whole cache at every step (the figures: docs/performance.md).
+SDPA's own grouped mode (``enable_gqa``) takes no mask on CUDA without falling back to the math kernel.
 
 Here the query heads of a group are folded into the query axis instead: the query
 ``(batch, heads, q, dim)`` becomes ``(batch, kv_heads, group * q, dim)``, each key/value head is read

@@ -1,6 +1,6 @@
 """A streaming step's image features merged at positions the engine knows, with no read from the device.
 
-Qwen3-VL's forward (transformers 5.24) finds a step's image placeholders on the device: it checks
+Qwen3-VL's forward in transformers (the pinned version: docs/performance.md) finds a step's image placeholders on the device: it checks
 their count against the features (two ``.item()``: the check, and its error message, formatted
 whether the check fails or not), scatters the features into the embeddings by a boolean mask, and
 adds each deepstack layer's features to the hidden states by boolean-mask indexing, once to read

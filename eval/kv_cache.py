@@ -1,9 +1,8 @@
 """A KV cache that appends in place: each layer's keys and values live in a preallocated buffer.
 
 ``transformers``' ``DynamicLayer`` appends a step by concatenation, which copies the layer's whole
-cache at every forward: for Qwen3-VL-4B (36 layers, 8 KV heads of 128, bf16) that is 147 KB per
-cached token, 1 GB per step with a 32-frame window's 7,000 tokens and 15 GB at step 480 without a
-window, a cost that grows with the stream. ``GrowingLayer`` writes the new columns into a buffer
+cache at every forward, a cost that grows with the stream (the figures for Qwen3-VL-4B:
+docs/performance.md). ``GrowingLayer`` writes the new columns into a buffer
 that doubles when full (amortized: each column is copied O(1) times) and hands attention a view of
 the filled part, so appending costs the new columns only. ``keep_columns`` compacts in place (the
 engine's frame window drops dead columns this way). ``python -m eval.bench kv`` measures both.

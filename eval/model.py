@@ -13,6 +13,12 @@ exactly: missing, unexpected or mismatched tensors stop the load (``eval.checkpo
 ``eval.run``, GRPO's ``init=`` and SFT's ``model.path`` alike.
 
     python -m eval.model model=tiny            # build (or reuse) the tiny checkpoint, print its size
+    python -m eval.model model=qwen3_vl_4b model.random_init=true model.init_device=meta   # the 4B's
+
+prints one JSON line (:func:`describe`): the parameter counts, dtype, the language model's and the
+vision tower's layers and widths, and where the checkpoint is. The overrides are those of
+``conf/eval.yaml``'s ``model`` and ``paths`` blocks; ``model.init_device=meta`` sizes a real
+architecture without allocating its weights.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -30,6 +37,7 @@ from eval.checkpoints import check_loaded_weights, check_model_files
 from rewards.turns import RESPONSE, SILENCE
 
 log = logging.getLogger(__name__)
+CONF = str(Path(__file__).resolve().parents[1] / "conf")
 
 #: Chat and vision markers of the Qwen3-VL vocabulary that the tiny tokenizer must also have.
 CHAT_TOKENS = [
@@ -259,3 +267,57 @@ def count_parameters(model: torch.nn.Module) -> dict[str, int]:
     total = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     return {"total": total, "trainable": trainable}
+
+
+def describe(model: torch.nn.Module, processor, cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """What a loaded model is: its name and checkpoint, parameter counts (the vision tower's apart),
+    dtype, the language model's and the vision tower's sizes, and the tokenizer's length."""
+    text, vision = model.config.text_config, model.config.vision_config
+    counts = count_parameters(model)
+    return {
+        "name": cfg.get("name"),
+        "path": None if cfg.get("path") is None or cfg.get("random_init") else str(cfg.get("path")),
+        "random_init": bool(cfg.get("random_init", False)),
+        "parameters": counts["total"],
+        "trainable": counts["trainable"],
+        "vision_parameters": sum(p.numel() for p in model.model.visual.parameters()),
+        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+        "text": {
+            "layers": text.num_hidden_layers,
+            "hidden_size": text.hidden_size,
+            "attention_heads": text.num_attention_heads,
+            "kv_heads": text.num_key_value_heads,
+            "vocab_size": text.vocab_size,
+        },
+        "vision": {
+            "layers": vision.depth,
+            "hidden_size": vision.hidden_size,
+            "out_hidden_size": vision.out_hidden_size,
+            "patch_size": vision.patch_size,
+        },
+        "tokenizer_size": len(processor.tokenizer),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Load the model a ``model`` config names and print :func:`describe` as one JSON line."""
+    argv = sys.argv[1:] if argv is None else argv
+    if "--help" in argv or "-h" in argv:
+        print(
+            "usage: python -m eval.model [model=tiny|qwen3_vl_2b|qwen3_vl_4b|qwen3_vl_8b] [model.KEY=VALUE ...]"
+        )
+        return 0
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        cfg = compose(config_name="eval", overrides=argv)
+    model_cfg = _plain(cfg.model)
+    if model_cfg["kind"] == "tiny" and model_cfg.get("path") is None:
+        model_cfg["path"] = str(Path(cfg.paths.cache_dir) / f"tiny-{_fingerprint(model_cfg)}")
+    model, processor = load_model_and_processor(model_cfg, cache_dir=cfg.paths.cache_dir)
+    print(json.dumps(describe(model, processor, model_cfg)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -29,18 +29,13 @@ Branches (``eval.probes``): ``_mark`` records where the cache stands and ``_rewi
 there, the mask and the rows' M-RoPE offsets too, so a lookahead (a probe's question and answer)
 leaves the cache exactly as it found it.
 
-Work per step is kept flat in the stream's length: the token ids of timestamps and instructions
-are memoized by the renderer, a chunk's M-RoPE positions are computed once per chunk shape and
-shifted, the attention mask grows in a doubling buffer on the model's device, the KV cache
-appends in place (``eval.kv_cache``: no copy of the whole cache per step, as concatenation makes)
-and attention reads grouped key/value heads as they are (``eval.attention``: no repeated cache).
-A decision reads two rows of the LM head (silence, response), not the vocabulary's; one small
-device-to-host copy per step carries the pair, and it is the step's one wait for the device: the
-image features go in at the placeholder positions the engine knows (``eval.image_merge``: no
-``.item()`` or boolean indexing, as the model's own forward runs), and host tensors go up through
-pinned memory without blocking. With ``compile`` the language model's forward runs through
-``torch.compile`` (:func:`compiled_forward`). ``step_timings`` records each step's CPU time,
-language-model time and vision time (``python -m eval.bench``: host_ms_per_step).
+Work per step is kept flat in the stream's length: memoized token ids, M-RoPE positions shifted per
+chunk shape, a mask buffer on the device, an in-place KV cache (``eval.kv_cache``), attention over the
+grouped heads (``eval.attention``), a decision read from two rows of the LM head, and one
+device-to-host read per step (image features merged by ``eval.image_merge``, uploads through pinned
+memory). With ``compile`` the language model's forward runs through ``torch.compile``
+(:func:`compiled_forward`). ``step_timings`` records each step's CPU, language-model and vision
+time. Why each of these, and the measurements: docs/performance.md.
 
 Frames are prepared when a row reaches them: ``frame_chunk`` steps at a time, the processor
 (pixel values, grids) and the vision tower run on that chunk only (a live camera would use 1), so
@@ -152,7 +147,7 @@ def compiled_forward(lm: torch.nn.Module) -> Callable:
     of one and for a batch of more; the cache length, chunk width and batch size are symbolic in
     each), are built once per process.
 
-    The engine keeps the rest out of the graphs' guards (docs/design.md): a run's first forward,
+    The engine keeps the rest out of the graphs' guards (docs/performance.md): a run's first forward,
     into an empty cache, runs eagerly; a step's KV columns are reserved before the forward
     (``eval.kv_cache.reserve_columns``), and neither they nor the attention mask ever fill their
     buffers (a view of a whole buffer strides as another shape); sizes equal by chance when a graph

@@ -28,7 +28,7 @@ evaluation's run, a timeline image per row. The page needs no server and nothing
 - Size: per stream about 0.4 KB of text, its curve (at most :data:`CURVE_BINS` bytes), its
   replies (each cut to :data:`TEXT_CHARS` characters) and at most ``thumbnails`` JPEGs of
   :data:`THUMB_PIXELS` pixels (about 1.5 KB each): at most ~9.6 KB a stream beyond its replies
-  with the defaults, ~10 MB for 1,000 streams; README "Evaluation viewer" gives a measured run.
+  with the defaults, ~10 MB for 1,000 streams; docs/evaluation.md, "Evaluation viewer", gives a measured run.
 
 A video that cannot be read leaves its stream without thumbnails, and the page and the last JSON
 line say which and why. Prints ``{"html": ..., "streams": ..., "fires": ..., "bytes": ...}`` last.
@@ -341,12 +341,19 @@ def write_view(
     }
 
 
+USAGE = "usage: python -m eval.view out_dir=DIR [html=PATH] [thumbnails=N]"
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = dict(a.split("=", 1) for a in (sys.argv[1:] if argv is None else argv) if "=" in a)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv in (["--help"], ["-h"]):
+        print(USAGE)
+        return 0
+    args = dict(a.split("=", 1) for a in argv if "=" in a)
     unknown = set(args) - {"out_dir", "html", "thumbnails"}
-    bad = [a for a in (sys.argv[1:] if argv is None else argv) if "=" not in a]
+    bad = [a for a in argv if "=" not in a]
     if "out_dir" not in args or unknown or bad:
-        print("usage: python -m eval.view out_dir=DIR [html=PATH] [thumbnails=N]", file=sys.stderr)
+        print(USAGE, file=sys.stderr)
         return 2
     try:
         figures = write_view(

@@ -13,11 +13,17 @@ from __future__ import annotations
 
 import ast
 import io
+import os
 import re
+import subprocess
+import sys
 import tokenize
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 from functools import cache
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("train", "eval", "data_builders", "rewards")
@@ -151,3 +157,89 @@ def dangling_in(path: Path) -> list[str]:
         return dangling([tmp])
     finally:
         tmp.unlink()
+
+
+#: ``python -m <project module> [subcommand] args`` in the README and the docs, up to the end of the
+#: code span, a comment, a table cell or the line.
+COMMAND = re.compile(rf"python -m ((?:{ALT_PACKAGES})(?:\.\w+)*)([^`#|\n]*)")
+#: A first argument that picks a subcommand (``data_builders build``, ``eval.bench gpu``).
+SUBCOMMAND = re.compile(r"[a-z][a-z_]*")
+
+
+def advertised_commands() -> dict[tuple[str, ...], list[str]]:
+    """Every ``python -m`` command the README and ``docs/*.md`` name, by (module, subcommand): the
+    command lines, each with the file it is in."""
+    found: dict[tuple[str, ...], list[str]] = {}
+    for f in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for m in COMMAND.finditer(f.read_text(encoding="utf-8")):
+            module, args = m.group(1), m.group(2).split()
+            key = (module, args[0]) if args and SUBCOMMAND.fullmatch(args[0]) else (module,)
+            found.setdefault(key, []).append(f"{f.relative_to(ROOT)}: python -m {module} {' '.join(args)}")
+    return found
+
+
+def _module_file(module: str) -> Path:
+    base = ROOT.joinpath(*module.split("."))
+    return base / "__main__.py" if base.is_dir() else base.with_suffix(".py")
+
+
+def is_hydra(module: str) -> bool:
+    """A Hydra entry point (``--cfg job``), not an argparse one (``--help``): a ``hydra.main`` app,
+    or a dispatcher to Hydra mains (``python -m data_builders build``)."""
+    return bool(re.search(r"@hydra\.main|Hydra main", _module_file(module).read_text(encoding="utf-8")))
+
+
+def bad_group_choices(lines: list[str]) -> list[str]:
+    """``group=option`` overrides of Hydra commands whose ``conf/<group>/<option>.yaml`` is missing
+    (each value of a sweep's ``a,b`` too)."""
+    out = []
+    for line in lines:
+        for arg in line.split(": ", 1)[1].split()[3:]:
+            key, _, value = arg.partition("=")
+            if not value or key.startswith(("+", "~")) or not (ROOT / "conf" / key).is_dir():
+                continue
+            if value.isupper() or NOT_REPO.search(value):  # a placeholder: source=NAME, benchmark=<name>
+                continue
+            for option in value.split(","):
+                if option != "null" and not (ROOT / "conf" / key / f"{option}.yaml").exists():
+                    out.append(f"{line}: conf/{key}/{option}.yaml does not exist")
+    return out
+
+
+def test_the_docs_advertise_commands_and_their_config_groups_exist():
+    found = advertised_commands()
+    for key in [("train.sft",), ("train.grpo",), ("eval.run",), ("eval.model",), ("data_builders", "build")]:
+        assert key in found, key
+    for key, lines in found.items():
+        assert _module_file(key[0]).exists(), lines[0]
+    hydra = [line for key, lines in found.items() if is_hydra(key[0]) for line in lines]
+    assert bad_group_choices(hydra) == []
+
+
+def test_the_group_check_finds_a_missing_option():
+    lines = ["README.md: python -m train.sft model=tiny experiment=toy_sft,nope data.dir=/x"]
+    assert bad_group_choices(lines) == [f"{lines[0]}: conf/experiment/nope.yaml does not exist"]
+
+
+def _run_entry_point(key: tuple[str, ...]) -> tuple[tuple[str, ...], int, str]:
+    flag = "--cfg job" if is_hydra(key[0]) else "--help"
+    proc = subprocess.run(
+        [sys.executable, "-m", *key, *flag.split()],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"},
+    )
+    return key, proc.returncode, (proc.stdout + proc.stderr)[-800:]
+
+
+@pytest.mark.slow
+def test_every_advertised_command_starts():
+    """Each module (and subcommand) the docs advertise answers ``--help``, or ``--cfg job`` for a Hydra
+    entry point, with exit 0: one process per module, two at a time."""
+    found = advertised_commands()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(_run_entry_point, sorted(found)))
+    failed = [f"{found[key][0]} -> exit {rc}\n{tail}" for key, rc, tail in results if rc != 0]
+    assert failed == [], "\n\n".join(failed)

@@ -1,4 +1,4 @@
-"""Every release fixture builds with default keys, and its numbers are the README's per-source table.
+"""Every release fixture builds with default keys, and its numbers are the per-source table of docs/data.md.
 
 ``python tests/data_builders/test_fixture_table.py`` prints the table (Markdown).
 """

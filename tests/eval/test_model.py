@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import torch
+from transformers import AutoModelForImageTextToText
 
 from eval.model import freeze_vision_tower, vision_tower_parameters
 
@@ -56,3 +59,40 @@ def test_freeze_vision_keeps_merger_trainable(tiny_model_and_processor):
     assert not any(p.requires_grad for p in model.model.visual.parameters())
     freeze_vision_tower(model)  # restore the default for other tests
     assert torch.is_grad_enabled()
+
+
+def _card(capsys, *overrides: str) -> dict:
+    from eval.model import main
+
+    assert main(list(overrides)) == 0
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_python_m_eval_model_prints_the_model_it_builds(tmp_path, capsys):
+    card = _card(
+        capsys,
+        "model=tiny",
+        f"paths.cache_dir={tmp_path}",
+        "model.architecture.text_config.num_hidden_layers=3",
+    )
+    saved = AutoModelForImageTextToText.from_pretrained(card["path"])
+    assert Path(card["path"]).parent == tmp_path and (Path(card["path"]) / "model.safetensors").exists()
+    assert card["parameters"] == sum(p.numel() for p in saved.parameters())
+    assert card["vision_parameters"] == sum(p.numel() for p in saved.model.visual.parameters())
+    assert card["trainable"] < card["parameters"]  # the vision tower is frozen, its merger is not
+    assert card["text"] == {
+        "layers": 3,
+        "hidden_size": 64,
+        "attention_heads": 4,
+        "kv_heads": 2,
+        "vocab_size": 514,
+    }
+    assert card["vision"] == {"layers": 2, "hidden_size": 32, "out_hidden_size": 64, "patch_size": 16}
+    assert (card["dtype"], card["random_init"], card["tokenizer_size"]) == ("float32", False, 514)
+
+
+def test_python_m_eval_model_sizes_the_4b_without_its_weights(capsys):
+    card = _card(capsys, "model=qwen3_vl_4b", "model.random_init=true", "model.init_device=meta")
+    assert (card["parameters"], card["trainable"]) == (4_437_815_808, 4_131_573_248)  # docs: 4.44B, 4.13B
+    assert (card["text"]["layers"], card["text"]["kv_heads"], card["vision"]["layers"]) == (36, 8, 24)
+    assert (card["dtype"], card["path"], card["random_init"]) == ("bfloat16", None, True)

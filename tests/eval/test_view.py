@@ -205,3 +205,6 @@ def test_bad_folder_is_a_clear_error(tmp_path, capsys):
     assert main([f"out_dir={tmp_path}"]) == 2
     assert "no predictions" in capsys.readouterr().err
     assert main(["outdir=x"]) == 2 and "usage" in capsys.readouterr().err
+    assert main(["--help"]) == 0 and capsys.readouterr().out.startswith(
+        "usage: python -m eval.view out_dir=DIR"
+    )
