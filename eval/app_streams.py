@@ -155,9 +155,8 @@ class Demo:
         """Load ``checkpoint`` (a dir, or ``null``: the tiny model) in place of the model held, under
         the stream lock (a running stream finishes first). Returns None, or why it did not load
         (``<dir>: <reason>``): the model held stays; with none held, every request is told why."""
-        from eval.model import load_model_and_processor
         from eval.render import TurnRenderer
-        from eval.run import load_config, model_config
+        from eval.run import load_config, load_model
 
         checkpoint = checkpoint.strip()
         with self.lock:
@@ -165,7 +164,7 @@ class Demo:
                 if not checkpoint:
                     raise ValueError("give a checkpoint dir, or null for the tiny model")
                 cfg = load_config([*self.overrides, f"checkpoint={checkpoint}"])
-                model, processor = load_model_and_processor(model_config(cfg), cache_dir=cfg.paths.cache_dir)
+                model, processor = load_model(cfg)
                 render = RenderConfig(**OmegaConf.to_container(cfg.render, resolve=True))
                 renderer = TurnRenderer(processor, render, cfg.benchmark.steps_per_second)
             except Exception as exc:  # whatever a folder makes loading raise is the page's message

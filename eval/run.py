@@ -176,17 +176,23 @@ def model_config(cfg: DictConfig) -> dict:
     return model_cfg
 
 
-def _run_streams(
-    cfg: DictConfig, streams: list[Stream], done: set[str], path: Path, log: PredictionLog
-) -> int:
-    """Stream the not-yet-done records through the engine, batch by batch; returns records run."""
-    model, processor = load_model_and_processor(model_config(cfg), cache_dir=cfg.paths.cache_dir)
+def load_model(cfg: DictConfig):
+    """The model and processor an evaluation streams with, on this rank's GPU when CUDA is there."""
     import torch
 
+    model, processor = load_model_and_processor(model_config(cfg), cache_dir=cfg.paths.cache_dir)
     if torch.cuda.is_available():  # each rank of a launch on its own GPU (LOCAL_RANK), else GPU 0
         device = torch.device("cuda", Ranks.from_env().local_rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
         model.to(device)
+    return model, processor
+
+
+def _run_streams(
+    cfg: DictConfig, streams: list[Stream], done: set[str], path: Path, log: PredictionLog
+) -> int:
+    """Stream the not-yet-done records through the engine, batch by batch; returns records run."""
+    model, processor = load_model(cfg)
     render = RenderConfig(**OmegaConf.to_container(cfg.render, resolve=True))
     renderer = TurnRenderer(processor, render, cfg.benchmark.steps_per_second)
     engine_cfg = EngineConfig(
