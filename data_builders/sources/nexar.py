@@ -131,15 +131,13 @@ def build_nexar(inputs: BuildInputs, options: NexarOptions) -> Iterator[Pending 
                 if row.get(key):
                     meta[key] = row[key]
             return [
-                Stream(
+                Stream.whole_video(
                     id=f"nexar-{Path(video).stem}",
                     source="nexar",
                     task="accident_warning",
                     video=video,
-                    clip_start=0.0,
                     clip_end=clip_end_from(info, None, rid),
                     instruction=options.instruction,
-                    instruction_time=0.0,
                     targets=targets,
                     meta=meta,
                 )

@@ -137,15 +137,13 @@ def build_ucf_crime(inputs: BuildInputs, options: UcfCrimeOptions) -> Iterator[P
                 for s, e in spans
             ]
             return [
-                Stream(
+                Stream.whole_video(
                     id=f"ucf_crime-{stem}",
                     source="ucf_crime",
                     task="crime_alert",
                     video=video,
-                    clip_start=0.0,
                     clip_end=clip_end_from(info, None, rid),
                     instruction=options.instruction,
-                    instruction_time=0.0,
                     targets=targets,
                     meta={"video_id": f"ucf_crime/{stem}", "event_class": event_class, "fps": fps},
                 )
