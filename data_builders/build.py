@@ -364,6 +364,19 @@ def _report_counts(errors: list[ConversionError], counts: Counter) -> dict[str, 
     return {k: counts[k] for k in sorted(set(counts) | set(BASE_COUNTS))}
 
 
+def _log_report(source: str, report: BuildReport) -> None:
+    log.info(
+        "%s: %d records from %d source records, %d failed (%.2f%%), %s -> %s",
+        source,
+        len(report.records),
+        report.n_source_records,
+        report.n_failed,
+        100 * report.error_rate,
+        ", ".join(f"{k}={v}" for k, v in report.counts.items() if v),
+        report.out,
+    )
+
+
 def _keep_failed(tmp: Path, out: Path, report: BuildReport, max_error_rate: float) -> None:
     """Move the staged files of a failed build to ``out/failed_build/`` and raise :class:`BuildFailed`."""
     failed = out / FAILED_DIR
@@ -431,16 +444,7 @@ def build_source(
         counts = _report_counts(all_errors, counts)
         report = BuildReport(records, all_errors, n_source, out, counts=counts)
         write_files(tmp, records, report.errors, shard_size=shard_size, counts=counts)
-        log.info(
-            "%s: %d records from %d source records, %d failed (%.2f%%), %s -> %s",
-            source,
-            len(records),
-            n_source,
-            report.n_failed,
-            100 * report.error_rate,
-            ", ".join(f"{k}={v}" for k, v in counts.items() if v),
-            out,
-        )
+        _log_report(source, report)
         if not records or report.error_rate > max_error_rate:
             _keep_failed(tmp, out, report, max_error_rate)
         report.files = commit(tmp, out)
