@@ -55,6 +55,7 @@ from data_builders.registry import (
     BuildInputs,
     ConversionError,
     Pending,
+    SourceSpec,
     get_source,
     record_reason,
 )
@@ -225,6 +226,33 @@ def locate_videos(
     return found, errors
 
 
+def _make_streams(p: Pending, info: VideoInfo | None, video: str, seen: dict[str, str]) -> list[Stream]:
+    """Stage 3-4 for one parsed record whose video was found at ``video``: its streams, targets
+    fitted to the clip, each checked against the file's length, the ids made so far (``seen``:
+    id -> record) and the targets the source dropped. Raises :class:`RecordError`."""
+    streams = []
+    for s in p.make(info):
+        if s.video == p.video != video:
+            s = replace(s, video=video)
+        s = _fit_targets(s, p)
+        if info is not None and s.clip_end - s.video_offset > info.duration + DURATION_SLACK:
+            raise RecordError(
+                f"stream {s.id}: clip ends at {s.clip_end - s.video_offset:.3f}s of the file "
+                f"but the video lasts {info.duration:.3f}s"
+            )
+        if s.id in seen:
+            raise RecordError(f"duplicate id {s.id!r} (first made from record {seen[s.id]})")
+        if p.tally.lost and not s.targets:
+            raise RecordError(
+                f"stream {s.id}: all its targets were dropped or left out ({p.tally.lost}); "
+                "not kept as a negative: " + "; ".join(p.tally.dropped or [str(dict(p.tally.counts))])
+            )
+        if p.tally.lost:
+            s = replace(s, meta={**s.meta, "dropped_targets": p.tally.lost})
+        streams.append(s)
+    return streams
+
+
 def convert(
     pendings: list[Pending],
     root: Path,
@@ -259,27 +287,7 @@ def convert(
             errors.append(ConversionError(p.source_file, p.record, f"unreadable video: {info}"))
             continue
         try:
-            streams = []
-            for s in p.make(info):
-                if s.video == p.video != found[k]:
-                    s = replace(s, video=found[k])
-                s = _fit_targets(s, p)
-                if info is not None and s.clip_end - s.video_offset > info.duration + DURATION_SLACK:
-                    raise RecordError(
-                        f"stream {s.id}: clip ends at {s.clip_end - s.video_offset:.3f}s of the file "
-                        f"but the video lasts {info.duration:.3f}s"
-                    )
-                if s.id in seen:
-                    raise RecordError(f"duplicate id {s.id!r} (first made from record {seen[s.id]})")
-                if p.tally.lost and not s.targets:
-                    raise RecordError(
-                        f"stream {s.id}: all its targets were dropped or left out ({p.tally.lost}); "
-                        "not kept as a negative: " + "; ".join(p.tally.dropped or [str(dict(p.tally.counts))])
-                    )
-                if p.tally.lost:
-                    s = replace(s, meta={**s.meta, "dropped_targets": p.tally.lost})
-                streams.append(s)
-            rebased = [rebase(s) for s in streams]
+            rebased = [rebase(s) for s in _make_streams(p, info, found[k], seen)]
         except RECORD_EXCEPTIONS as exc:
             errors.append(ConversionError(p.source_file, p.record, record_reason(exc)))
             continue
@@ -318,6 +326,73 @@ def _check_out(out: Path, annotations: Path | None) -> None:
         )
 
 
+def _check_inputs(
+    spec: SourceSpec, source: str, out: Path, annotations: str | Path | None, videos: str | Path | None
+) -> Path | None:
+    """The annotations path, once the inputs the source needs are given, exist, and are not ``out``."""
+    if spec.needs_annotations and (annotations is None or videos is None):
+        raise BuildFailed(f"source {source!r} needs annotations=PATH and videos=DIR")
+    annotations = None if annotations is None else Path(annotations)
+    if annotations is not None and not annotations.exists():
+        raise BuildFailed(f"annotations {annotations} do not exist")
+    _check_out(out, annotations)
+    return annotations
+
+
+def _parse_source(
+    spec: SourceSpec, source: str, inputs: BuildInputs, opts: Any
+) -> tuple[list[Pending], list[ConversionError], int]:
+    """Stage 1: the source's parsed records, its per-record errors, and how many source records
+    there were (parsed or failed). Raises :class:`BuildFailed` when there were none."""
+    pendings: list[Pending] = []
+    errors: list[ConversionError] = []
+    try:
+        for item in spec.build(inputs, opts):
+            (errors if isinstance(item, ConversionError) else pendings).append(item)
+    except RecordError as exc:  # a whole annotation file is unreadable
+        raise BuildFailed(f"source {source!r}: {exc}") from None
+    n_source = len(pendings) + len({(e.source_file, e.record) for e in errors})
+    if n_source == 0:
+        raise BuildFailed(f"source {source!r}: no records in {inputs.annotations}")
+    return pendings, errors, n_source
+
+
+def _report_counts(errors: list[ConversionError], counts: Counter) -> dict[str, int]:
+    """The report's counts: the conversion's, the skipped records and dropped events, every base key."""
+    counts["skipped_records"] = len({(e.source_file, e.record) for e in errors if e.scope == "skipped"})
+    counts["dropped_events"] = sum(e.scope == "event" for e in errors)
+    return {k: counts[k] for k in sorted(set(counts) | set(BASE_COUNTS))}
+
+
+def _log_report(source: str, report: BuildReport) -> None:
+    log.info(
+        "%s: %d records from %d source records, %d failed (%.2f%%), %s -> %s",
+        source,
+        len(report.records),
+        report.n_source_records,
+        report.n_failed,
+        100 * report.error_rate,
+        ", ".join(f"{k}={v}" for k, v in report.counts.items() if v),
+        report.out,
+    )
+
+
+def _keep_failed(tmp: Path, out: Path, report: BuildReport, max_error_rate: float) -> None:
+    """Move the staged files of a failed build to ``out/failed_build/`` and raise :class:`BuildFailed`."""
+    failed = out / FAILED_DIR
+    if failed.exists():
+        shutil.rmtree(failed)
+    os.replace(tmp, failed)
+    tmp.mkdir()  # for the cleanup
+    why = (
+        "no record was built"
+        if not report.records
+        else f"{report.n_failed} of {report.n_source_records} source records ({100 * report.error_rate:.2f}%) could "
+        f"not be converted, above max_error_rate={max_error_rate}"
+    )
+    raise BuildFailed(f"{why}; reasons in {failed / 'errors.jsonl'} (the previous build in {out} is kept)")
+
+
 def build_source(
     source: str,
     out: str | Path,
@@ -347,26 +422,12 @@ def build_source(
         raise BuildFailed(str(exc)) from None
     _check_settings(max_error_rate, shard_size, workers, video_paths)
     out = Path(out)
-    if spec.needs_annotations and (annotations is None or videos is None):
-        raise BuildFailed(f"source {source!r} needs annotations=PATH and videos=DIR")
-    annotations = None if annotations is None else Path(annotations)
-    if annotations is not None and not annotations.exists():
-        raise BuildFailed(f"annotations {annotations} do not exist")
-    _check_out(out, annotations)
+    annotations = _check_inputs(spec, source, out, annotations, videos)
     with staging_dir(out) as tmp:
         inputs = BuildInputs(
             annotations=annotations, videos=None if videos is None else Path(videos), out=tmp
         )
-        pendings: list[Pending] = []
-        errors: list[ConversionError] = []
-        try:
-            for item in spec.build(inputs, opts):
-                (errors if isinstance(item, ConversionError) else pendings).append(item)
-        except RecordError as exc:  # a whole annotation file is unreadable
-            raise BuildFailed(f"source {source!r}: {exc}") from None
-        n_source = len(pendings) + len({(e.source_file, e.record) for e in errors})
-        if n_source == 0:
-            raise BuildFailed(f"source {source!r}: no records in {annotations}")
+        pendings, errors, n_source = _parse_source(spec, source, inputs, opts)
         root = inputs.videos if inputs.videos is not None else tmp
         records, conv_errors, counts = convert(
             pendings,
@@ -380,37 +441,11 @@ def build_source(
             staging=tmp,
         )
         all_errors = errors + conv_errors
-        counts["skipped_records"] = len(
-            {(e.source_file, e.record) for e in all_errors if e.scope == "skipped"}
-        )
-        counts["dropped_events"] = sum(e.scope == "event" for e in all_errors)
-        counts = {k: counts[k] for k in sorted(set(counts) | set(BASE_COUNTS))}
+        counts = _report_counts(all_errors, counts)
         report = BuildReport(records, all_errors, n_source, out, counts=counts)
         write_files(tmp, records, report.errors, shard_size=shard_size, counts=counts)
-        log.info(
-            "%s: %d records from %d source records, %d failed (%.2f%%), %s -> %s",
-            source,
-            len(records),
-            n_source,
-            report.n_failed,
-            100 * report.error_rate,
-            ", ".join(f"{k}={v}" for k, v in counts.items() if v),
-            out,
-        )
+        _log_report(source, report)
         if not records or report.error_rate > max_error_rate:
-            failed = out / FAILED_DIR
-            if failed.exists():
-                shutil.rmtree(failed)
-            os.replace(tmp, failed)
-            tmp.mkdir()  # for the cleanup
-            why = (
-                "no record was built"
-                if not records
-                else f"{report.n_failed} of {n_source} source records ({100 * report.error_rate:.2f}%) could "
-                f"not be converted, above max_error_rate={max_error_rate}"
-            )
-            raise BuildFailed(
-                f"{why}; reasons in {failed / 'errors.jsonl'} (the previous build in {out} is kept)"
-            )
+            _keep_failed(tmp, out, report, max_error_rate)
         report.files = commit(tmp, out)
     return report

@@ -178,6 +178,46 @@ def check_frames_options(steps_per_second: float, workers: int) -> None:
         raise ValueError(f"workers={workers}: must be a whole number, at least 1")
 
 
+def _decode_all(
+    jobs: list[tuple[int, Path, Stream]],
+    cache: str,
+    render: RenderConfig,
+    steps_per_second: float,
+    workers: int,
+    bar: Progress | None,
+) -> tuple[int, int, list[tuple[str, str]], FrameCacheError | None]:
+    """Decode the jobs' clips into the cache in ``workers`` processes: the frames decoded, the
+    clips cached, the (video, reason) of those that failed, and the error of a full disk, after
+    which the jobs not started are cancelled."""
+    failed: list[tuple[str, str]] = []
+    n_frames = cached = 0
+    full: FrameCacheError | None = None
+    # the workers are forked: garbage PyAV objects of this process (a build's probes) must be freed
+    # here, where their decoder threads live; a worker collecting one hangs for good
+    gc.collect()
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = [
+            pool.submit(_cache_one, cache, path, stream, render, steps_per_second) for _, path, stream in jobs
+        ]
+        for fut in as_completed(futures):
+            try:
+                path, n, err = fut.result()
+            except CancelledError:
+                continue
+            except FrameCacheError as exc:  # the disk is full: stop, the clips in flight finish
+                full = full or exc
+                for other in futures:
+                    other.cancel()
+                continue
+            n_frames += n
+            cached += err is None
+            if err:
+                failed.append((path, err))
+            if bar is not None:
+                bar.update(1)
+    return n_frames, cached, failed, full
+
+
 def cache_frames(
     data: str | Path,
     cache: str | Path,
@@ -199,34 +239,8 @@ def cache_frames(
     render = render or RenderConfig()
     every = clip_jobs(data)
     jobs = [job for job in every if clip_shard(job[1], job[2], n_shards) == index]
-    failed: list[tuple[str, str]] = []
-    n_frames = cached = 0
-    full: FrameCacheError | None = None
     bar = Progress(len(jobs), "frames", unit="clip") if progress else None
-    # the workers are forked: garbage PyAV objects of this process (a build's probes) must be freed
-    # here, where their decoder threads live; a worker collecting one hangs for good
-    gc.collect()
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [
-            pool.submit(_cache_one, str(cache), path, stream, render, steps_per_second)
-            for _, path, stream in jobs
-        ]
-        for fut in as_completed(futures):
-            try:
-                path, n, err = fut.result()
-            except CancelledError:
-                continue
-            except FrameCacheError as exc:  # the disk is full: stop, the clips in flight finish
-                full = full or exc
-                for other in futures:
-                    other.cancel()
-                continue
-            n_frames += n
-            cached += err is None
-            if err:
-                failed.append((path, err))
-            if bar is not None:
-                bar.update(1)
+    n_frames, cached, failed, full = _decode_all(jobs, str(cache), render, steps_per_second, workers, bar)
     if bar is not None:
         bar.close()
     if full is not None:

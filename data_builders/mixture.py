@@ -190,6 +190,41 @@ def build_mixture(cfg: MixtureConfig, out: str | Path | None = None) -> dict[str
     out = Path(out or cfg.dir or "")
     if not str(out) or str(out) == ".":
         raise BuildFailed("mixture output dir not set (data.dir=...)")
+    _check_mixture(cfg)
+    chosen, summary_sources = _sample_sources(cfg)
+    by_split: dict[str, list[Stream]] = {name: [] for name in cfg.splits}
+    for s, group in zip(chosen, video_groups(chosen), strict=True):
+        by_split[split_of(group, cfg.seed, cfg.splits)].append(s)
+    summary: dict[str, Any] = {
+        "name": cfg.name,
+        "seed": cfg.seed,
+        "total": len(chosen),
+        "sources": summary_sources,
+        "splits": {},
+    }
+    with OutputLock(out, f"data_builders mix data={cfg.name}"), staging_dir(out) as tmp:
+        for split, streams in by_split.items():
+            split_dir = os.path.abspath(out / split)  # where the split will be once it is moved in
+            rel = [
+                Stream.from_dict({**s.to_dict(), "video": os.path.relpath(s.video, split_dir)})
+                for s in streams
+            ]
+            write_files(tmp / split, rel, steps_per_second=cfg.steps_per_second)
+            summary["splits"][split] = {"records": len(rel), "videos": len({s.video_key for s in rel})}
+        _swap_in(tmp, out, list(by_split), json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    log.info(
+        "mixture %s: %d records -> %s (%s)",
+        cfg.name,
+        len(chosen),
+        out,
+        ", ".join(f"{k}={v['records']}" for k, v in summary["splits"].items()),
+    )
+    return summary
+
+
+def _check_mixture(cfg: MixtureConfig) -> None:
+    """Refuse a mixture with no source, split shares that are not a partition, or a split name
+    that is not a plain folder name."""
     if not cfg.sources:
         raise BuildFailed(f"mixture {cfg.name} lists no sources")
     if abs(sum(cfg.splits.values()) - 1.0) > 1e-6 or any(v < 0 for v in cfg.splits.values()):
@@ -202,6 +237,11 @@ def build_mixture(cfg: MixtureConfig, out: str | Path | None = None) -> dict[str
             f"mixture {cfg.name}: split names must be plain folder names (not hidden, no '/', not "
             f"mixture.json or {SWAP_FILE}), got {bad}"
         )
+
+
+def _sample_sources(cfg: MixtureConfig) -> tuple[list[Stream], dict[str, dict]]:
+    """Each source's sample (seeded by the mixture seed and the source name), videos made
+    absolute, and per source what was available and taken."""
     if cfg.total is not None:
         counts: dict[str, int | None] = dict(
             apportion(cfg.total, {k: s.weight for k, s in cfg.sources.items()})
@@ -231,31 +271,4 @@ def build_mixture(cfg: MixtureConfig, out: str | Path | None = None) -> dict[str
             video = os.path.abspath(resolve_video(s, path))
             chosen.append(Stream.from_dict({**s.to_dict(), "video": video}))
         summary_sources[name] = {"available": len(streams), "taken": want, "records": str(path)}
-    by_split: dict[str, list[Stream]] = {name: [] for name in cfg.splits}
-    for s, group in zip(chosen, video_groups(chosen), strict=True):
-        by_split[split_of(group, cfg.seed, cfg.splits)].append(s)
-    summary: dict[str, Any] = {
-        "name": cfg.name,
-        "seed": cfg.seed,
-        "total": len(chosen),
-        "sources": summary_sources,
-        "splits": {},
-    }
-    with OutputLock(out, f"data_builders mix data={cfg.name}"), staging_dir(out) as tmp:
-        for split, streams in by_split.items():
-            split_dir = os.path.abspath(out / split)  # where the split will be once it is moved in
-            rel = [
-                Stream.from_dict({**s.to_dict(), "video": os.path.relpath(s.video, split_dir)})
-                for s in streams
-            ]
-            write_files(tmp / split, rel, steps_per_second=cfg.steps_per_second)
-            summary["splits"][split] = {"records": len(rel), "videos": len({s.video_key for s in rel})}
-        _swap_in(tmp, out, list(by_split), json.dumps(summary, indent=1, sort_keys=True) + "\n")
-    log.info(
-        "mixture %s: %d records -> %s (%s)",
-        cfg.name,
-        len(chosen),
-        out,
-        ", ".join(f"{k}={v['records']}" for k, v in summary["splits"].items()),
-    )
-    return summary
+    return chosen, summary_sources

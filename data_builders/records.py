@@ -255,18 +255,7 @@ class Stream:
                 raise RecordError(
                     f"clip ends before it starts ({clip_start} >= {clip_end})", field="clip_end"
                 )
-            raw_targets = data.get("targets") or []
-            if not isinstance(raw_targets, list):
-                raise RecordError("expected a list", field="targets")
-            targets = [Target.from_dict(t, f"targets[{i}]") for i, t in enumerate(raw_targets)]
-            for i, t in enumerate(targets):
-                lo = t.window[0] if t.window else t.time
-                hi = t.window[1] if t.window else t.time
-                if lo < clip_start - TIME_EPS or hi > clip_end + TIME_EPS:
-                    raise RecordError(
-                        f"target at {t.time}s (window {t.window}) lies outside the clip [{clip_start}, {clip_end}]",
-                        field=f"targets[{i}]",
-                    )
+            targets = _clip_targets(data, clip_start, clip_end)
             instruction_time = data.get("instruction_time")
             if instruction_time is not None:
                 instruction_time = _number(instruction_time, "instruction_time")
@@ -275,14 +264,7 @@ class Stream:
             raw_history = data.get("history") or []
             if not isinstance(raw_history, list):
                 raise RecordError("expected a list", field="history")
-            meta = data.get("meta") or {}
-            if isinstance(meta, str):  # parquet stores meta as a JSON string
-                try:
-                    meta = json.loads(meta)
-                except (ValueError, RecursionError) as exc:
-                    raise RecordError(f"not a JSON object string ({exc})", field="meta") from None
-            if not isinstance(meta, dict):
-                raise RecordError("expected an object", field="meta")
+            meta = _meta(data)
             return cls(
                 id=rid,
                 source=_text(_require(data, "source"), "source"),
@@ -300,6 +282,33 @@ class Stream:
         except RecordError as err:
             raise err.located(record=rid if isinstance(rid, str) and rid else None) from None
 
+    @classmethod
+    def whole_video(
+        cls,
+        *,
+        id: str,
+        source: str,
+        task: str,
+        video: str,
+        clip_end: float,
+        instruction: str,
+        targets: list[Target],
+        meta: dict[str, Any],
+    ) -> Stream:
+        """A stream over a whole video file: the clip and the instruction both start at 0 s."""
+        return cls(
+            id=id,
+            source=source,
+            task=task,
+            video=video,
+            clip_start=0.0,
+            clip_end=clip_end,
+            instruction=instruction,
+            instruction_time=0.0,
+            targets=targets,
+            meta=meta,
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -315,6 +324,36 @@ class Stream:
             "video_offset": self.video_offset,
             "meta": self.meta,
         }
+
+
+def _clip_targets(data: dict[str, Any], clip_start: float, clip_end: float) -> list[Target]:
+    """A record's ``targets``, parsed, each checked to lie (window and all) inside the clip."""
+    raw_targets = data.get("targets") or []
+    if not isinstance(raw_targets, list):
+        raise RecordError("expected a list", field="targets")
+    targets = [Target.from_dict(t, f"targets[{i}]") for i, t in enumerate(raw_targets)]
+    for i, t in enumerate(targets):
+        lo = t.window[0] if t.window else t.time
+        hi = t.window[1] if t.window else t.time
+        if lo < clip_start - TIME_EPS or hi > clip_end + TIME_EPS:
+            raise RecordError(
+                f"target at {t.time}s (window {t.window}) lies outside the clip [{clip_start}, {clip_end}]",
+                field=f"targets[{i}]",
+            )
+    return targets
+
+
+def _meta(data: dict[str, Any]) -> dict[str, Any]:
+    """A record's ``meta`` object (parquet stores it as a JSON string)."""
+    meta = data.get("meta") or {}
+    if isinstance(meta, str):
+        try:
+            meta = json.loads(meta)
+        except (ValueError, RecursionError) as exc:
+            raise RecordError(f"not a JSON object string ({exc})", field="meta") from None
+    if not isinstance(meta, dict):
+        raise RecordError("expected an object", field="meta")
+    return meta
 
 
 @dataclass(frozen=True)

@@ -566,6 +566,102 @@ class StreamingEngine:
         for row, offset in zip(self.rows, mark.offsets, strict=True):
             row.offset = offset
 
+    # -- one step of a run: open every row's turn, decide, reply, close ------------------------
+
+    # hot path: one call per step, the row loop inside; no allocation beyond what the step had
+    def _open_turns(
+        self, k: int, active: list[int], first_steps: list[int], times: list[list[float]]
+    ) -> tuple[list[list[int]], list[torch.Tensor | None]]:
+        """Step ``k``'s chunk per row (the last turn's closing tokens, any evidence turn, the user
+        turn with the frame, the assistant opening) and its image grid; records each row's column
+        spans (for eviction) and feeds the chunk to the row's result."""
+        r = self.renderer
+        chunks: list[list[int]] = [[] for _ in self.rows]
+        grids: list[torch.Tensor | None] = [None] * len(self.rows)
+        for b in active:
+            row = self.rows[b]
+            context = r.context_for_step(row.stream, first_steps[b] + k, first_steps[b])
+            grids[b], n_image = self._grid(b, k)
+            user = r.user_turn(times[b][k] - row.stream.clip_start, n_image, context)
+            block = None
+            if self.memory is not None:  # a new evidence block becomes its own user turn
+                block = self.memory.evidence(row.stream, times[b][k], frame=row.frames[k])
+            mem = evidence_turn(r, block) if block else []  # never evicted: outside whole/frame_span
+            chunks[b] = row.pending + mem + user + r.assistant_open
+            start = self.mask.shape[1]
+            if row.pending:  # closing tokens of step k-1's assistant turn
+                row.whole.setdefault(k - 1, []).append((start, start + len(row.pending)))
+            u0 = start + len(row.pending) + len(mem)
+            row.whole[k] = [(u0, start + len(chunks[b]))]
+            ts = u0 + len(r._user_open) + (len(r.encode(context + "\n")) if context else 0)
+            row.frame_span[k] = (ts, u0 + len(user) - 2)  # timestamp .. <|vision_end|>
+            if context:
+                row.keep.add(k)
+            rest = [False] * (len(chunks[b]) - len(row.pending))
+            self._feed(b, chunks[b], row.pending_flags + rest, row.pending_logprobs)
+            row.pending, row.pending_flags, row.pending_logprobs = [], [], []
+        return chunks, grids
+
+    # hot path: one call per step; its forward per reply token is what costs
+    def _respond(
+        self, k: int, firing: list[int], logp_dec: list[float]
+    ) -> tuple[dict[int, list[int]], dict[int, float]]:
+        """Decode the reply of every row that fired at step ``k``, all rows in one forward per
+        token: each row's reply tokens (without the response token), and the log-prob of
+        ``<|im_end|>`` for the rows whose model closed its turn itself (the others hit
+        ``max_new_tokens``)."""
+        r = self.renderer
+        texts: dict[int, list[int]] = {b: [] for b in firing}
+        im_end_logprob: dict[int, float] = {}
+        if not firing:
+            return texts, im_end_logprob
+        step_tokens = {b: [r.response_id] for b in firing}
+        for b in firing:
+            self._feed(b, [r.response_id], [True], [logp_dec[b]])
+            self.rows[b].keep.add(k)
+        live = set(firing)
+        for _ in range(self.cfg.max_new_tokens + 1):
+            feed = [step_tokens[b][-1:] if b in live else [] for b in range(len(self.rows))]
+            out = self._forward(feed, [None] * len(self.rows))
+            for b in list(live):
+                if len(texts[b]) == self.cfg.max_new_tokens:
+                    live.discard(b)
+                    continue
+                tok, lp = self._next_token(out[b])
+                if tok == r.im_end_id:
+                    live.discard(b)
+                    im_end_logprob[b] = lp
+                    continue
+                texts[b].append(tok)
+                step_tokens[b].append(tok)
+                self._feed(b, [tok], [True], [lp])
+            if not live:
+                break
+        return texts, im_end_logprob
+
+    # hot path: one Python call per row per step, nothing beside the step's forward passes
+    def _close_turn(
+        self,
+        row: _Row,
+        reply: list[int] | None,
+        im_end_logprob: float | None,
+        logp_decision: float,
+        silence_text: str,
+    ) -> str:
+        """Set the closing tokens of the row's assistant turn (fed at the start of its next chunk)
+        and return the turn's text: the reply (``None``: the row stayed silent) or the silence."""
+        r = self.renderer
+        if reply is None:
+            row.pending = [r.silence_id] + r.turn_end
+            row.pending_flags = [True] + [False] * len(r.turn_end)
+            row.pending_logprobs = [logp_decision]
+            return silence_text
+        ended = im_end_logprob is not None  # the model itself closed its turn
+        row.pending = list(r.turn_end)
+        row.pending_flags = [ended] + [False] * (len(r.turn_end) - 1)
+        row.pending_logprobs = [im_end_logprob] if ended else []
+        return r.tokenizer.decode([r.response_id] + reply, skip_special_tokens=False)
+
     @torch.no_grad()
     def run(
         self, streams: list[Stream], frames: list[np.ndarray], first_steps: list[int] | None = None
@@ -588,78 +684,21 @@ class StreamingEngine:
             t0, c0 = time.perf_counter(), time.thread_time()
             self._model_s = self._vision_s = 0.0
             active = [b for b in range(len(self.rows)) if k < len(times[b])]
-            chunks: list[list[int]] = [[] for _ in self.rows]
-            grids: list[torch.Tensor | None] = [None] * len(self.rows)
             self._prepare(k, active)
-            for b in active:
-                row = self.rows[b]
-                context = r.context_for_step(row.stream, first_steps[b] + k, first_steps[b])
-                grids[b], n_image = self._grid(b, k)
-                user = r.user_turn(times[b][k] - row.stream.clip_start, n_image, context)
-                block = None
-                if self.memory is not None:  # a new evidence block becomes its own user turn
-                    block = self.memory.evidence(row.stream, times[b][k], frame=row.frames[k])
-                mem = evidence_turn(r, block) if block else []  # never evicted: outside whole/frame_span
-                chunks[b] = row.pending + mem + user + r.assistant_open
-                start = self.mask.shape[1]
-                if row.pending:  # closing tokens of step k-1's assistant turn
-                    row.whole.setdefault(k - 1, []).append((start, start + len(row.pending)))
-                u0 = start + len(row.pending) + len(mem)
-                row.whole[k] = [(u0, start + len(chunks[b]))]
-                ts = u0 + len(r._user_open) + (len(r.encode(context + "\n")) if context else 0)
-                row.frame_span[k] = (ts, u0 + len(user) - 2)  # timestamp .. <|vision_end|>
-                if context:
-                    row.keep.add(k)
-                rest = [False] * (len(chunks[b]) - len(row.pending))
-                self._feed(b, chunks[b], row.pending_flags + rest, row.pending_logprobs)
-                row.pending, row.pending_flags, row.pending_logprobs = [], [], []
+            chunks, grids = self._open_turns(k, active, first_steps, times)
             pair = self._forward(chunks, grids, self._image_features(k, active), decision=True)
             fired, p, logp_dec, decision_logits = self._choose(pair)
-            firing = [b for b in active if fired[b]]
-            texts: dict[int, list[int]] = {b: [] for b in firing}
-            im_end_logprob: dict[int, float] = {}
-            if firing:
-                step_tokens = {b: [r.response_id] for b in firing}
-                for b in firing:
-                    self._feed(b, [r.response_id], [True], [logp_dec[b]])
-                    self.rows[b].keep.add(k)
-                live = set(firing)
-                for _ in range(self.cfg.max_new_tokens + 1):
-                    feed = [step_tokens[b][-1:] if b in live else [] for b in range(len(self.rows))]
-                    out = self._forward(feed, [None] * len(self.rows))
-                    for b in list(live):
-                        if len(texts[b]) == self.cfg.max_new_tokens:
-                            live.discard(b)
-                            continue
-                        tok, lp = self._next_token(out[b])
-                        if tok == r.im_end_id:
-                            live.discard(b)
-                            im_end_logprob[b] = lp
-                            continue
-                        texts[b].append(tok)
-                        step_tokens[b].append(tok)
-                        self._feed(b, [tok], [True], [lp])
-                    if not live:
-                        break
+            replies, im_end_logprob = self._respond(k, [b for b in active if fired[b]], logp_dec)
             for b in active:
                 row = self.rows[b]
-                if b in texts:
-                    text = r.tokenizer.decode([r.response_id] + texts[b], skip_special_tokens=False)
-                    ended = b in im_end_logprob  # the model itself closed its turn
-                    row.pending = list(r.turn_end)
-                    row.pending_flags = [ended] + [False] * (len(r.turn_end) - 1)
-                    row.pending_logprobs = [im_end_logprob[b]] if ended else []
-                else:
-                    text = silence_text
-                    row.pending = [r.silence_id] + r.turn_end
-                    row.pending_flags = [True] + [False] * len(r.turn_end)
-                    row.pending_logprobs = [logp_dec[b]]
+                reply = replies.get(b)
+                text = self._close_turn(row, reply, im_end_logprob.get(b), logp_dec[b], silence_text)
                 row.result.steps.append(
                     StepDecision(
                         first_steps[b] + k,
                         times[b][k],
                         p[b],
-                        b in texts,
+                        reply is not None,
                         text,
                         decision_logits[b],
                         time.perf_counter() - t0,

@@ -126,6 +126,36 @@ def thumbnails(
     return out, None
 
 
+def _fire_cells(s: Stream, replies: list[dict], o: StreamOutcomes, pics: dict[int, str]) -> list[dict]:
+    """A row's replies for the page: clip time, outcome, target matched, score, text, category, frame."""
+    return [
+        {
+            "t": r["time"] - s.clip_start,
+            "o": f.outcome,
+            "g": f.target,
+            "s": None if f.score is None else round(f.score, 3),
+            "x": (r.get("text") or "")[:TEXT_CHARS],
+            "c": r.get("category"),
+            "img": pics.get(k),
+        }
+        for k, (r, f) in enumerate(zip(replies, o.fires, strict=True))
+    ]
+
+
+def _target_cells(s: Stream, o: StreamOutcomes) -> list[dict]:
+    """A row's targets for the page: clip time, window, outcome, text, category."""
+    return [
+        {
+            "t": t.time - s.clip_start,
+            "w": None if t.window is None else [t.window[0] - s.clip_start, t.window[1] - s.clip_start],
+            "o": o.targets[i],
+            "x": t.content[:TEXT_CHARS],
+            "c": t.category,
+        }
+        for i, t in enumerate(s.targets)
+    ]
+
+
 def view_rows(
     streams: list[Stream],
     rows: list[dict],
@@ -149,28 +179,8 @@ def view_rows(
         pics, why = (
             thumbnails(s, times, resolve_video(s, records, video_root), thumbs) if thumbs else ({}, None)
         )
-        fires = [
-            {
-                "t": r["time"] - s.clip_start,
-                "o": f.outcome,
-                "g": f.target,
-                "s": None if f.score is None else round(f.score, 3),
-                "x": (r.get("text") or "")[:TEXT_CHARS],
-                "c": r.get("category"),
-                "img": pics.get(k),
-            }
-            for k, (r, f) in enumerate(zip(replies, o.fires, strict=True))
-        ]
-        targets = [
-            {
-                "t": t.time - s.clip_start,
-                "w": None if t.window is None else [t.window[0] - s.clip_start, t.window[1] - s.clip_start],
-                "o": o.targets[i],
-                "x": t.content[:TEXT_CHARS],
-                "c": t.category,
-            }
-            for i, t in enumerate(s.targets)
-        ]
+        fires = _fire_cells(s, replies, o, pics)
+        targets = _target_cells(s, o)
         counts = Counter(f["o"] for f in fires)
         missed = sum(t["o"] == "missed" for t in targets)
         out.append(

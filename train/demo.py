@@ -93,15 +93,29 @@ def _ran(progress: dict | None, unit: str) -> str:
 
 
 def run_demo(cfg: DictConfig) -> dict:
-    from train.grpo import compose_config as grpo_config
-    from train.grpo import run as run_grpo
-    from train.grpo_trainer import BEST_FILE
-    from train.sft import compose_config as sft_config
-    from train.sft import train as run_sft
-
     quiet_libraries()
     t0 = time.time()
     run_dir = Path(cfg.paths.runs_dir) / cfg.run_name
+    data_dir, counts = _toy_data(cfg, run_dir)
+    test = data_dir / "test" / "records.jsonl"
+    _show_model(cfg, test)
+
+    summary = {"untrained": _evaluate(cfg, run_dir, test, "untrained", None)}
+    print(
+        f"[3/6] untrained: PRS-B {summary['untrained']['with_negatives']['prs_b']:.1f} ({time.time() - t0:.0f} s)"
+    )
+    sft, steps = _sft_stage(cfg, run_dir, data_dir, summary, t0)
+    steps["grpo"] = _grpo_stage(cfg, run_dir, data_dir, sft, summary, t0)
+
+    (run_dir / "summary.json").write_text(json.dumps({**summary, "training": steps}, indent=1) + "\n")
+    print(f"[6/6] held-out toy streams ({counts['test']}), negatives included; {run_dir / 'summary.json'}")
+    print(_table(summary))
+    print(f"demo finished in {time.time() - t0:.0f} s")
+    return summary
+
+
+def _toy_data(cfg: DictConfig, run_dir: Path) -> tuple[Path, dict[str, int]]:
+    """Stage 1: build the toy clips and split them by video; the data folder and the clips per split."""
     data_dir = build_toy_mixture(
         run_dir / "data" / "built",
         run_dir / "data" / "toy",
@@ -109,10 +123,13 @@ def run_demo(cfg: DictConfig) -> dict:
         seed=cfg.demo.seed,
         splits=dict(cfg.demo.splits),
     )
-    test = data_dir / "test" / "records.jsonl"
     counts = {split: len(load_streams(data_dir / split / "records.jsonl")) for split in cfg.demo.splits}
     print(f"[1/6] toy data: {sum(counts.values())} clips split by video {counts} in {data_dir}")
+    return data_dir, counts
 
+
+def _show_model(cfg: DictConfig, test: Path) -> None:
+    """Stage 2: build the tiny model and print one test stream as the model sees it."""
     model, processor = load_model_and_processor(cfg.model, cache_dir=cfg.paths.cache_dir)
     params = count_parameters(model)
     render = RenderConfig(**cfg.render)
@@ -129,11 +146,16 @@ def run_demo(cfg: DictConfig) -> dict:
     )
     print("      " + processor.tokenizer.decode(rendered.input_ids[:40]).replace("\n", "\\n"))
 
-    summary = {"untrained": _evaluate(cfg, run_dir, test, "untrained", None)}
-    print(
-        f"[3/6] untrained: PRS-B {summary['untrained']['with_negatives']['prs_b']:.1f} ({time.time() - t0:.0f} s)"
-    )
 
+def _sft_stage(
+    cfg: DictConfig, run_dir: Path, data_dir: Path, summary: dict, t0: float
+) -> tuple[Path, dict[str, dict | None]]:
+    """Stage 4: SFT, evaluated with and without the frames (into ``summary``); the checkpoint and
+    the steps it ran."""
+    from train.sft import compose_config as sft_config
+    from train.sft import train as run_sft
+
+    test = data_dir / "test" / "records.jsonl"
     sft = run_sft(
         sft_config(
             [
@@ -152,6 +174,17 @@ def run_demo(cfg: DictConfig) -> dict:
         f"{summary['sft_blank_video']['with_negatives']['prs_b']:.1f}; {_ran(steps['sft'], 'steps')} "
         f"({time.time() - t0:.0f} s)"
     )
+    return sft, steps
+
+
+def _grpo_stage(
+    cfg: DictConfig, run_dir: Path, data_dir: Path, sft: Path, summary: dict, t0: float
+) -> dict | None:
+    """Stage 5: GRPO from the SFT checkpoint, its kept update evaluated (into ``summary``); the
+    updates it ran."""
+    from train.grpo import compose_config as grpo_config
+    from train.grpo import run as run_grpo
+    from train.grpo_trainer import BEST_FILE
 
     grpo_cfg = grpo_config(
         [
@@ -163,20 +196,15 @@ def run_demo(cfg: DictConfig) -> dict:
         ]
     )
     grpo = run_grpo(grpo_cfg, run_dir / "grpo")
-    summary["grpo"] = _evaluate(cfg, run_dir, test, "grpo", grpo)
+    summary["grpo"] = _evaluate(cfg, run_dir, data_dir / "test" / "records.jsonl", "grpo", grpo)
     picked = grpo / BEST_FILE
     which = f", update {json.loads(picked.read_text())['step']}, best on val" if picked.exists() else ""
-    steps["grpo"] = read_progress(run_dir / "grpo")
+    progress = read_progress(run_dir / "grpo")
     print(
         f"[5/6] GRPO: PRS-B {summary['grpo']['with_negatives']['prs_b']:.1f}{which}; "
-        f"{_ran(steps['grpo'], 'updates')} ({time.time() - t0:.0f} s)"
+        f"{_ran(progress, 'updates')} ({time.time() - t0:.0f} s)"
     )
-
-    (run_dir / "summary.json").write_text(json.dumps({**summary, "training": steps}, indent=1) + "\n")
-    print(f"[6/6] held-out toy streams ({counts['test']}), negatives included; {run_dir / 'summary.json'}")
-    print(_table(summary))
-    print(f"demo finished in {time.time() - t0:.0f} s")
-    return summary
+    return progress
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -309,15 +309,13 @@ def build_captaincook4d(
 
         def make(info: VideoInfo | None) -> list[Stream]:
             return [
-                Stream(
+                Stream.whole_video(
                     id=f"captaincook4d-{rid}",
                     source="captaincook4d",
                     task="event_intervention",
                     video=video,
-                    clip_start=0.0,
                     clip_end=clip_end_from(info, stated, rid),
                     instruction=options.instruction,
-                    instruction_time=0.0,
                     targets=targets,
                     meta={
                         "video_id": f"captaincook4d/{rid}",

@@ -217,6 +217,23 @@ def read_metadata(annotations: Path, option: str | None) -> dict[str, float]:
     return out
 
 
+def _clip_events(
+    narrations: list, start: float, end: float
+) -> tuple[dict[str, list[float]], dict[str, list[tuple[float, str]]]]:
+    """The narrated events of the clip ``[start, end)``: the times of each event, and the (time,
+    event) of each verb the camera wearer does."""
+    by_event: dict[str, list[float]] = defaultdict(list)
+    by_verb: dict[str, list[tuple[float, str]]] = defaultdict(list)
+    for t, e in narrations:
+        if not (start <= t < end and e):
+            continue
+        by_event[e].append(t)
+        if e.startswith(CAMERA_WEARER + " "):
+            verb = e[len(CAMERA_WEARER) + 1 :].split(" ", 1)[0]
+            by_verb[verb].append((t, e))
+    return by_event, by_verb
+
+
 def _clip_streams(
     uid: str,
     w: int,
@@ -231,14 +248,7 @@ def _clip_streams(
 ) -> list[Stream]:
     """The single-event, category and negative streams of one clip ``[start, end)``."""
     rng = random.Random(f"{options.seed}:{uid}:{w}")
-    inside = [(t, e) for t, e in narrations if start <= t < end and e]
-    by_event: dict[str, list[float]] = defaultdict(list)
-    by_verb: dict[str, list[tuple[float, str]]] = defaultdict(list)
-    for t, e in inside:
-        by_event[e].append(t)
-        if e.startswith(CAMERA_WEARER + " "):
-            verb = e[len(CAMERA_WEARER) + 1 :].split(" ", 1)[0]
-            by_verb[verb].append((t, e))
+    by_event, by_verb = _clip_events(narrations, start, end)
     meta = {"video_id": f"ego4d/{uid}", "pass": pass_name, "clip_index": w}
 
     def stream(kind: str, k: int, instruction: str, targets: list[Target], extra: dict) -> Stream:

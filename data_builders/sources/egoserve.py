@@ -45,6 +45,7 @@ from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from data_builders.records import RecordError, Stream, Target
@@ -211,71 +212,95 @@ def _chunks(videos: Path, options: EgoServeOptions, person: str) -> list[tuple[f
 
 
 def _egolife(root: Path, videos: Path, options: EgoServeOptions) -> Iterator[Pending | ConversionError]:
+    """One stream per EgoLife video chunk with events: per person, the events of every part file
+    grouped by the chunk their target falls in."""
     for person_dir in sorted(p for p in (root / "EgoLife").glob("*") if p.is_dir()):
         person = person_dir.name
         chunks = _chunks(videos, options, person)
-        starts = [c[0] for c in chunks]
         groups: dict[int, list[tuple[tuple[float, float], Target]]] = defaultdict(list)
         tallies: dict[int, Tally] = defaultdict(Tally)
-        for part in sorted(person_dir.glob("*.json")):
-            items = load_json(part)
-            if not isinstance(items, list):
-                raise RecordError("expected a list of events", file=part)
-            for k, item in enumerate(items):
-                rid = f"{person}/{part.stem}[{k}]"
-                try:
-                    text = item.get("current_time_window") if isinstance(item, dict) else None
-                    text = text or require(item, "time_window")
-                    window = egolife_window(text)
-                    tally = Tally()
-                    target = _event(window, item, require(item, "sub_type"), rid, tally)
-                    if target is None:
-                        reason = "; ".join(tally.dropped) or "the first assistant turn is empty: not an event"
-                        yield ConversionError(
-                            str(part), rid, reason, scope="event" if tally.dropped else "skipped"
-                        )
-                        continue
-                    idx = bisect_right(starts, target.time) - 1
-                    if idx < 0:
-                        raise RecordError(f"no EgoLife video chunk of {person} covers {text}")
-                    groups[idx].append((window, target))
-                    tallies[idx].counts.update(tally.counts)
-                except RECORD_EXCEPTIONS as exc:
-                    yield ConversionError(str(part), rid, record_reason(exc))
+        yield from _egolife_events(person_dir, [c[0] for c in chunks], groups, tallies)
         for idx in sorted(groups):
             start, video = chunks[idx]
-
-            def make(
-                info: VideoInfo | None, start=start, video=video, events=groups[idx], person=person
-            ) -> list[Stream]:
-                end = start + info.duration
-                targets, windows = [], []
-                for (ws, we), target in events:
-                    lo, hi = target.window
-                    cut = (max(lo, start), min(hi, end))
-                    if cut[1] < cut[0]:
-                        raise RecordError(f"window {ws}-{we} misses the chunk {video}")
-                    targets.append(replace(target, time=(cut[0] + cut[1]) / 2, window=cut))
-                    windows.append([ws, we])
-                return [
-                    _stream(
-                        f"egoserve-egolife-{Path(video).stem}",
-                        video,
-                        start,
-                        end,
-                        targets,
-                        options.instruction,
-                        {
-                            "dataset": "egolife",
-                            "unit": person,
-                            "windows": windows,
-                            "video_id": f"egolife/{Path(video).stem}",
-                        },
-                        offset=start,
-                    )
-                ]
-
+            make = partial(
+                _chunk_stream, start=start, video=video, events=groups[idx], person=person, options=options
+            )
             yield Pending(str(person_dir), f"{person}/{Path(video).name}", video, make, tally=tallies[idx])
+
+
+def _egolife_events(
+    person_dir: Path,
+    starts: list[float],
+    groups: dict[int, list[tuple[tuple[float, float], Target]]],
+    tallies: dict[int, Tally],
+) -> Iterator[ConversionError]:
+    """Read a person's event files into ``groups`` (chunk index -> (window, target)) and their
+    counts into ``tallies``; yield an error per event that is not one or fits no chunk."""
+    person = person_dir.name
+    for part in sorted(person_dir.glob("*.json")):
+        items = load_json(part)
+        if not isinstance(items, list):
+            raise RecordError("expected a list of events", file=part)
+        for k, item in enumerate(items):
+            rid = f"{person}/{part.stem}[{k}]"
+            try:
+                text = item.get("current_time_window") if isinstance(item, dict) else None
+                text = text or require(item, "time_window")
+                window = egolife_window(text)
+                tally = Tally()
+                target = _event(window, item, require(item, "sub_type"), rid, tally)
+                if target is None:
+                    reason = "; ".join(tally.dropped) or "the first assistant turn is empty: not an event"
+                    yield ConversionError(
+                        str(part), rid, reason, scope="event" if tally.dropped else "skipped"
+                    )
+                    continue
+                idx = bisect_right(starts, target.time) - 1
+                if idx < 0:
+                    raise RecordError(f"no EgoLife video chunk of {person} covers {text}")
+                groups[idx].append((window, target))
+                tallies[idx].counts.update(tally.counts)
+            except RECORD_EXCEPTIONS as exc:
+                yield ConversionError(str(part), rid, record_reason(exc))
+
+
+def _chunk_stream(
+    info: VideoInfo | None,
+    *,
+    start: float,
+    video: str,
+    events: list[tuple[tuple[float, float], Target]],
+    person: str,
+    options: EgoServeOptions,
+) -> list[Stream]:
+    """The stream of one EgoLife chunk (absolute clock: ``video_offset`` = the chunk's start), its
+    events' windows cut to the chunk."""
+    end = start + info.duration
+    targets, windows = [], []
+    for (ws, we), target in events:
+        lo, hi = target.window
+        cut = (max(lo, start), min(hi, end))
+        if cut[1] < cut[0]:
+            raise RecordError(f"window {ws}-{we} misses the chunk {video}")
+        targets.append(replace(target, time=(cut[0] + cut[1]) / 2, window=cut))
+        windows.append([ws, we])
+    return [
+        _stream(
+            f"egoserve-egolife-{Path(video).stem}",
+            video,
+            start,
+            end,
+            targets,
+            options.instruction,
+            {
+                "dataset": "egolife",
+                "unit": person,
+                "windows": windows,
+                "video_id": f"egolife/{Path(video).stem}",
+            },
+            offset=start,
+        )
+    ]
 
 
 def _holoassist(path: Path, options: EgoServeOptions) -> Iterator[Pending | ConversionError]:

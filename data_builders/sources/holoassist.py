@@ -220,15 +220,13 @@ def build_holoassist(inputs: BuildInputs, options: HoloAssistOptions) -> Iterato
 
         def make(info: VideoInfo | None) -> list[Stream]:
             return [
-                Stream(
+                Stream.whole_video(
                     id=f"holoassist-{rid}",
                     source="holoassist",
                     task="event_intervention",
                     video=video,
-                    clip_start=0.0,
                     clip_end=clip_end_from(info, stated, rid),
                     instruction=options.instruction,
-                    instruction_time=0.0,
                     targets=targets,
                     meta={"video_id": f"holoassist/{name}", "task_type": rec.get("taskType")},
                 )

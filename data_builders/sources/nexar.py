@@ -84,6 +84,27 @@ def _video(row: dict, options: NexarOptions) -> str:
     return options.video_pattern.format(id=vid)
 
 
+def _alert_span(row: dict, tally: Tally) -> tuple[float | None, float | None]:
+    """A row's (time_of_alert, time_of_event), fitted by :func:`event_span`, or (None, None) for
+    a video without an accident; checked against the row's ``target`` flag if it has one."""
+    alert, event = _time(row, "time_of_alert"), _time(row, "time_of_event")
+    if (alert is None) != (event is None):
+        raise RecordError("time_of_alert and time_of_event must both be set or both be empty")
+    if alert is not None:
+        span = event_span(alert, event, "time_of_alert..time_of_event", tally)
+        if span is None:
+            raise RecordError(
+                f"field 'time_of_alert..time_of_event': ends before it starts ({alert} > {event})"
+            )
+        alert, event = span
+    flag = (row.get("target") or "").strip()
+    if flag and flag not in ("0", "1"):
+        raise RecordError(f"field 'target': expected 0 or 1, got {flag!r}")
+    if flag and (flag == "1") != (alert is not None):
+        raise RecordError(f"target={flag} contradicts the times ({alert}, {event})")
+    return alert, event
+
+
 @register_source("nexar", NexarOptions)
 def build_nexar(inputs: BuildInputs, options: NexarOptions) -> Iterator[Pending | ConversionError]:
     """One stream per CSV row (see the module docstring for the target rule)."""
@@ -103,22 +124,8 @@ def build_nexar(inputs: BuildInputs, options: NexarOptions) -> Iterator[Pending 
 
     def parse(rid: str, row: dict) -> Iterator[Pending]:
         video = _video(row, options)
-        alert, event = _time(row, "time_of_alert"), _time(row, "time_of_event")
-        if (alert is None) != (event is None):
-            raise RecordError("time_of_alert and time_of_event must both be set or both be empty")
         tally = Tally()
-        if alert is not None:
-            span = event_span(alert, event, "time_of_alert..time_of_event", tally)
-            if span is None:
-                raise RecordError(
-                    f"field 'time_of_alert..time_of_event': ends before it starts ({alert} > {event})"
-                )
-            alert, event = span
-        flag = (row.get("target") or "").strip()
-        if flag and flag not in ("0", "1"):
-            raise RecordError(f"field 'target': expected 0 or 1, got {flag!r}")
-        if flag and (flag == "1") != (alert is not None):
-            raise RecordError(f"target={flag} contradicts the times ({alert}, {event})")
+        alert, event = _alert_span(row, tally)
 
         def make(info: VideoInfo | None) -> list[Stream]:
             targets = (
@@ -131,15 +138,13 @@ def build_nexar(inputs: BuildInputs, options: NexarOptions) -> Iterator[Pending 
                 if row.get(key):
                     meta[key] = row[key]
             return [
-                Stream(
+                Stream.whole_video(
                     id=f"nexar-{Path(video).stem}",
                     source="nexar",
                     task="accident_warning",
                     video=video,
-                    clip_start=0.0,
                     clip_end=clip_end_from(info, None, rid),
                     instruction=options.instruction,
-                    instruction_time=0.0,
                     targets=targets,
                     meta=meta,
                 )

@@ -121,15 +121,13 @@ def build_object_tracks(
         targets = [
             Target(time=f / fps, content=options.response.format(object=obj), label="Warning") for f in frames
         ]
-        stream = Stream(
+        stream = Stream.whole_video(
             id=f"object_tracks-{rid}",
             source="object_tracks",
             task="object_monitoring",
             video=video,
-            clip_start=0.0,
             clip_end=len(vis) / fps,
             instruction=options.instruction.format(object=obj),
-            instruction_time=0.0,
             targets=targets,
             meta={"video_id": f"object_tracks/{video}", "object": obj},
         )

@@ -69,13 +69,7 @@ def build_propermem(inputs: BuildInputs, options: ProPerMemOptions) -> Iterator[
             seconds(require(rec, "clip_end"), "clip_end"),
         )
         check_span(start, end, "clip_start..clip_end")
-        history, ids = [], []
-        for i, h in enumerate(rec.get("history") or []):
-            t = seconds(require(h, "time"), f"history[{i}].time")
-            if t > end:
-                raise RecordError(f"history[{i}]: at {t}s, after the clip ends ({end}s)")
-            history.append(HistoryEntry(time=t, text=str(require(h, "text"))))
-            ids.append(str(h.get("id", i)))
+        history, ids = _history(rec, end)
         trigger = rec.get("trigger")
         tally = Tally()
         base = Stream(
@@ -90,42 +84,7 @@ def build_propermem(inputs: BuildInputs, options: ProPerMemOptions) -> Iterator[
             history=history,
             meta={"video_id": f"propermem/{video}"},
         )
-        streams = [base]
-        if trigger is not None:
-            window = require(trigger, "window")
-            if not isinstance(window, list) or len(window) != 2:
-                raise RecordError(f"field 'trigger.window': expected [start, end], got {window!r}")
-            span = event_span(
-                seconds(window[0], "trigger.window"),
-                seconds(window[1], "trigger.window"),
-                "trigger.window",
-                tally,
-            )
-            if span is None:
-                raise RecordError(
-                    f"field 'trigger.window': ends before it starts ({window[0]} > {window[1]})"
-                )
-            ts, te = span
-            evidence = [str(e) for e in require(trigger, "evidence")]
-            unknown = sorted(set(evidence) - set(ids))
-            if unknown:
-                raise RecordError(f"trigger.evidence names unknown history ids {unknown}")
-            target = Target(time=ts, window=(ts, te), content=str(require(trigger, "response")))
-            streams = [
-                Stream(**{**base.__dict__, "targets": [target], "meta": {**base.meta, "evidence": evidence}})
-            ]
-            if options.make_negatives:
-                kept = [h for h, i in zip(history, ids, strict=True) if i not in set(evidence)]
-                streams.append(
-                    Stream(
-                        **{
-                            **base.__dict__,
-                            "id": f"{base.id}-neg",
-                            "history": kept,
-                            "meta": {**base.meta, "removed_memory": evidence},
-                        }
-                    )
-                )
+        streams = [base] if trigger is None else _triggered(base, trigger, ids, options, tally)
         yield Pending(str(path), rid, video, lambda info: streams, needs_info=False, tally=tally)
 
     yield from each_record(
@@ -136,3 +95,53 @@ def build_propermem(inputs: BuildInputs, options: ProPerMemOptions) -> Iterator[
         path,
         parse,
     )
+
+
+def _history(rec: dict, end: float) -> tuple[list[HistoryEntry], list[str]]:
+    """A clip's history entries (none after the clip's ``end``) and their ids."""
+    history, ids = [], []
+    for i, h in enumerate(rec.get("history") or []):
+        t = seconds(require(h, "time"), f"history[{i}].time")
+        if t > end:
+            raise RecordError(f"history[{i}]: at {t}s, after the clip ends ({end}s)")
+        history.append(HistoryEntry(time=t, text=str(require(h, "text"))))
+        ids.append(str(h.get("id", i)))
+    return history, ids
+
+
+def _triggered(
+    base: Stream, trigger: dict, ids: list[str], options: ProPerMemOptions, tally: Tally
+) -> list[Stream]:
+    """The positive stream of a clip with a trigger (its target at the window start), and with
+    ``make_negatives`` the negative without the evidence entries."""
+    window = require(trigger, "window")
+    if not isinstance(window, list) or len(window) != 2:
+        raise RecordError(f"field 'trigger.window': expected [start, end], got {window!r}")
+    span = event_span(
+        seconds(window[0], "trigger.window"),
+        seconds(window[1], "trigger.window"),
+        "trigger.window",
+        tally,
+    )
+    if span is None:
+        raise RecordError(f"field 'trigger.window': ends before it starts ({window[0]} > {window[1]})")
+    ts, te = span
+    evidence = [str(e) for e in require(trigger, "evidence")]
+    unknown = sorted(set(evidence) - set(ids))
+    if unknown:
+        raise RecordError(f"trigger.evidence names unknown history ids {unknown}")
+    target = Target(time=ts, window=(ts, te), content=str(require(trigger, "response")))
+    streams = [Stream(**{**base.__dict__, "targets": [target], "meta": {**base.meta, "evidence": evidence}})]
+    if options.make_negatives:
+        kept = [h for h, i in zip(base.history, ids, strict=True) if i not in set(evidence)]
+        streams.append(
+            Stream(
+                **{
+                    **base.__dict__,
+                    "id": f"{base.id}-neg",
+                    "history": kept,
+                    "meta": {**base.meta, "removed_memory": evidence},
+                }
+            )
+        )
+    return streams

@@ -111,16 +111,7 @@ def build_shot2story(inputs: BuildInputs, options: Shot2StoryOptions) -> Iterato
     def parse(rid: str, rec: dict) -> Iterator[Pending]:
         video = str(require(rec, "video"))
         clip = Path(video).stem
-        names, captions = require(rec, "video_names"), require(rec, "captions")
-        if not isinstance(names, list) or not names:
-            raise RecordError("field 'video_names': expected a non-empty list of shot files")
-        if not isinstance(captions, list) or len(captions) != len(names):
-            raise RecordError(
-                f"{len(names)} shots but {len(captions) if isinstance(captions, list) else 'no'} captions"
-            )
-        empty = [k for k, c in enumerate(captions) if not str(c or "").strip()]
-        if empty:
-            raise RecordError(f"shot(s) {empty} have an empty caption")
+        names, captions = _shot_files(rec)
         fixed_fps = rec.get("fps", options.fps)
         if fixed_fps is not None and seconds(fixed_fps, "fps") <= 0:
             raise RecordError(f"field 'fps': must be positive, got {fixed_fps}")
@@ -131,42 +122,7 @@ def build_shot2story(inputs: BuildInputs, options: Shot2StoryOptions) -> Iterato
             fps = float(fixed_fps) if fixed_fps is not None else info.fps
             shots = parse_shots(clip, names, fps)
             clip_end = info.duration if info is not None else (shots[-1][1] + 1) / fps
-            meta = {"video_id": f"shot2story/{clip}", "fps": fps, "n_shots": len(shots)}
-            out = []
-            if "narration" in MODES[options.mode]:
-                targets = [Target(time=s, content=str(c)) for (s, _), c in zip(shots, captions, strict=True)]
-                out.append(
-                    Stream(
-                        id=f"shot2story-{clip}-narration",
-                        source="shot2story",
-                        task="proactive_narration",
-                        video=video,
-                        clip_start=0.0,
-                        clip_end=clip_end,
-                        instruction_time=0.0,
-                        instruction=options.narration_instruction,
-                        targets=targets,
-                        meta=meta,
-                    )
-                )
-            if "query" in MODES[options.mode] and len(shots) > 1:
-                digest = int(hashlib.sha1(f"{options.seed}:{clip}".encode()).hexdigest(), 16)
-                k = 1 + digest % (len(shots) - 1)
-                out.append(
-                    Stream(
-                        id=f"shot2story-{clip}-query",
-                        source="shot2story",
-                        task="proactive_narration",
-                        video=video,
-                        clip_start=0.0,
-                        clip_end=clip_end,
-                        instruction_time=0.0,
-                        instruction=options.query_instruction.format(event=first_sentence(str(captions[k]))),
-                        targets=[Target(time=shots[k][0], content=str(captions[k]))],
-                        meta={**meta, "query_shot": k},
-                    )
-                )
-            return out
+            return _clip_streams(clip, video, clip_end, fps, shots, captions, options)
 
         yield Pending(str(path), rid, video, make, needs_info=fixed_fps is None, lookup=(clip,))
 
@@ -174,3 +130,57 @@ def build_shot2story(inputs: BuildInputs, options: Shot2StoryOptions) -> Iterato
         return str(rec.get("video") or rec.get("id") or f"item {k}") if isinstance(rec, dict) else f"item {k}"
 
     yield from each_record(((record_id(k, r), r) for k, r in enumerate(data)), path, parse)
+
+
+def _shot_files(rec: dict) -> tuple[list, list]:
+    """A clip record's shot file names and their captions, one non-empty caption per shot."""
+    names, captions = require(rec, "video_names"), require(rec, "captions")
+    if not isinstance(names, list) or not names:
+        raise RecordError("field 'video_names': expected a non-empty list of shot files")
+    if not isinstance(captions, list) or len(captions) != len(names):
+        raise RecordError(
+            f"{len(names)} shots but {len(captions) if isinstance(captions, list) else 'no'} captions"
+        )
+    empty = [k for k, c in enumerate(captions) if not str(c or "").strip()]
+    if empty:
+        raise RecordError(f"shot(s) {empty} have an empty caption")
+    return names, captions
+
+
+def _clip_streams(
+    clip: str,
+    video: str,
+    clip_end: float,
+    fps: float,
+    shots: list[tuple[float, int]],
+    captions: list,
+    options: Shot2StoryOptions,
+) -> list[Stream]:
+    """The clip's narration stream and (2+ shots) its query stream, as ``options.mode`` asks."""
+    meta = {"video_id": f"shot2story/{clip}", "fps": fps, "n_shots": len(shots)}
+
+    def stream(kind: str, instruction: str, targets: list[Target], meta: dict) -> Stream:
+        return Stream.whole_video(
+            id=f"shot2story-{clip}-{kind}",
+            source="shot2story",
+            task="proactive_narration",
+            video=video,
+            clip_end=clip_end,
+            instruction=instruction,
+            targets=targets,
+            meta=meta,
+        )
+
+    out = []
+    if "narration" in MODES[options.mode]:
+        targets = [Target(time=s, content=str(c)) for (s, _), c in zip(shots, captions, strict=True)]
+        out.append(stream("narration", options.narration_instruction, targets, meta))
+    if "query" in MODES[options.mode] and len(shots) > 1:
+        digest = int(hashlib.sha1(f"{options.seed}:{clip}".encode()).hexdigest(), 16)
+        k = 1 + digest % (len(shots) - 1)
+        event = first_sentence(str(captions[k]))
+        targets = [Target(time=shots[k][0], content=str(captions[k]))]
+        out.append(
+            stream("query", options.query_instruction.format(event=event), targets, {**meta, "query_shot": k})
+        )
+    return out

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -134,15 +135,6 @@ def build_streamingbench_proactive(
     if not isinstance(data, list):
         raise RecordError(f"expected a list of video segments, got {type(data).__name__}", file=path)
 
-    def items() -> Iterator[tuple[str, tuple[int, Any, int | None, Any]]]:
-        for i, entry in enumerate(data):
-            questions = entry.get("questions") if isinstance(entry, dict) else None
-            if not isinstance(questions, list):  # the segment's error, once
-                yield f"[{i}]", (i, entry, None, None)
-                continue
-            for k, q in enumerate(questions):
-                yield f"[{i}].questions[{k}]", (i, entry, k, q)
-
     def parse(rid: str, item: tuple[int, Any, int | None, Any]) -> Iterator[Pending]:
         i, entry, k, raw = item
         if k is None:
@@ -154,39 +146,55 @@ def build_streamingbench_proactive(
                 f"time_stamp {raw['time_stamp']}: the answer would be due before it is asked"
             )
         video = options.video_pattern.format(video_path=q.video_path)
-        release_entry = {key: value for key, value in entry.items() if key != "questions"}
-        sid = f"{SOURCE}-{i}-{k}"
-
-        def make(info: VideoInfo | None) -> list[Stream]:
-            end = q.ground_truth + LAST_POLL_AFTER_GT_S
-            if info is not None and info.duration < end:
-                end = info.duration  # the harness's cut ends at the file's end too
-            if end <= q.time_stamp:
-                raise RecordError(
-                    f"the video lasts {end:.3f}s, not past the question's time_stamp {raw['time_stamp']}"
-                )
-            return [
-                Stream(
-                    id=sid,
-                    source=SOURCE,
-                    task=SOURCE,
-                    video=video,
-                    clip_start=float(q.time_stamp),
-                    clip_end=float(end),
-                    instruction=q.question,
-                    instruction_time=float(q.time_stamp),
-                    targets=[Target(time=float(q.ground_truth), content=q.expected, label=q.expected)],
-                    meta={
-                        "video_id": q.video_path,
-                        "benchmark_task": q.task_type,
-                        "entry": i,
-                        "question_index": k,
-                        "release_entry": release_entry,
-                        "release_question": raw,
-                    },
-                )
-            ]
-
+        meta = {
+            "video_id": q.video_path,
+            "benchmark_task": q.task_type,
+            "entry": i,
+            "question_index": k,
+            "release_entry": {key: value for key, value in entry.items() if key != "questions"},
+            "release_question": raw,
+        }
+        make = partial(_question_stream, q=q, sid=f"{SOURCE}-{i}-{k}", video=video, meta=meta)
         yield Pending(str(path), rid, video, make, needs_info=False, lookup=(Path(q.video_path).stem,))
 
-    yield from each_record(items(), path, parse)
+    yield from each_record(_questions(data), path, parse)
+
+
+def _questions(data: list) -> Iterator[tuple[str, tuple[int, Any, int | None, Any]]]:
+    """(where, (segment index, segment, question index, question)) of every question; a segment
+    without a list of questions once, with question index None (its error)."""
+    for i, entry in enumerate(data):
+        questions = entry.get("questions") if isinstance(entry, dict) else None
+        if not isinstance(questions, list):  # the segment's error, once
+            yield f"[{i}]", (i, entry, None, None)
+            continue
+        for k, q in enumerate(questions):
+            yield f"[{i}].questions[{k}]", (i, entry, k, q)
+
+
+def _question_stream(
+    info: VideoInfo | None, *, q: ReleaseQuestion, sid: str, video: str, meta: dict[str, Any]
+) -> list[Stream]:
+    """The question's stream: from its time stamp to a poll past the answer's time (or the file's end)."""
+    end = q.ground_truth + LAST_POLL_AFTER_GT_S
+    if info is not None and info.duration < end:
+        end = info.duration  # the harness's cut ends at the file's end too
+    if end <= q.time_stamp:
+        raise RecordError(
+            f"the video lasts {end:.3f}s, not past the question's time_stamp "
+            f"{meta['release_question']['time_stamp']}"
+        )
+    return [
+        Stream(
+            id=sid,
+            source=SOURCE,
+            task=SOURCE,
+            video=video,
+            clip_start=float(q.time_stamp),
+            clip_end=float(end),
+            instruction=q.question,
+            instruction_time=float(q.time_stamp),
+            targets=[Target(time=float(q.ground_truth), content=q.expected, label=q.expected)],
+            meta=meta,
+        )
+    ]

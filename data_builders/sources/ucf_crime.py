@@ -83,6 +83,44 @@ def _frame(text: str, name: str) -> int:
     return value
 
 
+def _anomaly_spans(event_class: str, frames: list[int]) -> list[tuple[int, int]]:
+    """The (start, end) frames of a line's anomaly segments (``-1 -1``: none), checked against
+    its class: a Normal video has none, any other class at least one."""
+    spans = []
+    for k in (0, 2):
+        start, end = frames[k], frames[k + 1]
+        if (start == -1) != (end == -1):
+            raise RecordError(f"segment {k // 2 + 1}: start and end must both be -1 or both be frames")
+        if start == -1:
+            continue
+        if start < 0 or end < start:
+            raise RecordError(f"segment {k // 2 + 1}: ends before it starts (frames {start} > {end})")
+        spans.append((start, end))
+    if event_class == "Normal" and spans:
+        raise RecordError("a Normal video has an anomaly segment")
+    if event_class != "Normal" and not spans:
+        raise RecordError(f"class {event_class} but no anomaly segment")
+    return spans
+
+
+def _fps(info: VideoInfo | None, options: UcfCrimeOptions, name: str, tally: Tally) -> float:
+    """The rate the frame numbers are converted at: the probed one with ``use_probed_fps`` (a
+    difference from ``frame_rate`` is logged and counted), else ``frame_rate``."""
+    fps = options.frame_rate
+    if info is not None and options.use_probed_fps and info.fps > 0:
+        fps = info.fps
+        if abs(fps - options.frame_rate) > 1e-3:
+            log.warning(
+                "ucf_crime %s: probed %.3f fps, not %.3g: frames converted at %.3f fps",
+                name,
+                fps,
+                options.frame_rate,
+                fps,
+            )
+            tally.count("fps_differs_from_frame_rate")
+    return fps
+
+
 @register_source("ucf_crime", UcfCrimeOptions)
 def build_ucf_crime(inputs: BuildInputs, options: UcfCrimeOptions) -> Iterator[Pending | ConversionError]:
     """One stream per annotated video (see the module docstring)."""
@@ -97,21 +135,7 @@ def build_ucf_crime(inputs: BuildInputs, options: UcfCrimeOptions) -> Iterator[P
         if len(cols) != 6:
             raise RecordError(f"expected 6 columns (name class start1 end1 start2 end2), got {len(cols)}")
         name, event_class = cols[0], cols[1]
-        frames = [_frame(c, f"col{i + 3}") for i, c in enumerate(cols[2:])]
-        spans = []
-        for k in (0, 2):
-            start, end = frames[k], frames[k + 1]
-            if (start == -1) != (end == -1):
-                raise RecordError(f"segment {k // 2 + 1}: start and end must both be -1 or both be frames")
-            if start == -1:
-                continue
-            if start < 0 or end < start:
-                raise RecordError(f"segment {k // 2 + 1}: ends before it starts (frames {start} > {end})")
-            spans.append((start, end))
-        if event_class == "Normal" and spans:
-            raise RecordError("a Normal video has an anomaly segment")
-        if event_class != "Normal" and not spans:
-            raise RecordError(f"class {event_class} but no anomaly segment")
+        spans = _anomaly_spans(event_class, [_frame(c, f"col{i + 3}") for i, c in enumerate(cols[2:])])
         if options.segments == "first":
             spans = spans[:1]
         folder = options.normal_folder if event_class == "Normal" else event_class
@@ -120,32 +144,19 @@ def build_ucf_crime(inputs: BuildInputs, options: UcfCrimeOptions) -> Iterator[P
         tally = Tally()
 
         def make(info: VideoInfo | None) -> list[Stream]:
-            fps = options.frame_rate
-            if info is not None and options.use_probed_fps and info.fps > 0:
-                fps = info.fps
-                if abs(fps - options.frame_rate) > 1e-3:
-                    log.warning(
-                        "ucf_crime %s: probed %.3f fps, not %.3g: frames converted at %.3f fps",
-                        name,
-                        fps,
-                        options.frame_rate,
-                        fps,
-                    )
-                    tally.count("fps_differs_from_frame_rate")
+            fps = _fps(info, options, name, tally)
             targets = [
                 Target(time=s / fps, window=(s / fps, e / fps), content=options.response, label="Warning")
                 for s, e in spans
             ]
             return [
-                Stream(
+                Stream.whole_video(
                     id=f"ucf_crime-{stem}",
                     source="ucf_crime",
                     task="crime_alert",
                     video=video,
-                    clip_start=0.0,
                     clip_end=clip_end_from(info, None, rid),
                     instruction=options.instruction,
-                    instruction_time=0.0,
                     targets=targets,
                     meta={"video_id": f"ucf_crime/{stem}", "event_class": event_class, "fps": fps},
                 )

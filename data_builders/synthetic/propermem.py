@@ -132,8 +132,40 @@ def generate(out_dir: str | Path, cfg: SynthConfig | None = None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     rng, nrng = random.Random(cfg.seed), np.random.default_rng(cfg.seed)
     vision = _Vision(cfg.visual_dim, nrng)
-    entries: list[dict] = []  # {time, text, place, objects}
     matters = _matters(cfg)
+    entries, words = _diary(cfg, matters, rng)
+    order = sorted(range(len(entries)), key=lambda i: entries[i]["time"])
+    row_id = {r: f"m{k}" for k, r in enumerate(order)}
+    history = [{"id": row_id[r], "time": entries[r]["time"], "text": entries[r]["text"]} for r in order]
+    ids = [h["id"] for h in history]
+    vectors = [vision.frame(entries[r]["place"], entries[r]["objects"]) for r in order]
+    clips = _clips(cfg, matters, history, row_id, rng, vision, ids, vectors)
+    with (out / "clips.jsonl").open("w") as fh:
+        for c in clips:
+            fh.write(json.dumps(c) + "\n")
+    np.savez_compressed(out / "keyframes.npz", ids=np.array(ids), vectors=np.stack(vectors))
+    if cfg.videos:
+        _write_videos(out, clips, cfg)
+    ev_words = [sum(len(entries[r]["text"].split()) for r in m["ev_rows"]) for m in matters]
+    stats = {
+        "config": asdict(cfg),
+        "clips": len(clips),
+        "positives": len(matters),
+        "given_negatives": cfg.negatives,
+        "history_entries": len(history),
+        "history_tokens_words": words,
+        "history_days": math.ceil(-history[0]["time"] / DAY),
+        "evidence_share_max": max(ev_words) / words,
+        "evidence_share_mean": sum(ev_words) / len(ev_words) / words,
+    }
+    (out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+    return stats
+
+
+def _diary(cfg: SynthConfig, matters: list[dict], rng: random.Random) -> tuple[list[dict], int]:
+    """The life log, unordered: each matter's evidence (its rows noted in ``m["ev_rows"]``), lures
+    and decoys, then routine entries up to ``cfg.tokens`` words; the entries and their word count."""
+    entries: list[dict] = []  # {time, text, place, objects}
     for m in matters:
         when = _time(rng, 2)
         m["ev_rows"] = []
@@ -155,11 +187,22 @@ def generate(out_dir: str | Path, cfg: SynthConfig | None = None) -> dict:
         text, place, objs = routine(rng)
         entries.append(dict(time=_time(rng), text=text, place=place, objects=objs))
         words += len(text.split())
-    order = sorted(range(len(entries)), key=lambda i: entries[i]["time"])
-    row_id = {r: f"m{k}" for k, r in enumerate(order)}
-    history = [{"id": row_id[r], "time": entries[r]["time"], "text": entries[r]["text"]} for r in order]
-    ids = [h["id"] for h in history]
-    vectors = [vision.frame(entries[r]["place"], entries[r]["objects"]) for r in order]
+    return entries, words
+
+
+def _clips(
+    cfg: SynthConfig,
+    matters: list[dict],
+    history: list[dict],
+    row_id: dict[int, str],
+    rng: random.Random,
+    vision: _Vision,
+    ids: list[str],
+    vectors: list[np.ndarray],
+) -> list[dict]:
+    """One clip per matter (its trigger points at the evidence rows) and ``cfg.negatives`` without
+    one, each with two entries of its own whose ids and keyframe vectors are appended to ``ids``
+    and ``vectors``."""
     clips, ts, te = [], *cfg.window
     for i, m in enumerate(matters + [None] * cfg.negatives):
         if m is None:
@@ -187,26 +230,7 @@ def generate(out_dir: str | Path, cfg: SynthConfig | None = None) -> dict:
                 "kind": m["kind"] if m else "negative",
             }
         )
-    with (out / "clips.jsonl").open("w") as fh:
-        for c in clips:
-            fh.write(json.dumps(c) + "\n")
-    np.savez_compressed(out / "keyframes.npz", ids=np.array(ids), vectors=np.stack(vectors))
-    if cfg.videos:
-        _write_videos(out, clips, cfg)
-    ev_words = [sum(len(entries[r]["text"].split()) for r in m["ev_rows"]) for m in matters]
-    stats = {
-        "config": asdict(cfg),
-        "clips": len(clips),
-        "positives": len(matters),
-        "given_negatives": cfg.negatives,
-        "history_entries": len(history),
-        "history_tokens_words": words,
-        "history_days": math.ceil(-history[0]["time"] / DAY),
-        "evidence_share_max": max(ev_words) / words,
-        "evidence_share_mean": sum(ev_words) / len(ev_words) / words,
-    }
-    (out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
-    return stats
+    return clips
 
 
 def _write_videos(out: Path, clips: list[dict], cfg: SynthConfig) -> None:

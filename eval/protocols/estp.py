@@ -44,7 +44,15 @@ from eval.protocols import official_format
 from eval.protocols.public import PublicRunner
 from eval.runners import register_runner
 from rewards.content import Unscorable
-from rewards.estp import Answer, aggregate, answer_from_content, f1_of, optimal_time, score_question
+from rewards.estp import (
+    Answer,
+    QuestionScore,
+    aggregate,
+    answer_from_content,
+    f1_of,
+    optimal_time,
+    score_question,
+)
 
 #: The key :func:`write_official` stores the project's answers under, unless told another.
 MODEL_NAME = "proactive_vlm"
@@ -161,7 +169,7 @@ def score_files(gt: Path, pred: Path, options: argparse.Namespace) -> tuple[dict
     settings = settings_from_args(options)
     content = build_content(settings)
     prepare = getattr(content, "prepare", None)
-    if prepare is not None:
+    if prepare is not None:  # a batching scorer (embedding) encodes every text at once
         prepare(
             [a.content for qa in truth for a in qa.answers] + [r.text for rs in replies.values() for r in rs]
         )
@@ -189,29 +197,9 @@ def score_files(gt: Path, pred: Path, options: argparse.Namespace) -> tuple[dict
         pooled["matched"] += len(qa.answers) - q.fn
         pooled["fp"] += q.fp
         pooled["answers"] += len(qa.answers)
-        rows.append(
-            {
-                "id": qa.record_id,
-                "qa": qa.name,
-                "task": qa.task,
-                "f1": q.f1,
-                "precision": q.precision,
-                "recall": q.recall,
-                "tp": q.tp,
-                "fp": q.fp,
-                "fn": q.fn,
-                "answer_scores": list(q.per_answer),
-                "replies": len(got),
-                "missing": absent,
-            }
-        )
+        rows.append(_question_row(qa, q, len(got), absent))
     if missing:
-        shown = "; ".join(missing[:3]) + (" ..." if len(missing) > 3 else "")
-        print(
-            f"eval.score: {len(missing)} of {len(truth)} questions have no answers of model {model!r} "
-            f"in {pred}, scored as silence (F1 0): {shown}",
-            file=sys.stderr,
-        )
+        _warn_missing(missing, len(truth), model, pred)
     p, r, f1 = f1_of(pooled["tp"], pooled["matched"], pooled["fp"], pooled["answers"])
     result = {
         **aggregate(per_task),
@@ -224,6 +212,34 @@ def score_files(gt: Path, pred: Path, options: argparse.Namespace) -> tuple[dict
         "pooled": {"precision": 100 * p, "recall": 100 * r, "f1": 100 * f1, **pooled},
     }
     return result, rows
+
+
+def _question_row(qa: ReleaseQA, q: QuestionScore, replies: int, missing: bool) -> dict:
+    """One question's row of the per-record output: its scores and how many replies it had."""
+    return {
+        "id": qa.record_id,
+        "qa": qa.name,
+        "task": qa.task,
+        "f1": q.f1,
+        "precision": q.precision,
+        "recall": q.recall,
+        "tp": q.tp,
+        "fp": q.fp,
+        "fn": q.fn,
+        "answer_scores": list(q.per_answer),
+        "replies": replies,
+        "missing": missing,
+    }
+
+
+def _warn_missing(missing: list[str], questions: int, model: str, pred: Path) -> None:
+    """Say on stderr which questions have no answers of the model (they score as silence)."""
+    shown = "; ".join(missing[:3]) + (" ..." if len(missing) > 3 else "")
+    print(
+        f"eval.score: {len(missing)} of {questions} questions have no answers of model {model!r} "
+        f"in {pred}, scored as silence (F1 0): {shown}",
+        file=sys.stderr,
+    )
 
 
 @official_format(

@@ -288,21 +288,12 @@ def write_predictions(
     answers (:data:`ANSWER_RULES`). A prediction for no record and a record of another task, or not
     built by ``source=ovo``, are errors."""
     streams = list(streams)
-    by_id = {s.id: s for s in streams}
-    replies: dict[str, list] = {}
-    for p in predictions:
-        if p.id not in by_id:
-            raise RecordError("a prediction for an id that is no record given", record=p.id)
-        replies[p.id] = p.replies
+    replies = _replies_by_id(streams, predictions)
     parts: dict[str, list[dict]] = {part: [] for part in PARTS}
     forward: dict[Any, dict] = {}
     counts = Counter()
     for s in streams:
-        if s.task != "ovo":
-            raise RecordError(f"task {s.task!r}: not an OVO-Bench record", record=s.id)
-        task, oid, part = _meta(s, "benchmark_task"), _meta(s, "ovo_id"), _meta(s, "part")
-        if TASK_PART.get(task) != part:
-            raise RecordError(f"meta: task {task!r} is not a {part!r} task", record=s.id)
+        task, oid, part = _ovo_keys(s)
         done = s.id in replies
         counts["records"] += 1
         counts["missing_records"] += not done
@@ -313,32 +304,73 @@ def write_predictions(
             if len(s.targets) != 1:
                 raise RecordError(f"a question has one target, this record {len(s.targets)}", record=s.id)
             if done:
-                letter = s.targets[0].label
                 item = {
                     "id": oid,
                     "video": _meta(s, "video_id"),
                     "task": task,
                     "question": _meta(s, "question"),
                 }
-                parts[part].append({**item, "response": answers[0], "ground_truth": letter})
+                parts[part].append({**item, "response": answers[0], "ground_truth": s.targets[0].label})
             continue
-        probes = _meta(s, "probes")
-        if len(probes) != len(s.targets):
-            raise RecordError(f"meta lists {len(probes)} probes for {len(s.targets)} targets", record=s.id)
-        entry = forward.setdefault(
-            oid,
-            {
-                "item": {"id": oid, "video": _meta(s, "video_id"), "task": task},
-                "n": _meta(s, "n_probes"),
-                "probes": {},
-                "done": [],
-                "left": [],
-            },
-        )
-        (entry["done"] if done else entry["left"]).append(s.id)
-        for probe, answer in zip(probes, answers, strict=True):
-            fields = {k: v for k, v in probe.items() if k != "index"}
-            entry["probes"][probe["index"]] = {**fields, "response": answer}
+        _gather_probes(forward, s, task, oid, done, answers)
+    partial = _forward_items(forward, parts["forward"])
+    path = Path(folder) / file_name
+    with atomic_writer(path) as fh:
+        json.dump(parts, fh, ensure_ascii=False, indent=1)
+        fh.write("\n")
+    counts["incomplete_items"] = len(partial)
+    _log_gaps(path, counts, partial)
+    return {"path": str(path), "items": sum(len(v) for v in parts.values()), **counts}
+
+
+def _replies_by_id(streams: list[Stream], predictions: Iterable[Prediction]) -> dict[str, list]:
+    """Each prediction's replies by record id; a prediction for no record given is an error."""
+    ids = {s.id for s in streams}
+    replies: dict[str, list] = {}
+    for p in predictions:
+        if p.id not in ids:
+            raise RecordError("a prediction for an id that is no record given", record=p.id)
+        replies[p.id] = p.replies
+    return replies
+
+
+def _ovo_keys(s: Stream) -> tuple[str, Any, str]:
+    """An OVO-Bench record's task, item id and part, checked to agree."""
+    if s.task != "ovo":
+        raise RecordError(f"task {s.task!r}: not an OVO-Bench record", record=s.id)
+    task, oid, part = _meta(s, "benchmark_task"), _meta(s, "ovo_id"), _meta(s, "part")
+    if TASK_PART.get(task) != part:
+        raise RecordError(f"meta: task {task!r} is not a {part!r} task", record=s.id)
+    return task, oid, part
+
+
+def _gather_probes(
+    forward: dict[Any, dict], s: Stream, task: str, oid: Any, done: bool, answers: list
+) -> None:
+    """Add a forward record's probes, answered, to its item's entry in ``forward`` (item id -> the
+    item, its probe count, probes by index, the record ids predicted and left)."""
+    probes = _meta(s, "probes")
+    if len(probes) != len(s.targets):
+        raise RecordError(f"meta lists {len(probes)} probes for {len(s.targets)} targets", record=s.id)
+    entry = forward.setdefault(
+        oid,
+        {
+            "item": {"id": oid, "video": _meta(s, "video_id"), "task": task},
+            "n": _meta(s, "n_probes"),
+            "probes": {},
+            "done": [],
+            "left": [],
+        },
+    )
+    (entry["done"] if done else entry["left"]).append(s.id)
+    for probe, answer in zip(probes, answers, strict=True):
+        fields = {k: v for k, v in probe.items() if k != "index"}
+        entry["probes"][probe["index"]] = {**fields, "response": answer}
+
+
+def _forward_items(forward: dict[Any, dict], out: list[dict]) -> list[str]:
+    """Append each forward item predicted on all its records to ``out``, its probes whole and in
+    order; return the items predicted on some records only (left out), described."""
     partial = []
     for oid, entry in forward.items():
         if entry["done"] and entry["left"]:
@@ -350,14 +382,12 @@ def write_predictions(
                 f"item {oid!r}: the records hold probes {sorted(entry['probes'])} of {entry['n']}",
                 record=entry["done"][0],
             )
-        parts["forward"].append(
-            {**entry["item"], "test_info": [entry["probes"][k] for k in range(entry["n"])]}
-        )
-    path = Path(folder) / file_name
-    with atomic_writer(path) as fh:
-        json.dump(parts, fh, ensure_ascii=False, indent=1)
-        fh.write("\n")
-    counts["incomplete_items"] = len(partial)
+        out.append({**entry["item"], "test_info": [entry["probes"][k] for k in range(entry["n"])]})
+    return partial
+
+
+def _log_gaps(path: Path, counts: Counter, partial: list[str]) -> None:
+    """Warn of the records with no prediction, the questions with no answer, the SSR items left out."""
     if counts["missing_records"] or counts["unanswered"]:
         log.warning(
             "%s: %d of %d OVO-Bench records have no prediction (left out), %d questions no answer (null)",
@@ -374,7 +404,6 @@ def write_predictions(
             len(partial),
             "; ".join(partial[:5]),
         )
-    return {"path": str(path), "items": sum(len(v) for v in parts.values()), **counts}
 
 
 def write_release(path: str | Path, streams: Iterable[Stream]) -> int:

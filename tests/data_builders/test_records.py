@@ -61,6 +61,23 @@ def test_parquet_loads_with_datasets(tmp_path):
     assert [Stream.from_dict(r) for r in ds] == streams
 
 
+def test_whole_video_stream_starts_clip_and_instruction_at_zero():
+    target = Target(time=3.5, content="Now.", label="Warning")
+    s = Stream.whole_video(
+        id="nexar-00001",
+        source="nexar",
+        task="accident_warning",
+        video="videos/00001.mp4",
+        clip_end=12.25,
+        instruction="Warn me.",
+        targets=[target],
+        meta={"video_id": "nexar/00001"},
+    )
+    assert (s.clip_start, s.clip_end, s.instruction_time, s.video_offset) == (0.0, 12.25, 0.0, 0.0)
+    assert s.targets == [target] and s.history == [] and s.meta == {"video_id": "nexar/00001"}
+    assert Stream.from_dict(s.to_dict()) == s
+
+
 def test_window_only_target_takes_center():
     t = Target.from_dict({"window": [10.0, 14.0], "content": "x"})
     assert t.time == 12.0
