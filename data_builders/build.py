@@ -56,9 +56,9 @@ from data_builders.registry import (
     ConversionError,
     Pending,
     SourceSpec,
-    get_source,
     record_reason,
 )
+from data_builders.sources import get_source
 from data_builders.video import PAST_END_SLACK_S, VideoError, VideoInfo, probe_video
 from data_builders.video_index import AmbiguousVideo, VideoIndex
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from data_builders.build import build_source
 from data_builders.files import OutputLock, write_text_atomic
 from data_builders.outputs import BuildFailed, commit, staging_dir, write_files
 from data_builders.records import Stream, load_streams, resolve_video
@@ -272,3 +273,27 @@ def _sample_sources(cfg: MixtureConfig) -> tuple[list[Stream], dict[str, dict]]:
             chosen.append(Stream.from_dict({**s.to_dict(), "video": video}))
         summary_sources[name] = {"available": len(streams), "taken": want, "records": str(path)}
     return chosen, summary_sources
+
+
+def build_toy_mixture(
+    root: str | Path,
+    out: str | Path,
+    n: int = 256,
+    seed: int = 0,
+    splits: dict[str, float] | None = None,
+) -> Path:
+    """Build ``n`` toy clips into ``<root>/toy`` and split them by video into ``out`` (train / val /
+    test by default), exactly as ``python -m data_builders build source=toy`` and ``mix data=toy``
+    write them (records, parquet, stats.json); returns ``out``. The demo and the CPU experiments'
+    data."""
+    build_source("toy", Path(root) / "toy", options={"n": n, "seed": seed}, check_videos=False)
+    cfg = MixtureConfig(
+        name="toy",
+        root=str(root),
+        dir=str(out),
+        seed=seed,
+        splits=splits or {"train": 0.75, "val": 0.125, "test": 0.125},
+        sources={"toy": SourceShare()},
+    )
+    build_mixture(cfg)
+    return Path(out)

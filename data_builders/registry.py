@@ -183,15 +183,6 @@ def register_source(
     return deco
 
 
-def get_source(name: str) -> SourceSpec:
-    """The registered source ``name`` (all source modules are imported first)."""
-    import data_builders.sources  # noqa: F401  (registers every source)
-
-    if name not in SOURCES:
-        raise KeyError(f"unknown source {name!r}; known: {', '.join(sorted(SOURCES))}")
-    return SOURCES[name]
-
-
 # ----------------------------------------------------------------------------------------------
 # Helpers shared by the source modules
 

@@ -31,9 +31,9 @@ from omegaconf import DictConfig
 
 from data_builders.config import RenderConfig
 from data_builders.frames import stream_frames
+from data_builders.mixture import build_toy_mixture
 from data_builders.records import load_streams, resolve_video
 from data_builders.schema import validate
-from data_builders.sources.toy import build_toy_mixture
 from data_builders.video import FrameCache
 from eval.config import quiet_libraries
 from eval.model import count_parameters, load_model_and_processor

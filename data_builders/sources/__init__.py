@@ -1,5 +1,7 @@
-"""One module per source; importing this package registers every builder (see ``registry``)."""
+"""One module per source; importing this package registers every builder (see ``registry``), and
+:func:`get_source` looks one up. The registry itself imports no source: the sources import it."""
 
+from data_builders.registry import SOURCES, SourceSpec
 from data_builders.sources import (  # noqa: F401
     captaincook4d,
     ego4d_events,
@@ -18,3 +20,10 @@ from data_builders.sources import (  # noqa: F401
     toy,
     ucf_crime,
 )
+
+
+def get_source(name: str) -> SourceSpec:
+    """The registered source ``name`` (every source module above has registered itself)."""
+    if name not in SOURCES:
+        raise KeyError(f"unknown source {name!r}; known: {', '.join(sorted(SOURCES))}")
+    return SOURCES[name]

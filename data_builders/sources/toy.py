@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 from data_builders.registry import BuildInputs, Pending, check_options, register_source
 from data_builders.synthetic.toy import generate_toy
@@ -63,30 +62,3 @@ def build_toy(inputs: BuildInputs, options: ToyOptions) -> Iterator[Pending]:
             make=lambda info, s=s: [s],
             needs_info=False,
         )
-
-
-def build_toy_mixture(
-    root: str | Path,
-    out: str | Path,
-    n: int = 256,
-    seed: int = 0,
-    splits: dict[str, float] | None = None,
-) -> Path:
-    """Build ``n`` toy clips into ``<root>/toy`` and split them by video into ``out`` (train / val /
-    test by default), exactly as ``python -m data_builders build source=toy`` and ``mix data=toy``
-    write them (records, parquet, stats.json); returns ``out``. The demo and the CPU experiments'
-    data."""
-    from data_builders.build import build_source
-    from data_builders.mixture import MixtureConfig, SourceShare, build_mixture
-
-    build_source("toy", Path(root) / "toy", options={"n": n, "seed": seed}, check_videos=False)
-    cfg = MixtureConfig(
-        name="toy",
-        root=str(root),
-        dir=str(out),
-        seed=seed,
-        splits=splits or {"train": 0.75, "val": 0.125, "test": 0.125},
-        sources={"toy": SourceShare()},
-    )
-    build_mixture(cfg)
-    return Path(out)

@@ -267,7 +267,7 @@ def test_grpo_held_out_on_a_public_benchmark_reaches_the_sweep_table(built, tmp_
     import subprocess
     import sys
 
-    from data_builders.sources.toy import build_toy_mixture
+    from data_builders.mixture import build_toy_mixture
     from eval import sweep_table
 
     root = Path(__file__).resolve().parents[2]

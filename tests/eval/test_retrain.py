@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from data_builders.sources.toy import build_toy_mixture
+from data_builders.mixture import build_toy_mixture
 from eval.checkpoints import weights_fingerprint
 from eval.run import evaluate, load_config
 from eval.store import PredictionLog

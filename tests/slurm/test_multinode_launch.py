@@ -34,7 +34,7 @@ ENV_FILE = ".deepspeed_env"
 
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory) -> Path:
-    from data_builders.sources.toy import build_toy_mixture
+    from data_builders.mixture import build_toy_mixture
 
     root = tmp_path_factory.mktemp("multinode")
     build_toy_mixture(root / "built", root / "toy", n=8, seed=0)

@@ -129,7 +129,7 @@ def work(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def toy(work) -> Path:
-    from data_builders.sources.toy import build_toy_mixture
+    from data_builders.mixture import build_toy_mixture
 
     return build_toy_mixture(work / "built", work / "toy", n=8, seed=0)
 

@@ -99,7 +99,7 @@ def test_slurm_launcher_submits_one_array_task_per_point(tmp_path):
 
 @pytest.fixture(scope="module")
 def toy_mixture(tmp_path_factory) -> Path:
-    from data_builders.sources.toy import build_toy_mixture
+    from data_builders.mixture import build_toy_mixture
 
     root = tmp_path_factory.mktemp("sweep_data")
     return build_toy_mixture(root / "built", root / "toy", n=8, seed=0)

@@ -43,7 +43,7 @@ TIMINGS = ("rollout_s", "reward_s", "update_s")
 
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory) -> Path:
-    from data_builders.sources.toy import build_toy_mixture
+    from data_builders.mixture import build_toy_mixture
 
     root = tmp_path_factory.mktemp("grpo_dist")
     build_toy_mixture(root / "built", root / "toy", n=8, seed=0)

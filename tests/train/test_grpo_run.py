@@ -25,7 +25,7 @@ TINY = [
 
 @pytest.fixture(scope="module")
 def toy_mixture(tmp_path_factory) -> Path:
-    from data_builders.sources.toy import build_toy_mixture
+    from data_builders.mixture import build_toy_mixture
 
     root = tmp_path_factory.mktemp("grpo_data")
     return build_toy_mixture(root / "built", root / "toy", n=8, seed=0)

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from data_builders.config import RenderConfig
-from data_builders.sources.toy import build_toy_mixture
+from data_builders.mixture import build_toy_mixture
 from eval.checkpoints import saved_render, write_render
 from train.grpo import compose_config, run
 from train.sft import compose_config as sft_config

@@ -14,7 +14,7 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
-from data_builders.sources.toy import build_toy_mixture
+from data_builders.mixture import build_toy_mixture
 from eval.checkpoints import COMPLETE_MARKER, complete_checkpoints
 from train.run_dir import (
     NONFINITE_MARKER,

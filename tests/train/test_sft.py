@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from data_builders.sources.toy import build_toy_mixture
+from data_builders.mixture import build_toy_mixture
 from eval.checkpoints import complete_checkpoints, saved_render
 from train.run_dir import NonFiniteLoss, resolve_resume
 from train.sft import build_trainer, compose_config, train

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from data_builders.build import write_outputs
+from data_builders.mixture import build_toy_mixture
 from data_builders.records import load_streams
-from data_builders.sources.toy import build_toy_mixture
 from train.sft import compose_config, train
 
 ROOT = Path(__file__).resolve().parents[2]

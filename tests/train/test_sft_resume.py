@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from data_builders.sources.toy import build_toy_mixture
+from data_builders.mixture import build_toy_mixture
 from eval.checkpoints import complete_checkpoints
 from train.sft import compose_config, train
 from train.sft_config import REQUEUE_EXIT_CODE

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from data_builders.sources.toy import build_toy_mixture
+from data_builders.mixture import build_toy_mixture
 from eval.run import evaluate
 from eval.run import load_config as eval_config
 from eval.tracking import training_run
