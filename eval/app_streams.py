@@ -134,7 +134,8 @@ class Demo:
     engine now), ``most_running`` (the most at once, ever), ``steps_run`` (engine steps, all streams)."""
 
     def __init__(self, overrides: list[str]):
-        from eval.run import load_config, records_path
+        from eval.config import records_path
+        from eval.run import load_config
 
         self.overrides = [o for o in overrides if _key(o) != "checkpoint"]
         asked = [o.split("=", 1)[1] for o in overrides if _key(o) == "checkpoint"]

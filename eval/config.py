@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from data_builders.config import PathsConfig, RenderConfig
@@ -161,3 +162,12 @@ class EvalConfig:
     """Frame size and history budget: the model group's, or with a checkpoint its ``render.json``."""
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     """Long-horizon memory (``memory=on|off``, ``conf/memory/``; see ``eval.memory``)."""
+
+
+def records_path(cfg: Any) -> Path:
+    """The records file an ``eval.run`` config reads: ``records``, else ``data.dir/<split>/records.jsonl``."""
+    if cfg.records is not None:
+        return Path(cfg.records)
+    if cfg.data.dir is None:
+        raise ValueError("give records=PATH or a data mixture with data.dir set")
+    return Path(cfg.data.dir) / cfg.split / "records.jsonl"

@@ -61,7 +61,7 @@ from eval.checkpoints import (
     run_dir_of,
     weights_fingerprint,
 )
-from eval.config import EvalConfig, quiet_libraries
+from eval.config import EvalConfig, quiet_libraries, records_path
 from eval.memory import build_memory
 from eval.model import load_model_and_processor
 from eval.ranks import RankGroup, Ranks, adopt, check_manifests, merge, shard_path, split, write_manifest
@@ -109,14 +109,6 @@ def training_step(cfg: DictConfig) -> int:
     if cfg.step is not None:
         return int(cfg.step)
     return (checkpoint_step(cfg.checkpoint) if cfg.checkpoint is not None else None) or 0
-
-
-def records_path(cfg: DictConfig) -> Path:
-    if cfg.records is not None:
-        return Path(cfg.records)
-    if cfg.data.dir is None:
-        raise ValueError("give records=PATH or a data mixture with data.dir set")
-    return Path(cfg.data.dir) / cfg.split / "records.jsonl"
 
 
 def _settings(plain: dict) -> dict:

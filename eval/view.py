@@ -50,7 +50,7 @@ from data_builders.files import id_file_name, write_text_atomic
 from data_builders.records import RecordError, Stream, iter_jsonl, load_streams, resolve_video
 from data_builders.schema import validate
 from data_builders.video import VideoError, read_frames
-from eval.config import BenchmarkConfig
+from eval.config import BenchmarkConfig, records_path
 from eval.runners import get_runner
 from eval.store import PredictionLog
 from rewards.outcomes import FIRE_OUTCOMES, StreamOutcomes
@@ -207,8 +207,6 @@ def view_rows(
 def load_run(out_dir: Path) -> tuple[Any, BenchmarkConfig, list[Stream], list[dict], Path]:
     """The config, benchmark, streams (those with a prediction line) and prediction rows of an
     ``eval.run`` folder."""
-    from eval.run import records_path
-
     saved = out_dir / "config.yaml"
     if not saved.is_file():
         raise RecordError("no config.yaml: not an eval.run folder", file=out_dir)
