@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("train", "eval", "data_builders", "rewards")
+PACKAGES = ("train", "eval", "data_builders", "rewards", "infra")
 TOP = PACKAGES + ("conf", "slurm", "tests", "docs")
 ALT_TOP, ALT_PACKAGES = "|".join(TOP), "|".join(PACKAGES)
 PATH = re.compile(rf"(?<![\w./-])((?:{ALT_TOP})/[\w./*<>{{}}-]*[\w/*>}}])")
