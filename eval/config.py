@@ -16,7 +16,7 @@ from typing import Any
 
 from data_builders.config import PathsConfig, RenderConfig
 from data_builders.mixture import MixtureConfig
-from data_builders.schema import bounded
+from data_builders.schema import bounded, store_schema
 from eval.memory.config import MemoryConfig
 
 
@@ -27,7 +27,8 @@ class ModelConfig:
     kind: str = "tiny"
     """``tiny`` (built from config) or ``pretrained`` (hub id or local path)."""
     path: str | None = None
-    """Checkpoint directory or hub id; for ``tiny``, where the built checkpoint is kept."""
+    """Checkpoint directory or hub id; for ``tiny``, where the built checkpoint is kept (null: under
+    ``${paths.cache_dir}/tiny-<config hash>``)."""
     random_init: bool = False
     """Build ``architecture`` with random weights instead of loading ``path`` (GPU benchmarks)."""
     init_device: str = "cpu"
@@ -36,6 +37,7 @@ class ModelConfig:
     trust_remote_code: bool = False
     """Off by default: only enable for checkpoints whose code you have read."""
     freeze_vision: bool = True
+    """Vision encoder frozen; the merger (``train_merger``) and the language model are trained."""
     train_merger: bool = True
     seed: int = 0
     tokenizer: dict[str, Any] = field(default_factory=dict)
@@ -78,7 +80,8 @@ class BenchmarkConfig:
     answers; ``official`` (the public benchmarks that poll: ovo, streamingbench_proactive): the
     official harness's protocol (docs/protocols.md). ``metrics.json`` records which."""
     model_key: str = "proactive_vlm"
-    """The model's name in a public benchmark's official prediction file (``eval.run`` writes it)."""
+    """The model's name in a public benchmark's official prediction file or folder (``eval.run`` writes
+    it; OVO-Bench: ``results/<model_key>/``)."""
     steps_per_second: float = bounded(1.0, gt=0)
     """Decision steps per second of video (P3I, EgoServe: 1; ProPerMem: 0.5)."""
     content: str = "label"
@@ -139,7 +142,8 @@ class EvalConfig:
     """Replace every frame by a uniform grey one: the control for a model that reads the timestamps
     and its own past turns but ignores the video."""
     out_dir: str | None = None
-    """Where predictions.jsonl and metrics.json go (null: ``<runs>/eval/<checkpoint>/<benchmark>[_memory]``;
+    """Where predictions.jsonl and metrics.json go (null: ``<runs>/eval/<checkpoint>/<benchmark>[_memory]``,
+    the checkpoint named ``<run>_final``, ``<run>_best`` or ``<run>_checkpoint-N`` for a run's folders;
     a ``-m`` sweep puts each threshold in ``threshold_<t>/`` below it)."""
     step: int | None = bounded(None, ge=0)
     """The checkpoint's training step, the x axis in W&B (null: ``trainer_state.json``, else 0)."""
@@ -161,3 +165,6 @@ class EvalConfig:
     """Frame size and history budget: the model group's, or with a checkpoint its ``render.json``."""
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     """Long-horizon memory (``memory=on|off``, ``conf/memory/``; see ``eval.memory``)."""
+
+
+store_schema("eval", EvalConfig)

@@ -54,7 +54,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from data_builders.progress import console
-from data_builders.schema import bounded, validate
+from data_builders.schema import bounded, store_schema, validate
 from eval.checkpoints import (
     COMPLETE_MARKER,
     CheckpointError,
@@ -96,6 +96,7 @@ class WatchConfig(EvalConfig):
 
 
 WATCH_KEYS = {f.name for f in fields(WatchConfig)} - {f.name for f in fields(EvalConfig)}
+store_schema("watch", WatchConfig, keys=[f.name for f in fields(WatchConfig) if f.name in WATCH_KEYS])
 
 
 def checkpoint_step(checkpoint: Path) -> int:

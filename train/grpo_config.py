@@ -7,7 +7,7 @@ from typing import Any
 
 from data_builders.config import PathsConfig, RenderConfig
 from data_builders.mixture import MixtureConfig
-from data_builders.schema import bounded
+from data_builders.schema import bounded, store_schema
 from eval.config import LoggerConfig, ModelConfig
 from train.run_dir import REQUEUE_EXIT_CODE
 
@@ -92,7 +92,8 @@ class GRPOSettings:
     """The held-out evaluations' benchmark, a ``conf/benchmark/<name>.yaml`` (p3i: at the data's
     steps per second), e.g. ``ovo`` with ``eval_records`` built by ``source=ovo``."""
     eval_records: str | None = None
-    """Records (a file or build dir) evaluated instead of ``<data.dir>/<eval_split>``."""
+    """Records (a file or build dir, e.g. a public benchmark's build) evaluated instead of
+    ``<data.dir>/<eval_split>``."""
     best_metric: str = "with_negatives/prs_b"
     """The held-out figure ``keep_best`` maximizes: a ``/`` path into the benchmark's metrics
     (``total`` for ovo, ``answer_accuracy`` for streamingbench_proactive, ``ESTP-F1`` for estp)."""
@@ -153,6 +154,9 @@ class GRPOConfig:
     reward: RewardConfig = field(default_factory=RewardConfig)
     grpo: GRPOSettings = field(default_factory=GRPOSettings)
     entry: EntrySettings = field(default_factory=EntrySettings)
+
+
+store_schema("grpo", GRPOConfig)
 
 
 def reward_spec(reward: Any) -> dict[str, Any]:

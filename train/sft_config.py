@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from data_builders.config import PathsConfig, RenderConfig
 from data_builders.mixture import MixtureConfig
-from data_builders.schema import bounded
+from data_builders.schema import bounded, store_schema
 from eval.config import LoggerConfig, ModelConfig
 from train.run_dir import REQUEUE_EXIT_CODE
 
@@ -46,7 +46,7 @@ class TrainSettings:
     warmup_steps: int = bounded(0, ge=0)
     max_grad_norm: float = bounded(1.0, gt=0)
     bf16: str = "auto"
-    """``auto``: bf16 autocast when a CUDA device is present; ``true`` / ``false`` force it."""
+    """``auto``: bf16 autocast when a CUDA device is present (fp32 on CPU); ``true`` / ``false`` force it."""
     gradient_checkpointing: bool = False
     logging_steps: int = bounded(10, ge=1)
     save_steps: int = bounded(500, ge=1)
@@ -63,7 +63,8 @@ class TrainSettings:
     max_nonfinite_steps: int = bounded(5, ge=1)
     """Stop with an error after this many NaN/inf losses in a row (each one is skipped)."""
     requeue_exit_code: int = REQUEUE_EXIT_CODE
-    """Exit status after a SIGUSR1 / SIGTERM checkpoint; the sbatch script requeues on it."""
+    """Exit status after a SIGUSR1 / SIGTERM checkpoint (75, EX_TEMPFAIL); ``slurm/sft.sh`` requeues
+    on it."""
 
 
 @dataclass
@@ -71,7 +72,7 @@ class LossSettings:
     """The decision loss (``train.losses``)."""
 
     gamma: float = bounded(2.0, ge=0)
-    """Focal exponent on the decision tokens (0: plain cross-entropy)."""
+    """Focal exponent on the decision tokens ``</Silence>`` / ``</Response>`` (0: plain cross-entropy)."""
     balance: str = "static"
     """Class weights: ``static`` (from the training split's stats.json), ``dynamic`` (per batch) or
     ``none``."""
@@ -110,3 +111,6 @@ class SFTConfig:
     train: TrainSettings = field(default_factory=TrainSettings)
     loss: LossSettings = field(default_factory=LossSettings)
     lora: LoraSettings = field(default_factory=LoraSettings)
+
+
+store_schema("sft", SFTConfig)

@@ -69,4 +69,8 @@ def test_frames_and_mixture_configs_compose():
         *sorted((CONF / "data").glob("*.yaml")),
     ]:
         assert path.read_text().startswith("# python -m data_builders "), path
-    assert {f.name for f in dataclasses.fields(BuildConfig)} <= set(OmegaConf.load(CONF / "build.yaml"))
+    with initialize_config_dir(str(CONF), version_base=None):
+        build = compose("build", overrides=["source=toy"])
+    # every common key comes from the schema (build_schema), the source's options from conf/source/toy.yaml
+    assert {f.name for f in dataclasses.fields(BuildConfig)} | {"n", "duration"} <= set(build)
+    assert (build.workers, build.shard_size, build.n) == (8, 10_000, 64)
