@@ -13,18 +13,15 @@ from data_builders.config import PathsConfig, RenderConfig
 from data_builders.mixture import MixtureConfig
 from data_builders.schema import bounded, store_schema
 from eval.config import LoggerConfig, ModelConfig
-from train.run_dir import REQUEUE_EXIT_CODE
+from train.stage_config import StageSettings
 
 
 @dataclass
-class TrainSettings:
+class TrainSettings(StageSettings):
     """Optimization, checkpointing and run-control knobs (the ``train`` block)."""
 
     output_dir: str = "runs/sft"
     """Run directory: checkpoints, ``final/``, the resolved config and ``run_info.json``."""
-    seed: int = 0
-    train_split: str = "train"
-    """Split of the mixture to train on (``<data.dir>/<train_split>``)."""
     eval_split: str | None = None
     """Split for the trainer's eval loss (None: none)."""
     window_steps: int | None = bounded(None, ge=1)
@@ -40,31 +37,15 @@ class TrainSettings:
     from it (``train.recipe.accumulation_steps``: global / (per-device x processes)), so one config
     gives the same steps on 8 or 16 GPUs. None: ``gradient_accumulation_steps`` as given."""
     learning_rate: float = bounded(1e-5, ge=0)
-    weight_decay: float = bounded(0.0, ge=0)
     lr_scheduler: str = "cosine"
     """Any ``transformers`` scheduler name (``constant``, ``linear``, ``cosine``, ...)."""
     warmup_steps: int = bounded(0, ge=0)
-    max_grad_norm: float = bounded(1.0, gt=0)
-    bf16: str = "auto"
-    """``auto``: bf16 autocast when a CUDA device is present (fp32 on CPU); ``true`` / ``false`` force it."""
-    gradient_checkpointing: bool = False
     logging_steps: int = bounded(10, ge=1)
     save_steps: int = bounded(500, ge=1)
     save_total_limit: int | None = bounded(2, ge=1)
     dataloader_num_workers: int = bounded(0, ge=0)
     keep_rendered: bool = True
     """Keep rendered windows in memory after their first use (small data sets)."""
-    num_threads: int | None = bounded(None, ge=1)
-    """CPU threads for torch (None: torch's default); the toy runs use 1-2."""
-    time_budget_s: float | None = bounded(None, gt=0)
-    """Stop (and save) after this many seconds of training, whatever the step count."""
-    resume: str = "auto"
-    """``auto``: newest complete checkpoint in ``output_dir`` if any; ``none``; or a checkpoint dir."""
-    max_nonfinite_steps: int = bounded(5, ge=1)
-    """Stop with an error after this many NaN/inf losses in a row (each one is skipped)."""
-    requeue_exit_code: int = REQUEUE_EXIT_CODE
-    """Exit status after a SIGUSR1 / SIGTERM checkpoint (75, EX_TEMPFAIL); ``slurm/sft.sh`` requeues
-    on it."""
 
 
 @dataclass
