@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
-from data_builders.schema import validate
+from data_builders.schema import compose, validate
 from train.config import SCHEMAS
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -31,8 +30,7 @@ def _defaults(root: str) -> list[str]:
 
 
 def _compose(root: str, overrides: list[str] | None = None):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name=root, overrides=overrides or [], return_hydra_config=False)
+    return compose(root, overrides or [])
 
 
 def _entry(path: Path) -> str | None:
