@@ -18,6 +18,7 @@ from data_builders.config import PathsConfig, RenderConfig
 from data_builders.mixture import MixtureConfig
 from data_builders.schema import bounded, store_schema
 from eval.memory.config import MemoryConfig
+from rewards.prs import DEFAULT_ALPHA
 
 
 @dataclass
@@ -66,9 +67,50 @@ def quiet_libraries() -> None:
     logging.getLogger("DeepSpeed").setLevel(logging.ERROR)
 
 
+def _knob(default: Any, help: str | None, *, flag: str | None = None, **bounds: float) -> Any:
+    """A scoring field: its default and bounds (as :func:`data_builders.schema.bounded`), and the
+    ``python -m eval.score`` flag derived from it (``--<name>`` unless ``flag`` says otherwise)."""
+    return field(default=default, metadata={**bounded(None, **bounds).metadata, "help": help, "flag": flag})
+
+
 @dataclass
-class BenchmarkConfig:
-    """One benchmark's protocol knobs (``conf/benchmark/*.yaml``)."""
+class ScoringConfig:
+    """How predictions are scored: the content scorer and the protocol's constants. One definition for
+    a benchmark config's scoring keys (``conf/benchmark/*.yaml``), ``eval.scoring.ScoreSettings`` and
+    the flags of ``python -m eval.score`` (derived from these fields, ``eval.score.add_scoring_flags``)."""
+
+    content: str = _knob("label", None)
+    """Content scorer: ``exact``, ``label`` (targets that carry a structured label, the structured tasks,
+    by that label, every other target by ``open_content``), ``embedding``, ``judge`` or ``any``."""
+    open_content: str = _knob("exact", "scorer for targets without a label", flag="--label-fallback")
+    """Scorer of open (unlabelled) targets under ``content=label``: exact, embedding, judge or any
+    (``eval.score --label-fallback``)."""
+    alpha: float = _knob(DEFAULT_ALPHA, "PRS timing decay (1/s)", ge=0)
+    """PRS timing decay, 1/s."""
+    tolerance: float | None = _knob(None, "seconds (EgoServe delta, ProPerMem tol)", ge=0)
+    """Seconds: EgoServe's matching delta (null: per dataset), ProPerMem's late tolerance (null: 2 s)."""
+    dataset: str | None = _knob(None, None)
+    """EgoServe dataset (egolife, holoassist, captaincook4d); null: from each record's meta/source."""
+    embedding_model: str | None = _knob(None, "sentence-embedding model folder")
+    """Sentence-embedding model folder for ``open_content=embedding`` (null: the packaged one)."""
+    judge_backend: str = _knob("http", "http (OpenAI-compatible) or local")
+    """LLM judge of ``content``/``open_content=judge``: ``http`` (OpenAI-compatible) or ``local``."""
+    judge_url: str | None = _knob(None, "base URL of the judge endpoint, e.g. http://host/v1")
+    """Base URL of the judge endpoint, e.g. ``http://127.0.0.1:8000/v1`` (required by the http judge)."""
+    judge_model: str | None = _knob(None, "judge model name (http) or folder (local)")
+    """Judge model name (http) or folder (local); required when the judge is used."""
+    judge_key_env: str = _knob("JUDGE_API_KEY", "env var holding the API key")
+    """Environment variable holding the judge's API key (the key itself is never in a config)."""
+    judge_cache: str | None = _knob(None, "sqlite cache file of judge answers")
+    """sqlite cache of judge answers (null: ``~/.cache/proactive_vlm/judge.sqlite``)."""
+    judge_timeout: float = _knob(60.0, "seconds: total deadline of one judge request", gt=0)
+    """Seconds: the total deadline of one judge request (connect, send and the whole reply)."""
+
+
+@dataclass
+class BenchmarkConfig(ScoringConfig):
+    """One benchmark's protocol knobs (``conf/benchmark/*.yaml``): its scoring (:class:`ScoringConfig`)
+    and how it is run."""
 
     name: str = "p3i"
     """Short name used in output dirs and W&B keys."""
@@ -84,33 +126,8 @@ class BenchmarkConfig:
     it; OVO-Bench: ``results/<model_key>/``)."""
     steps_per_second: float = bounded(1.0, gt=0)
     """Decision steps per second of video (P3I, EgoServe: 1; ProPerMem: 0.5)."""
-    content: str = "label"
-    """Content scorer: ``label`` scores targets that carry a structured label (the structured tasks)
-    by that label and every other target with ``open_content``."""
-    open_content: str = "exact"
-    """Scorer of open (unlabelled) targets: exact, embedding, judge or any."""
-    alpha: float = bounded(0.05, ge=0)
-    """PRS timing decay, 1/s."""
-    tolerance: float | None = bounded(None, ge=0)
-    """Seconds: EgoServe's matching delta (null: per dataset), ProPerMem's late tolerance (null: 2 s)."""
-    dataset: str | None = None
-    """EgoServe dataset (egolife, holoassist, captaincook4d); null: from each record's meta/source."""
     categories: list[str] | None = None
     """Allowed category tags of a response (EgoServe: its subtypes); null: any tag."""
-    embedding_model: str | None = None
-    """Sentence-embedding model folder for ``open_content=embedding`` (null: the packaged one)."""
-    judge_backend: str = "http"
-    """LLM judge of ``content``/``open_content=judge``: ``http`` (OpenAI-compatible) or ``local``."""
-    judge_url: str | None = None
-    """Base URL of the judge endpoint, e.g. ``http://127.0.0.1:8000/v1`` (required by the http judge)."""
-    judge_model: str | None = None
-    """Judge model name (http) or folder (local); required when the judge is used."""
-    judge_key_env: str = "JUDGE_API_KEY"
-    """Environment variable holding the judge's API key (the key itself is never in a config)."""
-    judge_cache: str | None = None
-    """sqlite cache of judge answers (null: ``~/.cache/proactive_vlm/judge.sqlite``)."""
-    judge_timeout: float = bounded(60.0, gt=0)
-    """Seconds: the total deadline of one judge request (connect, send and the whole reply)."""
 
 
 @dataclass

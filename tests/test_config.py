@@ -232,3 +232,42 @@ def test_schema_rejects_wrong_type_and_unknown_key():
     cfg.demo.n_streem = 3
     with pytest.raises(Exception, match="n_streem"):
         validate(cfg, SCHEMAS["demo"])
+
+
+def test_eval_score_flags_are_the_scoring_schema():
+    """``python -m eval.score``'s scoring flags are derived from ``ScoringConfig`` (the benchmark
+    config's scoring keys): the same flags as before, parsed into the same settings a benchmark gives."""
+    import argparse
+
+    from eval.config import BenchmarkConfig
+    from eval.runners import get_runner
+    from eval.score import add_scoring_flags, parse_args, settings_from_args
+
+    parser = argparse.ArgumentParser()
+    add_scoring_flags(parser)
+    flags = {s for a in parser._actions for s in a.option_strings} - {"-h", "--help"}
+    assert flags == {
+        "--content",
+        "--label-fallback",
+        "--alpha",
+        "--tolerance",
+        "--dataset",
+        "--embedding-model",
+        "--judge-backend",
+        "--judge-url",
+        "--judge-model",
+        "--judge-key-env",
+        "--judge-cache",
+        "--judge-timeout",
+    }
+    args = parse_args(["--protocol", "p3i", "--gt", "g", "--pred", "p", "--label-fallback", "judge"])
+    args_settings = settings_from_args(args)
+    assert (args_settings.open_content, args_settings.alpha, args_settings.judge_timeout) == (
+        "judge",
+        0.05,
+        60.0,
+    )
+    bench = BenchmarkConfig(open_content="judge")
+    assert get_runner("p3i").settings(bench) == args_settings
+    with pytest.raises(SystemExit):
+        parse_args(["--protocol", "p3i", "--gt", "g", "--pred", "p", "--content", "nope"])
