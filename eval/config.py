@@ -67,6 +67,26 @@ def quiet_libraries() -> None:
     logging.getLogger("DeepSpeed").setLevel(logging.ERROR)
 
 
+@dataclass
+class ModelBlocks:
+    """The blocks of every root that runs the model (``conf/sft.yaml``, ``grpo.yaml``, ``eval.yaml``,
+    ``demo.yaml``): where things live, the model, the logger and the render config, defined once."""
+
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    render: RenderConfig = field(default_factory=RenderConfig)
+    """Frame size and history budget: the model group's (``model=tiny``: ``render=toy``), saved in
+    every checkpoint as ``render.json``; ``eval.run`` with a checkpoint reads that back."""
+
+
+@dataclass
+class DataBlocks(ModelBlocks):
+    """:class:`ModelBlocks` and the mixture a stage reads (``data``: ``<data.dir>/<split>``)."""
+
+    data: MixtureConfig = field(default_factory=MixtureConfig)
+
+
 def _knob(default: Any, help: str | None, *, flag: str | None = None, **bounds: float) -> Any:
     """A scoring field: its default and bounds (as :func:`data_builders.schema.bounded`), and the
     ``python -m eval.score`` flag derived from it (``--<name>`` unless ``flag`` says otherwise)."""
@@ -131,7 +151,7 @@ class BenchmarkConfig(ScoringConfig):
 
 
 @dataclass
-class EvalConfig:
+class EvalConfig(DataBlocks):
     """``python -m eval.run``: stream every record through a checkpoint, score, log."""
 
     checkpoint: str | None = None
@@ -173,13 +193,7 @@ class EvalConfig:
     """Records whose timeline (fires vs target windows) is plotted and logged."""
     view: bool = True
     """Write ``<out>/view.html`` (``eval.view``) and log its rows as a W&B Table."""
-    paths: PathsConfig = field(default_factory=PathsConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: MixtureConfig = field(default_factory=MixtureConfig)
     benchmark: BenchmarkConfig = field(default_factory=BenchmarkConfig)
-    logger: LoggerConfig = field(default_factory=LoggerConfig)
-    render: RenderConfig = field(default_factory=RenderConfig)
-    """Frame size and history budget: the model group's, or with a checkpoint its ``render.json``."""
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     """Long-horizon memory (``memory=on|off``, ``conf/memory/``; see ``eval.memory``)."""
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from data_builders.config import FramesConfig, MixRoot, PathsConfig, RenderConfig
+from data_builders.config import FramesConfig, MixRoot
 from data_builders.schema import bounded, store_schema
-from eval.config import EvalConfig, LoggerConfig, ModelConfig
+from eval.config import EvalConfig, ModelBlocks
 from eval.watch import WatchConfig
 from train.grpo_config import GRPOConfig
 from train.sft_config import SFTConfig
@@ -36,13 +36,8 @@ class DemoSettings:
 
 
 @dataclass
-class DemoConfig:
+class DemoConfig(ModelBlocks):
     run_name: str = "demo"
-    paths: PathsConfig = field(default_factory=PathsConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    logger: LoggerConfig = field(default_factory=LoggerConfig)
-    render: RenderConfig = field(default_factory=RenderConfig)
-    """The tiny model's render group (``render=toy``), used for the stream the demo prints."""
     demo: DemoSettings = field(default_factory=DemoSettings)
 
 

@@ -5,10 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from data_builders.config import PathsConfig, RenderConfig
-from data_builders.mixture import MixtureConfig
 from data_builders.schema import bounded, store_schema
-from eval.config import LoggerConfig, ModelConfig
+from eval.config import DataBlocks
 from train.stage_config import StageSettings
 
 #: ``grpo.loss_type`` values (the per-token weights of each are ``train.grpo_loss.LOSS_WEIGHTS``).
@@ -124,16 +122,11 @@ class EntrySettings:
 
 
 @dataclass
-class GRPOConfig:
+class GRPOConfig(DataBlocks):
     run_name: str = "grpo"
     init: str | None = None
     """The SFT checkpoint to improve (a model + processor dir), or ``random``: the ``model`` config as
     it is (tests, benchmarks). Required: without it GRPO would silently train an untrained model."""
-    paths: PathsConfig = field(default_factory=PathsConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: MixtureConfig = field(default_factory=MixtureConfig)
-    logger: LoggerConfig = field(default_factory=LoggerConfig)
-    render: RenderConfig = field(default_factory=RenderConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     grpo: GRPOSettings = field(default_factory=GRPOSettings)
     entry: EntrySettings = field(default_factory=EntrySettings)

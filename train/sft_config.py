@@ -9,10 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from data_builders.config import PathsConfig, RenderConfig
-from data_builders.mixture import MixtureConfig
 from data_builders.schema import bounded, store_schema
-from eval.config import LoggerConfig, ModelConfig
+from eval.config import DataBlocks
 from train.stage_config import StageSettings
 
 
@@ -80,15 +78,10 @@ class LoraSettings:
 
 
 @dataclass
-class SFTConfig:
+class SFTConfig(DataBlocks):
     """Root of ``conf/sft.yaml``."""
 
     run_name: str = "sft"
-    paths: PathsConfig = field(default_factory=PathsConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: MixtureConfig = field(default_factory=MixtureConfig)
-    logger: LoggerConfig = field(default_factory=LoggerConfig)
-    render: RenderConfig = field(default_factory=RenderConfig)
     train: TrainSettings = field(default_factory=TrainSettings)
     loss: LossSettings = field(default_factory=LossSettings)
     lora: LoraSettings = field(default_factory=LoraSettings)
