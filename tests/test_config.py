@@ -161,6 +161,12 @@ TINY_RUNS = {
         + ["grpo.max_new_tokens=4", "grpo.eval_split=null", "grpo.learning_rate=1e-3", "grpo.max_steps=3"],
         ["debug=tiny", "grpo.learning_rate=1e-3", "grpo.num_threads=null", "grpo.max_steps=3"],
     ),
+    "tests/slurm/test_preemption.py": (
+        ["init=random", "grpo.windows_per_step=1", "grpo.num_generations=2", "grpo.window_steps=10"]
+        + ["grpo.max_new_tokens=4", "grpo.eval_split=null", "grpo.num_threads=1", "grpo.save_every=1000"]
+        + ["grpo.max_steps=500"],
+        ["debug=tiny", "grpo.save_every=1000", "grpo.max_steps=500"],
+    ),
     "tests/train/test_init_checkpoints.py": (
         ["init=/ckpt", "grpo.max_steps=1", "grpo.windows_per_step=1", "grpo.num_generations=2"]
         + ["grpo.window_steps=6", "grpo.max_new_tokens=2", "grpo.eval_split=null", "grpo.save_every=0"]
