@@ -22,11 +22,11 @@ from data_builders.build import BuildFailed, build_source
 from data_builders.config import BuildConfig, FramesConfig
 from data_builders.files import OutputLock, OutputLocked
 from data_builders.mixture import MixtureConfig, build_mixture
-from data_builders.schema import typed
+from data_builders.schema import CONF_DIR, typed
 from data_builders.sources import get_source
 
 #: The repo's conf/ dir (absolute: Hydra resolves relative paths against the module under ``-m``).
-CONF = str(Path(__file__).resolve().parents[1] / "conf")
+CONF = str(CONF_DIR)
 
 
 def _logging() -> None:

@@ -11,10 +11,10 @@ model config). Merging a composed config into a schema is ``data_builders.schema
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from data_builders.mixture import MixtureConfig
-from data_builders.schema import bounded
+from data_builders.schema import bounded, store_schema
 from data_builders.video import DEFAULT_MAX_PIXELS
 
 
@@ -62,12 +62,16 @@ class BuildConfig:
     videos: str | None = None
     """Root the records' video paths are relative to (``toy``: the output dir)."""
     out: str | None = None
-    """Output dir: records.jsonl, parquet shards, stats.json, errors.jsonl."""
+    """Output dir (required): records.jsonl, parquet shards, stats.json, errors.jsonl. Files are written
+    to a staging folder inside it and moved in at the end: a failed build leaves the previous one intact
+    (a build over ``max_error_rate`` goes to ``out/failed_build/``). It must not be, or contain, the
+    annotations."""
     check_videos: bool = True
     """Probe every video (header + last frames, catches truncation); off, only sources that need a
-    clip's duration or fps probe theirs. Missing files are always checked."""
+    clip's duration or fps probe theirs. Missing files are always checked: every record's video is
+    looked up first (the source's pattern, else an index of the videos folder by file and folder name)."""
     max_error_rate: float = 0.01
-    """Fail when more than this share of source records could not be converted."""
+    """Fail when more than this share (0-1) of source records could not be converted."""
     shard_size: int = 10_000
     """Records per parquet shard."""
     workers: int = 8
@@ -95,3 +99,18 @@ class FramesConfig:
     """``paths.frame_cache_dir`` is the cache filled."""
     data: MixtureConfig | None = None
     """A mixture (``data=<name> data.dir=DIR``): every split of it is cached."""
+
+
+@dataclass
+class MixRoot:
+    """``conf/mix.yaml``: the ``data`` group only."""
+
+    data: MixtureConfig = field(default_factory=MixtureConfig)
+
+
+store_schema("build", BuildConfig)
+# frames.yaml's data is its group (null: none); each data option lists data_schema first, so the
+# mixture's defaults are there in every root, frames.yaml included.
+store_schema("frames", FramesConfig, keys=[f.name for f in fields(FramesConfig) if f.name != "data"])
+store_schema("mix", MixRoot)
+store_schema("data", MixtureConfig)

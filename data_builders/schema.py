@@ -6,12 +6,19 @@
 A schema field declared with :func:`bounded` carries its allowed range (``bounded(0.5, ge=0,
 le=1)``); :func:`check_bounds` also refuses every NaN or infinite float, so ``threshold=nan``,
 ``limit=-1`` or ``alpha=-1`` fail at once, naming the option.
+
+The schema holds every default. :func:`store_schema` registers a root's defaults as the Hydra config
+``<root>_schema``, the first entry of ``conf/<root>.yaml``'s defaults list, so the YAML files say only
+what differs and the composed config (``--cfg job``) still shows every key. :func:`compose` is the one
+way code composes a root outside ``hydra.main``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import field, fields, is_dataclass
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -100,3 +107,34 @@ def _open_free_form(node: DictConfig) -> None:
                 OmegaConf.set_struct(child, False)
             else:
                 _open_free_form(child)
+
+
+#: The repository's config folder (``conf/``): the roots and their groups.
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+
+def store_schema(root: str, schema: type, keys: Iterable[str] | None = None) -> None:
+    """Register ``schema``'s defaults (only ``keys``, when given) as the Hydra config
+    ``<root>_schema``: ``conf/<root>.yaml`` lists it first in its defaults, and its groups and its own
+    lines override it. The values are plain (typing is :func:`validate`'s job, after composition), so a
+    group or a source may add keys the schema checks later."""
+    from hydra.core.config_store import ConfigStore
+
+    node = OmegaConf.to_container(OmegaConf.structured(schema))
+    if keys is not None:
+        node = {k: node[k] for k in keys}
+    ConfigStore.instance().store(name=f"{root}_schema", node=node)
+
+
+def compose(
+    root: str, overrides: Iterable[str] = (), schema: type | None = None, config_dir: str | Path = CONF_DIR
+) -> DictConfig:
+    """``conf/<root>.yaml`` composed with ``overrides`` (as ``python -m <entry> ARGS`` would) and,
+    given ``schema``, validated against it (:func:`validate`). The root's schema must be stored
+    (importing its schema module does that)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+        cfg = hydra_compose(config_name=root, overrides=list(overrides))
+    return cfg if schema is None else validate(cfg, schema)

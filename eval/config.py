@@ -17,8 +17,9 @@ from typing import Any
 
 from data_builders.config import PathsConfig, RenderConfig
 from data_builders.mixture import MixtureConfig
-from data_builders.schema import bounded
+from data_builders.schema import bounded, store_schema
 from eval.memory.config import MemoryConfig
+from rewards.prs import DEFAULT_ALPHA
 
 
 @dataclass
@@ -28,7 +29,8 @@ class ModelConfig:
     kind: str = "tiny"
     """``tiny`` (built from config) or ``pretrained`` (hub id or local path)."""
     path: str | None = None
-    """Checkpoint directory or hub id; for ``tiny``, where the built checkpoint is kept."""
+    """Checkpoint directory or hub id; for ``tiny``, where the built checkpoint is kept (null: under
+    ``${paths.cache_dir}/tiny-<config hash>``)."""
     random_init: bool = False
     """Build ``architecture`` with random weights instead of loading ``path`` (GPU benchmarks)."""
     init_device: str = "cpu"
@@ -37,6 +39,7 @@ class ModelConfig:
     trust_remote_code: bool = False
     """Off by default: only enable for checkpoints whose code you have read."""
     freeze_vision: bool = True
+    """Vision encoder frozen; the merger (``train_merger``) and the language model are trained."""
     train_merger: bool = True
     seed: int = 0
     tokenizer: dict[str, Any] = field(default_factory=dict)
@@ -66,8 +69,69 @@ def quiet_libraries() -> None:
 
 
 @dataclass
-class BenchmarkConfig:
-    """One benchmark's protocol knobs (``conf/benchmark/*.yaml``)."""
+class ModelBlocks:
+    """The blocks of every root that runs the model (``conf/sft.yaml``, ``grpo.yaml``, ``eval.yaml``,
+    ``demo.yaml``): where things live, the model, the logger and the render config, defined once."""
+
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    render: RenderConfig = field(default_factory=RenderConfig)
+    """Frame size and history budget: the model group's (``model=tiny``: ``render=toy``), saved in
+    every checkpoint as ``render.json``; ``eval.run`` with a checkpoint reads that back."""
+
+
+@dataclass
+class DataBlocks(ModelBlocks):
+    """:class:`ModelBlocks` and the mixture a stage reads (``data``: ``<data.dir>/<split>``)."""
+
+    data: MixtureConfig = field(default_factory=MixtureConfig)
+
+
+def _knob(default: Any, help: str | None, *, flag: str | None = None, **bounds: float) -> Any:
+    """A scoring field: its default and bounds (as :func:`data_builders.schema.bounded`), and the
+    ``python -m eval.score`` flag derived from it (``--<name>`` unless ``flag`` says otherwise)."""
+    return field(default=default, metadata={**bounded(None, **bounds).metadata, "help": help, "flag": flag})
+
+
+@dataclass
+class ScoringConfig:
+    """How predictions are scored: the content scorer and the protocol's constants. One definition for
+    a benchmark config's scoring keys (``conf/benchmark/*.yaml``), ``eval.scoring.ScoreSettings`` and
+    the flags of ``python -m eval.score`` (derived from these fields, ``eval.score.add_scoring_flags``)."""
+
+    content: str = _knob("label", None)
+    """Content scorer: ``exact``, ``label`` (targets that carry a structured label, the structured tasks,
+    by that label, every other target by ``open_content``), ``embedding``, ``judge`` or ``any``."""
+    open_content: str = _knob("exact", "scorer for targets without a label", flag="--label-fallback")
+    """Scorer of open (unlabelled) targets under ``content=label``: exact, embedding, judge or any
+    (``eval.score --label-fallback``)."""
+    alpha: float = _knob(DEFAULT_ALPHA, "PRS timing decay (1/s)", ge=0)
+    """PRS timing decay, 1/s."""
+    tolerance: float | None = _knob(None, "seconds (EgoServe delta, ProPerMem tol)", ge=0)
+    """Seconds: EgoServe's matching delta (null: per dataset), ProPerMem's late tolerance (null: 2 s)."""
+    dataset: str | None = _knob(None, None)
+    """EgoServe dataset (egolife, holoassist, captaincook4d); null: from each record's meta/source."""
+    embedding_model: str | None = _knob(None, "sentence-embedding model folder")
+    """Sentence-embedding model folder for ``open_content=embedding`` (null: the packaged one)."""
+    judge_backend: str = _knob("http", "http (OpenAI-compatible) or local")
+    """LLM judge of ``content``/``open_content=judge``: ``http`` (OpenAI-compatible) or ``local``."""
+    judge_url: str | None = _knob(None, "base URL of the judge endpoint, e.g. http://host/v1")
+    """Base URL of the judge endpoint, e.g. ``http://127.0.0.1:8000/v1`` (required by the http judge)."""
+    judge_model: str | None = _knob(None, "judge model name (http) or folder (local)")
+    """Judge model name (http) or folder (local); required when the judge is used."""
+    judge_key_env: str = _knob("JUDGE_API_KEY", "env var holding the API key")
+    """Environment variable holding the judge's API key (the key itself is never in a config)."""
+    judge_cache: str | None = _knob(None, "sqlite cache file of judge answers")
+    """sqlite cache of judge answers (null: ``~/.cache/proactive_vlm/judge.sqlite``)."""
+    judge_timeout: float = _knob(60.0, "seconds: total deadline of one judge request", gt=0)
+    """Seconds: the total deadline of one judge request (connect, send and the whole reply)."""
+
+
+@dataclass
+class BenchmarkConfig(ScoringConfig):
+    """One benchmark's protocol knobs (``conf/benchmark/*.yaml``): its scoring (:class:`ScoringConfig`)
+    and how it is run."""
 
     name: str = "p3i"
     """Short name used in output dirs and W&B keys."""
@@ -79,40 +143,16 @@ class BenchmarkConfig:
     answers; ``official`` (the public benchmarks that poll: ovo, streamingbench_proactive): the
     official harness's protocol (docs/protocols.md). ``metrics.json`` records which."""
     model_key: str = "proactive_vlm"
-    """The model's name in a public benchmark's official prediction file (``eval.run`` writes it)."""
+    """The model's name in a public benchmark's official prediction file or folder (``eval.run`` writes
+    it; OVO-Bench: ``results/<model_key>/``)."""
     steps_per_second: float = bounded(1.0, gt=0)
     """Decision steps per second of video (P3I, EgoServe: 1; ProPerMem: 0.5)."""
-    content: str = "label"
-    """Content scorer: ``label`` scores targets that carry a structured label (the structured tasks)
-    by that label and every other target with ``open_content``."""
-    open_content: str = "exact"
-    """Scorer of open (unlabelled) targets: exact, embedding, judge or any."""
-    alpha: float = bounded(0.05, ge=0)
-    """PRS timing decay, 1/s."""
-    tolerance: float | None = bounded(None, ge=0)
-    """Seconds: EgoServe's matching delta (null: per dataset), ProPerMem's late tolerance (null: 2 s)."""
-    dataset: str | None = None
-    """EgoServe dataset (egolife, holoassist, captaincook4d); null: from each record's meta/source."""
     categories: list[str] | None = None
     """Allowed category tags of a response (EgoServe: its subtypes); null: any tag."""
-    embedding_model: str | None = None
-    """Sentence-embedding model folder for ``open_content=embedding`` (null: the packaged one)."""
-    judge_backend: str = "http"
-    """LLM judge of ``content``/``open_content=judge``: ``http`` (OpenAI-compatible) or ``local``."""
-    judge_url: str | None = None
-    """Base URL of the judge endpoint, e.g. ``http://127.0.0.1:8000/v1`` (required by the http judge)."""
-    judge_model: str | None = None
-    """Judge model name (http) or folder (local); required when the judge is used."""
-    judge_key_env: str = "JUDGE_API_KEY"
-    """Environment variable holding the judge's API key (the key itself is never in a config)."""
-    judge_cache: str | None = None
-    """sqlite cache of judge answers (null: ``~/.cache/proactive_vlm/judge.sqlite``)."""
-    judge_timeout: float = bounded(60.0, gt=0)
-    """Seconds: the total deadline of one judge request (connect, send and the whole reply)."""
 
 
 @dataclass
-class EvalConfig:
+class EvalConfig(DataBlocks):
     """``python -m eval.run``: stream every record through a checkpoint, score, log."""
 
     checkpoint: str | None = None
@@ -140,7 +180,8 @@ class EvalConfig:
     """Replace every frame by a uniform grey one: the control for a model that reads the timestamps
     and its own past turns but ignores the video."""
     out_dir: str | None = None
-    """Where predictions.jsonl and metrics.json go (null: ``<runs>/eval/<checkpoint>/<benchmark>[_memory]``;
+    """Where predictions.jsonl and metrics.json go (null: ``<runs>/eval/<checkpoint>/<benchmark>[_memory]``,
+    the checkpoint named ``<run>_final``, ``<run>_best`` or ``<run>_checkpoint-N`` for a run's folders;
     a ``-m`` sweep puts each threshold in ``threshold_<t>/`` below it)."""
     step: int | None = bounded(None, ge=0)
     """The checkpoint's training step, the x axis in W&B (null: ``trainer_state.json``, else 0)."""
@@ -153,15 +194,12 @@ class EvalConfig:
     """Records whose timeline (fires vs target windows) is plotted and logged."""
     view: bool = True
     """Write ``<out>/view.html`` (``eval.view``) and log its rows as a W&B Table."""
-    paths: PathsConfig = field(default_factory=PathsConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: MixtureConfig = field(default_factory=MixtureConfig)
     benchmark: BenchmarkConfig = field(default_factory=BenchmarkConfig)
-    logger: LoggerConfig = field(default_factory=LoggerConfig)
-    render: RenderConfig = field(default_factory=RenderConfig)
-    """Frame size and history budget: the model group's, or with a checkpoint its ``render.json``."""
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     """Long-horizon memory (``memory=on|off``, ``conf/memory/``; see ``eval.memory``)."""
+
+
+store_schema("eval", EvalConfig)
 
 
 def records_path(cfg: Any) -> Path:

@@ -49,7 +49,7 @@ from data_builders.config import RenderConfig
 from data_builders.files import LOCK_FILE, OutputLock, OutputLocked, write_text_atomic
 from data_builders.progress import Progress, console
 from data_builders.records import RecordError, Stream, load_streams, write_jsonl
-from data_builders.schema import validate
+from data_builders.schema import CONF_DIR, compose, validate
 from data_builders.video import FrameCache
 from eval.checkpoints import (
     CheckpointError,
@@ -73,7 +73,7 @@ from eval.sweep import fingerprint, point_dir, reuse_rows, sibling_passes, write
 from eval.tracking import format_table, make_logger, plot_timelines
 from eval.view import write_view
 
-CONF = str(Path(__file__).resolve().parents[1] / "conf")
+CONF = str(CONF_DIR)
 #: Where an output folder keeps the evaluations of weights the checkpoint no longer holds.
 SUPERSEDED = "superseded"
 log = logging.getLogger("eval.run")
@@ -82,10 +82,7 @@ log = logging.getLogger("eval.run")
 def load_config(overrides: list[str] | None = None) -> DictConfig:
     """``conf/eval.yaml`` composed with command-line style overrides and validated, for callers
     outside Hydra (``make demo``, tests): ``evaluate(load_config(["checkpoint=null", "limit=8"]))``."""
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        return validate(compose(config_name="eval", overrides=render_overrides(overrides or [])), EvalConfig)
+    return compose("eval", render_overrides(overrides or []), EvalConfig)
 
 
 #: Folders a training run writes inside its run dir: named after the run too, so two runs' ``final/``

@@ -28,11 +28,12 @@ Each line also keeps the stream's per-step P(</Response>) and decisions (``p_res
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from data_builders.records import Reply, Stream
-from eval.config import BenchmarkConfig
+from eval.config import BenchmarkConfig, ScoringConfig
 from rewards.outcomes import FireOutcome, StreamOutcomes
 
 if TYPE_CHECKING:
@@ -121,20 +122,7 @@ class ProtocolRunner:
 
     def settings(self, bench: BenchmarkConfig) -> ScoreSettings:
         """The scoring settings of a benchmark config."""
-        return ScoreSettings(
-            content=bench.content,
-            label_fallback=bench.open_content,
-            alpha=bench.alpha,
-            tolerance=bench.tolerance,
-            dataset=bench.dataset,
-            embedding_model=bench.embedding_model,
-            judge_backend=bench.judge_backend,
-            judge_url=bench.judge_url,
-            judge_model=bench.judge_model,
-            judge_key_env=bench.judge_key_env,
-            judge_cache=bench.judge_cache,
-            judge_timeout=bench.judge_timeout,
-        )
+        return ScoreSettings(**{f.name: getattr(bench, f.name) for f in dataclass_fields(ScoringConfig)})
 
     def check(self, bench: BenchmarkConfig) -> None:
         """Fail at once, before any streaming, on settings that scoring would reject at the end:

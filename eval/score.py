@@ -49,6 +49,7 @@ from data_builders.records import (
     write_jsonl,
 )
 from eval.chat_client import ChatFatal
+from eval.config import ScoringConfig
 from eval.egoserve_files import EventGroup, detect_release, read_release, release_pairs
 from eval.egoserve_preds import RESPONSE_NAME
 from eval.judge import config_from_args
@@ -64,7 +65,6 @@ from eval.scoring import (
     uses_judge,
 )
 from rewards.egoserve import TOLERANCE_S
-from rewards.prs import DEFAULT_ALPHA
 
 
 def _gt_from_row(row: object) -> GroundTruth:
@@ -184,7 +184,26 @@ def report_dropped(result: dict) -> list[str]:
 
 def settings_from_args(args: argparse.Namespace) -> ScoreSettings:
     """The scoring settings of the parsed options (validated: ``--alpha -1`` is an error)."""
-    return ScoreSettings(**{f.name: getattr(args, f.name) for f in fields(ScoreSettings)})
+    return ScoreSettings(**{f.name: getattr(args, f.name) for f in fields(ScoringConfig)})
+
+
+#: The scoring flags that take one of a fixed set of values.
+SCORING_CHOICES = {"content": list(CONTENT_SCORERS), "dataset": sorted(TOLERANCE_S)}
+
+
+def add_scoring_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per :class:`eval.config.ScoringConfig` field (``--<name>``, or the field's ``flag``:
+    ``open_content`` is ``--label-fallback``), with its default and help, floats typed."""
+    for f in fields(ScoringConfig):
+        flag = f.metadata["flag"] or "--" + f.name.replace("_", "-")
+        kwargs = {"default": f.default, "dest": f.name, "help": f.metadata["help"]}
+        if f.name in SCORING_CHOICES:
+            kwargs["choices"] = SCORING_CHOICES[f.name]
+        else:
+            kwargs["metavar"] = flag[2:].replace("-", "_").upper()
+        if "float" in str(f.type):
+            kwargs["type"] = float
+        parser.add_argument(flag, **kwargs)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -194,29 +213,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--gt", required=True, action="append", help="ground truth (EgoServe: repeat with --pred)"
     )
     parser.add_argument("--pred", required=True, action="append", help="predictions")
-    parser.add_argument("--content", default="label", choices=list(CONTENT_SCORERS))
-    parser.add_argument("--label-fallback", default="exact", help="scorer for targets without a label")
-    parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="PRS timing decay (1/s)")
-    parser.add_argument(
-        "--tolerance", type=float, default=None, help="seconds (EgoServe delta, ProPerMem tol)"
-    )
-    parser.add_argument("--dataset", choices=sorted(TOLERANCE_S), default=None)
+    add_scoring_flags(parser)
     parser.add_argument(
         "--model", default=None, help="the model's key in a prediction file holding several (StreamingBench)"
     )
     parser.add_argument("--per-sample", default=None, help="write one JSON line per sample here")
     parser.add_argument("--allow-missing", action="store_true", help="score a missing prediction as silence")
-    parser.add_argument("--embedding-model", default=None, help="sentence-embedding model folder")
-    parser.add_argument("--judge-backend", default="http", help="http (OpenAI-compatible) or local")
-    parser.add_argument(
-        "--judge-url", default=None, help="base URL of the judge endpoint, e.g. http://host/v1"
-    )
-    parser.add_argument("--judge-model", default=None, help="judge model name (http) or folder (local)")
-    parser.add_argument("--judge-key-env", default="JUDGE_API_KEY", help="env var holding the API key")
-    parser.add_argument("--judge-cache", default=None, help="sqlite cache file of judge answers")
-    parser.add_argument(
-        "--judge-timeout", type=float, default=60.0, help="seconds: total deadline of one judge request"
-    )
     parser.add_argument(
         "--model-suffix",
         default=None,

@@ -1,6 +1,6 @@
 """The one scoring API: ground truth and predictions in memory, a protocol's metrics out.
 
-    settings = ScoreSettings(content="label", label_fallback="exact")
+    settings = ScoreSettings(content="label", open_content="exact")
     paired = pair(ground_truth(streams), {p.id: p.replies for p in predictions})
     metrics, per_sample = score("p3i", paired, settings)
 
@@ -16,7 +16,7 @@ per-sample rows)``. Importing this module imports :mod:`eval.protocols`, so ever
 registered whenever :func:`score` can be called; what each reports is in its module's docstring
 (``p3i``, ``egoserve``, ``propermem``) and in docs/protocols.md. ``protocol(name, judged=...)``
 says when a protocol asks the LLM judge (:func:`uses_judge`; by default when ``content`` is
-``judge``, or ``label`` with ``label_fallback`` ``judge``).
+``judge``, or ``label`` with ``open_content`` ``judge``).
 
 A pair the content scorer cannot score (a judge that could not rate it) leaves its sample out; the
 count is reported under ``unscorable`` and, with the judge, ``unrated`` (:class:`UnscorablePairs`).
@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from data_builders.records import RecordError, Reply, Stream, Target
+from eval.config import ScoringConfig
 from rewards.content import ContentScorer, get_content_scorer
-from rewards.prs import DEFAULT_ALPHA
 from rewards.turns import split_category
 
 #: Modules that register the I/O-bearing content scorers when imported.
@@ -40,27 +40,9 @@ CONTENT_SCORERS = ("exact", "label", "embedding", "judge", "any")
 
 
 @dataclass
-class ScoreSettings:
-    """How to score: the content scorer and the protocol's constants (the options of ``eval.score``)."""
-
-    content: str = "label"
-    """``exact``, ``label`` (targets with a label by it, the others by ``label_fallback``),
-    ``embedding``, ``judge`` or ``any``."""
-    label_fallback: str = "exact"
-    alpha: float = DEFAULT_ALPHA
-    """PRS timing decay, 1/s."""
-    tolerance: float | None = None
-    """Seconds: EgoServe's matching delta (None: per dataset), ProPerMem's late tolerance (None: 2 s)."""
-    dataset: str | None = None
-    """EgoServe dataset of every sample (None: each sample's ``meta.dataset`` or source)."""
-    embedding_model: str | None = None
-    judge_backend: str = "http"
-    judge_url: str | None = None
-    judge_model: str | None = None
-    judge_key_env: str = "JUDGE_API_KEY"
-    judge_cache: str | None = None
-    judge_timeout: float = 60.0
-    """Seconds: the total deadline of one judge request (connect, send and the whole reply)."""
+class ScoreSettings(ScoringConfig):
+    """How to score (the fields of :class:`eval.config.ScoringConfig`, a benchmark config's scoring
+    keys and the options of ``eval.score``), checked when made."""
 
     def __post_init__(self) -> None:
         if self.content not in CONTENT_SCORERS:
@@ -132,7 +114,7 @@ def pair(
 def build_content(settings: ScoreSettings) -> ContentScorer:
     """The content scorer of ``settings`` (importing the module that registers it if needed)."""
     if settings.content == "label":
-        return get_content_scorer("label", fallback=_build_named(settings.label_fallback, settings))
+        return get_content_scorer("label", fallback=_build_named(settings.open_content, settings))
     return _build_named(settings.content, settings)
 
 
@@ -222,8 +204,8 @@ def score(
 
 
 def default_uses_judge(settings: ScoreSettings) -> bool:
-    """The judge scores content: ``content`` is ``judge``, or ``label`` with ``label_fallback`` ``judge``."""
-    return settings.content == "judge" or (settings.content == "label" and settings.label_fallback == "judge")
+    """The judge scores content: ``content`` is ``judge``, or ``label`` with ``open_content`` ``judge``."""
+    return settings.content == "judge" or (settings.content == "label" and settings.open_content == "judge")
 
 
 def uses_judge(protocol_name: str, settings: ScoreSettings) -> bool:

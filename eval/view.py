@@ -211,7 +211,7 @@ def load_run(out_dir: Path) -> tuple[Any, BenchmarkConfig, list[Stream], list[di
     if not saved.is_file():
         raise RecordError("no config.yaml: not an eval.run folder", file=out_dir)
     cfg = OmegaConf.load(saved)
-    bench = validate(OmegaConf.merge(OmegaConf.structured(BenchmarkConfig), cfg.benchmark), BenchmarkConfig)
+    bench = validate(cfg.benchmark, BenchmarkConfig)
     rows = PredictionLog(out_dir / "predictions.jsonl").rows()
     if not rows:
         raise RecordError("no predictions", file=out_dir / "predictions.jsonl")

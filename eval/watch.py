@@ -54,7 +54,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from data_builders.progress import console
-from data_builders.schema import bounded, validate
+from data_builders.schema import CONF_DIR, bounded, compose, store_schema, validate
 from eval.checkpoints import (
     COMPLETE_MARKER,
     CheckpointError,
@@ -65,7 +65,7 @@ from eval.checkpoints import (
 from eval.config import EvalConfig
 
 log = logging.getLogger("eval.watch")
-CONF = str(Path(__file__).resolve().parents[1] / "conf")
+CONF = str(CONF_DIR)
 LEDGER = "eval_watch.json"
 #: Environment that would point an evaluation's W&B run at the training run.
 TRAINING_RUN_ENV = ("WANDB_RUN_ID", "WANDB_RESUME")
@@ -96,6 +96,7 @@ class WatchConfig(EvalConfig):
 
 
 WATCH_KEYS = {f.name for f in fields(WatchConfig)} - {f.name for f in fields(EvalConfig)}
+store_schema("watch", WatchConfig, keys=[f.name for f in fields(WatchConfig) if f.name in WATCH_KEYS])
 
 
 def checkpoint_step(checkpoint: Path) -> int:
@@ -311,11 +312,7 @@ def watch(cfg: DictConfig, evaluate: Callable[[DictConfig], dict] = _run_evaluat
 
 def load_config(overrides: list[str] | None = None) -> DictConfig:
     """``conf/watch.yaml`` composed with command-line style overrides and validated (tests)."""
-    from hydra import compose, initialize_config_dir
-
-    overrides = render_overrides(overrides or [], key="run_dir")
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        return validate(compose(config_name="watch", overrides=overrides), WatchConfig)
+    return compose("watch", render_overrides(overrides or [], key="run_dir"), WatchConfig)
 
 
 @hydra.main(config_path=CONF, config_name="watch", version_base="1.3")

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from data_builders.config import FramesConfig, PathsConfig, RenderConfig
-from data_builders.mixture import MixtureConfig
-from data_builders.schema import bounded
-from eval.config import EvalConfig, LoggerConfig, ModelConfig
+from data_builders.config import FramesConfig, MixRoot
+from data_builders.schema import bounded, store_schema
+from eval.config import EvalConfig, ModelBlocks
 from eval.watch import WatchConfig
 from train.grpo_config import GRPOConfig
 from train.sft_config import SFTConfig
@@ -32,27 +31,17 @@ class DemoSettings:
     """Fire when P(</Response>) at the decision position is at least this."""
     sft_overrides: list[str] = field(default_factory=lambda: ["experiment=toy_sft"])
     """Overrides of ``conf/sft.yaml`` for the SFT stage."""
-    grpo_overrides: list[str] = field(default_factory=list)
+    grpo_overrides: list[str] = field(default_factory=lambda: ["experiment=toy_grpo"])
     """Overrides of ``conf/grpo.yaml`` for the GRPO stage."""
 
 
 @dataclass
-class DemoConfig:
+class DemoConfig(ModelBlocks):
     run_name: str = "demo"
-    paths: PathsConfig = field(default_factory=PathsConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    logger: LoggerConfig = field(default_factory=LoggerConfig)
-    render: RenderConfig = field(default_factory=RenderConfig)
-    """The tiny model's render group (``render=toy``), used for the stream the demo prints."""
     demo: DemoSettings = field(default_factory=DemoSettings)
 
 
-@dataclass
-class MixRoot:
-    """``conf/mix.yaml``: the ``data`` group only."""
-
-    data: MixtureConfig = field(default_factory=MixtureConfig)
-
+store_schema("demo", DemoConfig)
 
 #: The typed schema of each root config in ``conf/`` (``build.yaml`` adds the chosen source's
 #: options dataclass, see ``data_builders.cli``).

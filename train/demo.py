@@ -33,7 +33,7 @@ from data_builders.config import RenderConfig
 from data_builders.frames import stream_frames
 from data_builders.mixture import build_toy_mixture
 from data_builders.records import load_streams, resolve_video
-from data_builders.schema import validate
+from data_builders.schema import CONF_DIR, compose
 from data_builders.video import FrameCache
 from eval.config import quiet_libraries
 from eval.model import count_parameters, load_model_and_processor
@@ -44,7 +44,7 @@ from eval.tracking import format_table
 from train.config import DemoConfig
 from train.run_dir import read_progress
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = CONF_DIR
 
 
 def _evaluate(
@@ -210,14 +210,10 @@ def _grpo_stage(
 def main(argv: list[str] | None = None) -> dict:
     """Compose ``conf/demo.yaml`` with command-line overrides (the stages compose their own roots,
     so the demo is not a ``hydra.main`` app itself) and run it."""
-    from hydra import compose, initialize_config_dir
-
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", force=True)
     logging.getLogger("progress").setLevel(logging.INFO)  # steps, rate and ETA of each stage
     overrides = sys.argv[1:] if argv is None else argv
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = validate(compose(config_name="demo", overrides=overrides), DemoConfig)
-    return run_demo(cfg)
+    return run_demo(compose("demo", overrides, DemoConfig))
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from data_builders.files import OutputLock
 from data_builders.progress import console
-from data_builders.schema import validate
+from data_builders.schema import CONF_DIR, compose, validate
 from eval.checkpoints import CheckpointError, check_checkpoint, check_render, model_dir, render_overrides
 from rewards.grpo import build_reward
 from train.grpo_config import GRPOConfig, check_choices, reward_spec
@@ -239,7 +239,7 @@ def _run(cfg: DictConfig, out: Path | None, signals: SignalFlag) -> Path:
     return final
 
 
-CONF = str(Path(__file__).resolve().parents[1] / "conf")
+CONF = str(CONF_DIR)
 
 
 def held_out_benchmark(name: str, steps_per_second: float):
@@ -262,11 +262,7 @@ def compose_config(overrides: list[str] | None = None) -> DictConfig:
     """``conf/grpo.yaml`` composed with command-line style ``overrides`` and validated (for the demo
     and tests: ``run(compose_config([f"init={sft}", "grpo.max_steps=1"]))``), at the render block the
     ``init`` checkpoint was trained with, as on the command line."""
-    from hydra import compose, initialize_config_dir
-
-    overrides = render_overrides(list(overrides or []), key="init")
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        return validate(compose(config_name="grpo", overrides=overrides), GRPOConfig)
+    return compose("grpo", render_overrides(list(overrides or []), key="init"), GRPOConfig)
 
 
 @hydra.main(config_path=CONF, config_name="grpo", version_base="1.3")

@@ -5,11 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from data_builders.config import PathsConfig, RenderConfig
-from data_builders.mixture import MixtureConfig
-from data_builders.schema import bounded
-from eval.config import LoggerConfig, ModelConfig
-from train.run_dir import REQUEUE_EXIT_CODE
+from data_builders.schema import bounded, store_schema
+from eval.config import DataBlocks
+from train.stage_config import StageSettings
 
 #: ``grpo.loss_type`` values (the per-token weights of each are ``train.grpo_loss.LOSS_WEIGHTS``).
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
@@ -20,13 +18,11 @@ CREDITS = ("sequence", "decision")
 
 
 @dataclass
-class GRPOSettings:
+class GRPOSettings(StageSettings):
     """Rollouts and updates (the ``grpo`` block)."""
 
     output_dir: str = "runs/grpo"
     """Run directory: ``checkpoint-<step>`` dirs, ``final``, config, ``run_info.json``, ``history.jsonl``."""
-    seed: int = 0
-    train_split: str = "train"
     eval_split: str | None = "val"
     """Held-out split evaluated every ``eval_every`` updates (None: no evaluation)."""
     window_steps: int = bounded(20, ge=1)
@@ -56,7 +52,6 @@ class GRPOSettings:
     faster rollouts once its graphs are built, minutes for a 4B model's at the first update of a
     process. The updates themselves run eagerly."""
     learning_rate: float = bounded(5e-7, ge=0)
-    weight_decay: float = bounded(0.0, ge=0)
     epsilon: float = bounded(0.2, gt=0)
     """Ratio clipping of the GRPO objective: ``clip(r, 1 - epsilon, 1 + epsilon_high)`` (trl's name)."""
     epsilon_high: float | None = bounded(None, gt=0)
@@ -72,17 +67,8 @@ class GRPOSettings:
     scale_rewards: str = "group"
     """Divide centred rewards by their standard deviation within the ``group`` (GRPO), over the
     whole update's ``batch`` (all ranks), or ``none`` (Dr. GRPO) (trl's ``scale_rewards``)."""
-    max_grad_norm: float = bounded(1.0, gt=0)
-    gradient_checkpointing: bool = False
-    """Recompute activations in the backward of the loss forward (as ``train.gradient_checkpointing``)."""
-    bf16: str = "auto"
-    """``auto``: bf16 when a CUDA device is present; ``true`` / ``false`` force it. Under DeepSpeed it
-    fills the config's ``bf16.enabled`` (bf16 weights, fp32 master copy in the optimizer); without
-    it the weights stay fp32 and rollouts and loss forwards run under bf16 autocast."""
     max_steps: int = bounded(100, ge=0)
     """Updates."""
-    time_budget_s: float | None = bounded(None, gt=0)
-    """Stop (and save) after this many seconds of updates."""
     save_every: int = bounded(50, ge=0)
     save_total_limit: int = bounded(2, ge=1)
     eval_every: int = bounded(0, ge=0)
@@ -92,7 +78,8 @@ class GRPOSettings:
     """The held-out evaluations' benchmark, a ``conf/benchmark/<name>.yaml`` (p3i: at the data's
     steps per second), e.g. ``ovo`` with ``eval_records`` built by ``source=ovo``."""
     eval_records: str | None = None
-    """Records (a file or build dir) evaluated instead of ``<data.dir>/<eval_split>``."""
+    """Records (a file or build dir, e.g. a public benchmark's build) evaluated instead of
+    ``<data.dir>/<eval_split>``."""
     best_metric: str = "with_negatives/prs_b"
     """The held-out figure ``keep_best`` maximizes: a ``/`` path into the benchmark's metrics
     (``total`` for ovo, ``answer_accuracy`` for streamingbench_proactive, ``ESTP-F1`` for estp)."""
@@ -101,11 +88,6 @@ class GRPOSettings:
     ``<output_dir>/best``, the starting point (update 0) and the last update included; ties keep the
     earlier. Needs ``eval_every`` and ``eval_split`` (or ``eval_records``). ``python -m train.grpo``
     then returns (and prints) ``best``."""
-    resume: str = "auto"
-    """``auto``: newest complete checkpoint in ``output_dir``; ``none``; or a checkpoint dir."""
-    max_nonfinite_steps: int = bounded(5, ge=1)
-    requeue_exit_code: int = REQUEUE_EXIT_CODE
-    num_threads: int | None = bounded(None, ge=1)
     dist_timeout_s: float = bounded(7200.0, gt=0)
     """How long a rank waits in a collective under DeepSpeed (seconds): the other ranks wait while
     rank 0 evaluates the held-out split or writes a checkpoint."""
@@ -140,19 +122,17 @@ class EntrySettings:
 
 
 @dataclass
-class GRPOConfig:
+class GRPOConfig(DataBlocks):
     run_name: str = "grpo"
     init: str | None = None
     """The SFT checkpoint to improve (a model + processor dir), or ``random``: the ``model`` config as
     it is (tests, benchmarks). Required: without it GRPO would silently train an untrained model."""
-    paths: PathsConfig = field(default_factory=PathsConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: MixtureConfig = field(default_factory=MixtureConfig)
-    logger: LoggerConfig = field(default_factory=LoggerConfig)
-    render: RenderConfig = field(default_factory=RenderConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     grpo: GRPOSettings = field(default_factory=GRPOSettings)
     entry: EntrySettings = field(default_factory=EntrySettings)
+
+
+store_schema("grpo", GRPOConfig)
 
 
 def reward_spec(reward: Any) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from omegaconf.errors import OmegaConfBaseException
 from data_builders.config import RenderConfig
 from data_builders.files import OutputLock
 from data_builders.progress import console
-from data_builders.schema import validate
+from data_builders.schema import CONF_DIR, compose, validate
 from data_builders.video import FrameCache
 from eval.checkpoints import checkpoint_step, write_render
 from eval.config import quiet_libraries
@@ -221,16 +221,10 @@ def _train(cfg: DictConfig, out: Path, resume: str | None) -> Path:
 def compose_config(overrides: list[str] | None = None) -> DictConfig:
     """``conf/sft.yaml`` composed with command-line style ``overrides`` and validated (for the demo
     and tests: ``train(compose_config(["experiment=toy_sft", "train.seed=1"]))``)."""
-    from hydra import compose, initialize_config_dir
-
-    conf = str(Path(__file__).resolve().parents[1] / "conf")
-    with initialize_config_dir(config_dir=conf, version_base="1.3"):
-        return validate(compose(config_name="sft", overrides=list(overrides or [])), SFTConfig)
+    return compose("sft", overrides or [], SFTConfig)
 
 
-@hydra.main(
-    config_path=str(Path(__file__).resolve().parents[1] / "conf"), config_name="sft", version_base="1.3"
-)
+@hydra.main(config_path=str(CONF_DIR), config_name="sft", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     try:
         cfg = validate(cfg, SFTConfig)

@@ -9,22 +9,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from data_builders.config import PathsConfig, RenderConfig
-from data_builders.mixture import MixtureConfig
-from data_builders.schema import bounded
-from eval.config import LoggerConfig, ModelConfig
-from train.run_dir import REQUEUE_EXIT_CODE
+from data_builders.schema import bounded, store_schema
+from eval.config import DataBlocks
+from train.stage_config import StageSettings
 
 
 @dataclass
-class TrainSettings:
+class TrainSettings(StageSettings):
     """Optimization, checkpointing and run-control knobs (the ``train`` block)."""
 
     output_dir: str = "runs/sft"
     """Run directory: checkpoints, ``final/``, the resolved config and ``run_info.json``."""
-    seed: int = 0
-    train_split: str = "train"
-    """Split of the mixture to train on (``<data.dir>/<train_split>``)."""
     eval_split: str | None = None
     """Split for the trainer's eval loss (None: none)."""
     window_steps: int | None = bounded(None, ge=1)
@@ -40,30 +35,15 @@ class TrainSettings:
     from it (``train.recipe.accumulation_steps``: global / (per-device x processes)), so one config
     gives the same steps on 8 or 16 GPUs. None: ``gradient_accumulation_steps`` as given."""
     learning_rate: float = bounded(1e-5, ge=0)
-    weight_decay: float = bounded(0.0, ge=0)
     lr_scheduler: str = "cosine"
     """Any ``transformers`` scheduler name (``constant``, ``linear``, ``cosine``, ...)."""
     warmup_steps: int = bounded(0, ge=0)
-    max_grad_norm: float = bounded(1.0, gt=0)
-    bf16: str = "auto"
-    """``auto``: bf16 autocast when a CUDA device is present; ``true`` / ``false`` force it."""
-    gradient_checkpointing: bool = False
     logging_steps: int = bounded(10, ge=1)
     save_steps: int = bounded(500, ge=1)
     save_total_limit: int | None = bounded(2, ge=1)
     dataloader_num_workers: int = bounded(0, ge=0)
     keep_rendered: bool = True
     """Keep rendered windows in memory after their first use (small data sets)."""
-    num_threads: int | None = bounded(None, ge=1)
-    """CPU threads for torch (None: torch's default); the toy runs use 1-2."""
-    time_budget_s: float | None = bounded(None, gt=0)
-    """Stop (and save) after this many seconds of training, whatever the step count."""
-    resume: str = "auto"
-    """``auto``: newest complete checkpoint in ``output_dir`` if any; ``none``; or a checkpoint dir."""
-    max_nonfinite_steps: int = bounded(5, ge=1)
-    """Stop with an error after this many NaN/inf losses in a row (each one is skipped)."""
-    requeue_exit_code: int = REQUEUE_EXIT_CODE
-    """Exit status after a SIGUSR1 / SIGTERM checkpoint; the sbatch script requeues on it."""
 
 
 @dataclass
@@ -71,7 +51,7 @@ class LossSettings:
     """The decision loss (``train.losses``)."""
 
     gamma: float = bounded(2.0, ge=0)
-    """Focal exponent on the decision tokens (0: plain cross-entropy)."""
+    """Focal exponent on the decision tokens ``</Silence>`` / ``</Response>`` (0: plain cross-entropy)."""
     balance: str = "static"
     """Class weights: ``static`` (from the training split's stats.json), ``dynamic`` (per batch) or
     ``none``."""
@@ -98,15 +78,13 @@ class LoraSettings:
 
 
 @dataclass
-class SFTConfig:
+class SFTConfig(DataBlocks):
     """Root of ``conf/sft.yaml``."""
 
     run_name: str = "sft"
-    paths: PathsConfig = field(default_factory=PathsConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: MixtureConfig = field(default_factory=MixtureConfig)
-    logger: LoggerConfig = field(default_factory=LoggerConfig)
-    render: RenderConfig = field(default_factory=RenderConfig)
     train: TrainSettings = field(default_factory=TrainSettings)
     loss: LossSettings = field(default_factory=LossSettings)
     lora: LoraSettings = field(default_factory=LoraSettings)
+
+
+store_schema("sft", SFTConfig)

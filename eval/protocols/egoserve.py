@@ -12,7 +12,7 @@
   on event groups, which ``eval.score`` also reads from the release files and EgoMemo's prediction
   folders, ``eval.egoserve_files`` and ``eval.egoserve_preds``): per-subtype detection F1 with the
   per-dataset tolerances, as the official evaluator computes it, with what its rules ``dropped``,
-  ``official_would_fail`` and the ``strict`` view; when ``content`` or ``label_fallback`` is
+  ``official_would_fail`` and the ``strict`` view; when ``content`` or ``open_content`` is
   ``judge`` the matched pairs are rated (``judge``, ``unrated``).
 """
 
@@ -104,8 +104,8 @@ def egoserve_groups(paired: Paired, settings: ScoreSettings, gt_file: str | None
 
 
 def _judged(settings: ScoreSettings) -> bool:
-    """The judge rates the matched pairs when ``content`` or ``label_fallback`` is ``judge``."""
-    return "judge" in (settings.content, settings.label_fallback)
+    """The judge rates the matched pairs when ``content`` or ``open_content`` is ``judge``."""
+    return "judge" in (settings.content, settings.open_content)
 
 
 @protocol("egoserve", judged=_judged)

@@ -6,14 +6,13 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from data_builders.cli import split_build_config
 from data_builders.config import BuildConfig, FramesConfig
 from data_builders.mixture import MixtureConfig
 from data_builders.registry import SOURCES
-from data_builders.schema import typed
+from data_builders.schema import compose, typed
 from data_builders.sources import get_source
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -28,18 +27,16 @@ def test_every_source_yaml_mirrors_its_options_dataclass():
         assert first[0] == "# @package _global_" and first[1].startswith(
             f"# python -m data_builders build source={name}"
         )
-        with initialize_config_dir(str(CONF), version_base=None):
-            cfg = compose("build", overrides=[f"source={name}", "out=/tmp/x"])
+        cfg = compose("build", [f"source={name}", "out=/tmp/x"])
         base, options = split_build_config(cfg, name)
         assert options == SOURCES[name].options()  # yaml defaults == dataclass defaults, same keys
         assert base == BuildConfig(out="/tmp/x")
 
 
 def test_typos_and_wrong_types_fail():
-    with initialize_config_dir(str(CONF), version_base=None):
-        with pytest.raises(Exception, match="nn"):
-            compose("build", overrides=["source=toy", "nn=3"])
-        cfg = compose("build", overrides=["source=toy", "n=abc"])
+    with pytest.raises(Exception, match="nn"):
+        compose("build", ["source=toy", "nn=3"])
+    cfg = compose("build", ["source=toy", "n=abc"])
     with pytest.raises(ValueError, match="source=toy"):
         split_build_config(cfg, "toy")
     with pytest.raises(ValueError, match="has no option"):
@@ -47,9 +44,8 @@ def test_typos_and_wrong_types_fail():
 
 
 def test_frames_and_mixture_configs_compose():
-    with initialize_config_dir(str(CONF), version_base=None):
-        frames = compose("frames", overrides=["records=/tmp/d"])
-        mix = compose("mix", overrides=["data=mix_p3i"])
+    frames = compose("frames", ["records=/tmp/d"])
+    mix = compose("mix", ["data=mix_p3i"])
     plain = OmegaConf.to_container(frames, resolve=True)
     c = typed(FramesConfig, plain, "frames")
     assert (c.records, c.steps_per_second, c.data) == ("/tmp/d", 1.0, None)
@@ -70,4 +66,7 @@ def test_frames_and_mixture_configs_compose():
         *sorted((CONF / "data").glob("*.yaml")),
     ]:
         assert path.read_text().startswith("# python -m data_builders "), path
-    assert {f.name for f in dataclasses.fields(BuildConfig)} <= set(OmegaConf.load(CONF / "build.yaml"))
+    build = compose("build", ["source=toy"])
+    # every common key comes from the schema (build_schema), the source's options from conf/source/toy.yaml
+    assert {f.name for f in dataclasses.fields(BuildConfig)} | {"n", "duration"} <= set(build)
+    assert (build.workers, build.shard_size, build.n) == (8, 10_000, 64)

@@ -82,8 +82,8 @@ def test_our_protocols_live_in_their_modules():
         module = f"eval.protocols.{name}"
         assert scoring.PROTOCOLS[name].__module__ == module
         assert type(runners.get_runner(name)).__module__ == module
-    assert scoring.uses_judge("egoserve", scoring.ScoreSettings(content="exact", label_fallback="judge"))
-    assert not scoring.uses_judge("p3i", scoring.ScoreSettings(content="exact", label_fallback="judge"))
+    assert scoring.uses_judge("egoserve", scoring.ScoreSettings(content="exact", open_content="judge"))
+    assert not scoring.uses_judge("p3i", scoring.ScoreSettings(content="exact", open_content="judge"))
 
 
 def test_a_name_registered_twice_is_refused():

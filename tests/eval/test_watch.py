@@ -180,9 +180,7 @@ def test_real_evaluations_of_two_tiny_checkpoints(tiny_checkpoint, toy_dir, tmp_
 def test_launch_accelerate_hands_each_checkpoint_its_whole_config(tmp_path, monkeypatch):
     """``launch=accelerate``: each evaluation is an ``accelerate launch -m eval.run`` whose config file,
     composed as eval.run composes it, is the inline evaluation's config."""
-    from hydra import compose, initialize_config_dir
-
-    from data_builders.schema import validate
+    from data_builders.schema import compose
     from eval.config import EvalConfig
     from eval.watch import checkpoint_config, launch_command
 
@@ -193,8 +191,7 @@ def test_launch_accelerate_hands_each_checkpoint_its_whole_config(tmp_path, monk
     cmd = launch_command(point, tmp_path, 2)
     assert cmd[1:3] == ["launch", "--config_file"] and cmd[4:6] == ["--num_processes", "2"]
     assert cmd[-6:] == ["-m", "eval.run", "--config-path", str(tmp_path), "--config-name", "eval"]
-    with initialize_config_dir(config_dir=str(tmp_path), version_base="1.3"):
-        composed = validate(compose(config_name="eval"), EvalConfig)
+    composed = compose("eval", [], EvalConfig, config_dir=tmp_path)
     assert composed == point and composed.threshold == 0.3 and composed.step == 7
     assert composed.out_dir == str(run_dir / "eval" / "p3i" / "checkpoint-7")
     launched = []

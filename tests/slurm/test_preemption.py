@@ -35,13 +35,7 @@ def command(data: Path, tmp: Path, max_steps: int) -> list[str]:
         "train.grpo",
         f"paths.root_dir={tmp}",
         f"data.dir={data}",
-        "init=random",
-        "grpo.windows_per_step=1",
-        "grpo.num_generations=2",
-        "grpo.window_steps=10",
-        "grpo.max_new_tokens=4",
-        "grpo.eval_split=null",
-        "grpo.num_threads=1",
+        "debug=tiny",  # conf/debug/tiny.yaml: the tiny model from a random init, one window per update
         "grpo.save_every=1000",
         f"grpo.max_steps={max_steps}",
     ]

@@ -15,16 +15,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = [
-    "init=random",
-    "grpo.windows_per_step=1",
-    "grpo.num_generations=2",
-    "grpo.window_steps=10",
-    "grpo.max_new_tokens=4",
-    "grpo.eval_split=null",
-    "grpo.max_steps=1",
-    "grpo.num_threads=1",
-]
+TINY = ["debug=tiny"]  # conf/debug/tiny.yaml: one update of the tiny model from a random init
 FAKE_SLURM = {
     "sbatch": 'if [[ $1 == --test-only ]]; then echo "$*" > "$FAKE_LOG/test-only.args"; exit 0; fi\n'
     'cp "$1" "$FAKE_LOG/sbatch.sh"\necho "Submitted batch job 4242"\n',

@@ -12,15 +12,9 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = [
-    "init=random",
-    "grpo.windows_per_step=1",
-    "grpo.num_generations=2",
-    "grpo.window_steps=10",
-    "grpo.max_new_tokens=4",
-    "grpo.eval_split=null",
-    "grpo.learning_rate=1e-3",
-]
+#: conf/debug/tiny.yaml, at a learning rate that moves the tiny model and torch's own thread count
+#: (each test sets its max_steps).
+TINY = ["debug=tiny", "grpo.learning_rate=1e-3", "grpo.num_threads=null"]
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +47,7 @@ def test_reward_sweep_points_compare_in_one_table_and_one_wandb_group(toy_mixtur
         "-m",
         f"data.dir={toy_mixture}",
         "grpo.max_steps=1",
-        *[a for a in TINY if not a.startswith("grpo.eval_split")],
+        *TINY,
         "grpo.eval_split=train",  # the 8-clip toy mixture's val split may be empty
         "grpo.eval_every=1",
         "logger=wandb",
@@ -122,10 +116,9 @@ def test_keep_best_keeps_the_weights_of_the_best_held_out_evaluation(toy_mixture
     from eval.runners import evaluate_model
     from train.data import split_records
 
-    tiny = [a for a in TINY if not a.startswith("grpo.eval_split")]
     args = ["grpo.max_steps=3", "grpo.eval_split=train", "grpo.eval_every=2", "grpo.keep_best=true"]
     args.append("grpo.temperature=5.0")  # at 1 the random model's rollouts are all silent: no update
-    out = _run([f"data.dir={toy_mixture}", *args, *tiny], tmp_path)
+    out = _run([f"data.dir={toy_mixture}", *args, *TINY], tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     run = tmp_path / "runs" / "grpo"
     assert json.loads(out.stdout.splitlines()[-1]) == {"best_checkpoint": str(run / "best")}

@@ -22,13 +22,11 @@ from train.sft import train
 
 #: A frame budget of its own: the toy videos' 64 x 64 frames become 32 x 32 (the toy budget is 4096).
 TRAINED_AT = 1024
+#: conf/debug/tiny.yaml with shorter windows and rollouts, no checkpoints, two threads (init is the test's).
 GRPO_TINY = [
-    "grpo.max_steps=1",
-    "grpo.windows_per_step=1",
-    "grpo.num_generations=2",
+    "debug=tiny",
     "grpo.window_steps=6",
     "grpo.max_new_tokens=2",
-    "grpo.eval_split=null",
     "grpo.save_every=0",
     "grpo.num_threads=2",
 ]
