@@ -295,21 +295,16 @@ class GRPOLoop:
         cfg = self.cfg
         groups, returns, per_steps = [], [], []
         for j, rollouts in rolled:
-            cols = {
-                "targets": [[t.to_dict() for t in r.window.targets] for r in rollouts],
-                "task": [r.window.stream.task for r in rollouts],
-            }
-            turns = [r.turns for r in rollouts]
-            rewards = [float(x) for x in self.reward_fn(turns, **cols)]
-            parts = list(self.reward_fn.last_parts)
+            scored = [self.reward_fn(*r.reward_input) for r in rollouts]
+            rewards = [float(x.value) for x in scored]
             per_step = (
-                step_rewards(self.reward_fn, turns, **cols)
+                [step_rewards(self.reward_fn, *r.reward_input) for r in rollouts]
                 if cfg.credit == "decision"
                 else [[x] for x in rewards]
             )
             per_steps.append(per_step)
             returns.append(step_returns(per_step, cfg.gamma))
-            groups.append(Group(j, rollouts, rewards, parts, []))
+            groups.append(Group(j, rollouts, rewards, [x.parts for x in scored], []))
         std = None
         if cfg.scale_rewards == "batch":
             values = [
