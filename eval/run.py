@@ -50,6 +50,7 @@ from data_builders.files import LOCK_FILE, OutputLock, OutputLocked, write_text_
 from data_builders.progress import Progress, console
 from data_builders.records import RecordError, Stream, load_streams, write_jsonl
 from data_builders.schema import validate
+from data_builders.splits import split_records
 from data_builders.video import FrameCache
 from eval.checkpoints import (
     CheckpointError,
@@ -57,6 +58,7 @@ from eval.checkpoints import (
     check_render,
     checkpoint_step,
     model_dir,
+    named_step,
     render_overrides,
     run_dir_of,
     weights_fingerprint,
@@ -99,9 +101,7 @@ def checkpoint_name(cfg: DictConfig) -> str:
     if cfg.checkpoint is None:
         return f"{cfg.model.name}-untrained"
     p = Path(cfg.checkpoint).resolve()
-    return (
-        f"{p.parent.name}_{p.name}" if p.name.startswith("checkpoint-") or p.name in RUN_OUTPUTS else p.name
-    )
+    return f"{p.parent.name}_{p.name}" if named_step(p) is not None or p.name in RUN_OUTPUTS else p.name
 
 
 def training_step(cfg: DictConfig) -> int:
@@ -116,7 +116,7 @@ def records_path(cfg: DictConfig) -> Path:
         return Path(cfg.records)
     if cfg.data.dir is None:
         raise ValueError("give records=PATH or a data mixture with data.dir set")
-    return Path(cfg.data.dir) / cfg.split / "records.jsonl"
+    return split_records(Path(cfg.data.dir) / cfg.split)
 
 
 def _settings(plain: dict) -> dict:

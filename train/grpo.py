@@ -21,7 +21,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from omegaconf.errors import OmegaConfBaseException
 from data_builders.files import OutputLock
 from data_builders.progress import console
 from data_builders.schema import validate
+from data_builders.splits import split_records
 from eval.checkpoints import CheckpointError, check_checkpoint, check_render, model_dir, render_overrides
 from rewards.grpo import build_reward
 from train.grpo_config import GRPOConfig, check_choices, reward_spec
@@ -40,6 +40,7 @@ from train.run_dir import (
     NonFiniteLoss,
     Preempted,
     SignalFlag,
+    is_rank_zero,
     resolve_resume,
     retire_nonfinite,
     set_aside_previous_run,
@@ -64,7 +65,7 @@ def run(cfg: DictConfig, out: Path | None = None) -> Path:
     """Train from a validated config; returns the final checkpoint dir (model + processor), or with
     ``grpo.keep_best`` the best one on the held-out split."""
     signals = SignalFlag()  # first: a signal while the model loads is caught too
-    main = int(os.environ.get("RANK", "0")) == 0
+    main = is_rank_zero()
     lock = OutputLock(out or cfg.grpo.output_dir, "train.grpo").acquire() if main else None  # one run per dir
     try:
         return _run(cfg, out, signals)
@@ -107,7 +108,6 @@ def _run(cfg: DictConfig, out: Path | None, signals: SignalFlag) -> Path:
     from eval.render import TurnRenderer
     from eval.runners import evaluate_model, get_runner
     from eval.tracking import make_logger
-    from train.data import split_records
     from train.grpo_parallel import bf16_enabled, from_environment
     from train.grpo_trainer import GRPOLoop
     from train.rollout import make_windows
@@ -279,7 +279,7 @@ def _main(cfg: DictConfig) -> None:
         print(f"train.grpo: {exc}", file=sys.stderr)
         sys.exit(2)
     out = _output_dir(cfg)
-    main = int(os.environ.get("RANK", "0")) == 0
+    main = is_rank_zero()
     console(None if cfg.entry.target or not main else str(out / "grpo.log"))
     try:
         if cfg.entry.target:

@@ -38,7 +38,6 @@ from __future__ import annotations
 import json
 import logging
 import random
-import re
 import shutil
 import statistics
 import time
@@ -49,7 +48,7 @@ from pathlib import Path
 import torch
 
 from data_builders.progress import Progress
-from eval.checkpoints import COMPLETE_MARKER, write_render
+from eval.checkpoints import COMPLETE_MARKER, checkpoint_name, named_step, write_render
 from eval.render import TurnRenderer
 from eval.streaming import compiled_graphs
 from eval.tracking import flatten
@@ -202,7 +201,7 @@ class GRPOLoop:
     def save(self) -> Path:
         """Every rank saves its part of ``checkpoint-<step>``; rank 0 marks it complete last."""
         par = self.parallel
-        path = self.run_dir / f"checkpoint-{self.step}"
+        path = self.run_dir / checkpoint_name(self.step)
         try:
             if par.is_main:
                 path.mkdir(parents=True, exist_ok=True)
@@ -241,8 +240,8 @@ class GRPOLoop:
                 f"{file}: step {step} is outside [0, grpo.max_steps={self.cfg.max_steps}]"
                 + (": raise grpo.max_steps to continue this run" if step > self.cfg.max_steps else "")
             )
-        named = re.fullmatch(r"checkpoint-(\d+)", file.parent.name)
-        if named and int(named.group(1)) != step:
+        named = named_step(file.parent)
+        if named is not None and named != step:
             raise ValueError(f"{file}: step {step}, but its directory is {file.parent.name}")
         self.parallel.load_optimizer(Path(checkpoint), state)
         self.step = step
