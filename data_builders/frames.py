@@ -54,6 +54,7 @@ from data_builders.config import RenderConfig
 from data_builders.files import remove_dead_writes
 from data_builders.progress import Progress
 from data_builders.records import Stream, load_streams, resolve_video, step_times
+from data_builders.splits import records_file
 from data_builders.video import FrameCache, FrameCacheError, VideoError, load_frames, writer_host
 
 log = logging.getLogger("data_builders")
@@ -99,14 +100,10 @@ def stream_frames(
     return np.ascontiguousarray(frames[window[0] : window[1]])  # decodes a compressed entry's window only
 
 
-def _records_file(data: Path) -> Path:
-    return data / "records.jsonl" if data.is_dir() else data
-
-
 def clip_jobs(data: str | Path) -> list[tuple[int, Path, Stream]]:
     """(first record line, video path, stream) of each distinct clip of a record set, in record
     order: streams with the same video and step times share one cache entry."""
-    records = _records_file(Path(data))
+    records = records_file(data)
     jobs, seen = [], set()
     for k, s in enumerate(load_streams(records)):
         video = resolve_video(s, records)

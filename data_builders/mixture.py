@@ -38,6 +38,7 @@ from data_builders.files import OutputLock, write_text_atomic
 from data_builders.outputs import BuildFailed, commit, staging_dir, write_files
 from data_builders.records import Stream, load_streams, resolve_video
 from data_builders.schema import bounded
+from data_builders.splits import records_file
 
 log = logging.getLogger("data_builders")
 #: Lists the split folders of the old and the new mixture while one replaces the other.
@@ -140,7 +141,7 @@ def _records_path(cfg: MixtureConfig, name: str, share: SourceShare) -> Path:
         path = Path(cfg.root) / name
     else:
         raise BuildFailed(f"mixture {cfg.name}: source {name} has no records path and the mixture no root")
-    return path / "records.jsonl" if path.is_dir() else path
+    return records_file(path)
 
 
 def _plain_split(name: str) -> bool:

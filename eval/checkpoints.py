@@ -37,6 +37,7 @@ from data_builders.schema import ConfigValueError, check_bounds
 
 log = logging.getLogger(__name__)
 COMPLETE_MARKER = "COMPLETE"
+CHECKPOINT_PATTERN = re.compile(r"checkpoint-(\d+)")
 RENDER_FILE = "render.json"
 RENDER_KEYS = tuple(f.name for f in fields(RenderConfig))
 #: The files of a model dir that decide its outputs: weights (full, sharded or a LoRA adapter) and
@@ -70,17 +71,28 @@ def read_json(path: str | Path) -> Any:
         raise CheckpointError(path, f"cannot be read ({exc.strerror or exc})") from None
 
 
+def checkpoint_name(step: int) -> str:
+    """The directory name of the checkpoint a run saves at ``step``.
+
+    >>> checkpoint_name(40), named_step(Path("runs/x") / checkpoint_name(40)), named_step("runs/x/final")
+    ('checkpoint-40', 40, None)
+    """
+    return f"checkpoint-{step}"
+
+
+def named_step(path: str | Path) -> int | None:
+    """The ``<step>`` of a ``checkpoint-<step>`` dir's name; None for any other name."""
+    m = CHECKPOINT_PATTERN.fullmatch(Path(path).name)
+    return int(m.group(1)) if m else None
+
+
 def complete_checkpoints(run_dir: str | Path) -> list[Path]:
     """``checkpoint-<step>`` dirs holding the completion marker, oldest first."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return []
-    found = []
-    for p in run_dir.iterdir():
-        m = re.fullmatch(r"checkpoint-(\d+)", p.name)
-        if m and p.is_dir() and (p / COMPLETE_MARKER).exists():
-            found.append((int(m.group(1)), p))
-    return [p for _, p in sorted(found)]
+    found = [(named_step(p), p) for p in run_dir.iterdir() if named_step(p) is not None]
+    return [p for _, p in sorted(found) if p.is_dir() and (p / COMPLETE_MARKER).exists()]
 
 
 def model_dir(path: str | Path) -> Path:
@@ -120,9 +132,9 @@ def checkpoint_step(checkpoint: str | Path) -> int | None:
     state = path / "trainer_state.json"
     if state.is_file():
         return _step_in(state, "global_step", default=0)
-    m = re.fullmatch(r"checkpoint-(\d+)", path.name)
-    if m:
-        return int(m.group(1))
+    step = named_step(path)
+    if step is not None:
+        return step
     best = path / "best.json"
     if best.is_file():
         return _step_in(best, "step")

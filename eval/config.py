@@ -18,6 +18,7 @@ from typing import Any
 from data_builders.config import PathsConfig, RenderConfig
 from data_builders.mixture import MixtureConfig
 from data_builders.schema import bounded, store_schema
+from data_builders.splits import split_records
 from eval.memory.config import MemoryConfig
 from rewards.prs import DEFAULT_ALPHA
 
@@ -203,9 +204,10 @@ store_schema("eval", EvalConfig)
 
 
 def records_path(cfg: Any) -> Path:
-    """The records file an ``eval.run`` config reads: ``records``, else ``data.dir/<split>/records.jsonl``."""
+    """The records an ``eval.run`` config reads: ``records``, else the split ``data.dir/<split>`` (its
+    ``records.jsonl``, else its parquet shards)."""
     if cfg.records is not None:
         return Path(cfg.records)
     if cfg.data.dir is None:
         raise ValueError("give records=PATH or a data mixture with data.dir set")
-    return Path(cfg.data.dir) / cfg.split / "records.jsonl"
+    return split_records(Path(cfg.data.dir) / cfg.split)

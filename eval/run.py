@@ -57,6 +57,7 @@ from eval.checkpoints import (
     check_render,
     checkpoint_step,
     model_dir,
+    named_step,
     render_overrides,
     run_dir_of,
     weights_fingerprint,
@@ -96,9 +97,7 @@ def checkpoint_name(cfg: DictConfig) -> str:
     if cfg.checkpoint is None:
         return f"{cfg.model.name}-untrained"
     p = Path(cfg.checkpoint).resolve()
-    return (
-        f"{p.parent.name}_{p.name}" if p.name.startswith("checkpoint-") or p.name in RUN_OUTPUTS else p.name
-    )
+    return f"{p.parent.name}_{p.name}" if named_step(p) is not None or p.name in RUN_OUTPUTS else p.name
 
 
 def training_step(cfg: DictConfig) -> int:

@@ -39,7 +39,6 @@ import functools
 import json
 import logging
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -60,6 +59,7 @@ from eval.checkpoints import (
     CheckpointError,
     complete_checkpoints,
     fingerprint_dir,
+    named_step,
     render_overrides,
 )
 from eval.config import EvalConfig
@@ -101,10 +101,10 @@ store_schema("watch", WatchConfig, keys=[f.name for f in fields(WatchConfig) if 
 
 def checkpoint_step(checkpoint: Path) -> int:
     """The training step of ``checkpoint-<step>``."""
-    m = re.fullmatch(r"checkpoint-(\d+)", checkpoint.name)
-    if not m:
+    step = named_step(checkpoint)
+    if step is None:
         raise ValueError(f"{checkpoint} is not a checkpoint-<step> dir")
-    return int(m.group(1))
+    return step
 
 
 def read_ledger(run_dir: Path) -> dict[str, dict]:

@@ -1,14 +1,14 @@
-"""GRPO reward functions, built on the same metric core the evaluator reports.
+"""GRPO rewards, built on the same metric core the evaluator reports.
 
-Call signature (trl's, with rollouts as turn lists)::
+A reward is a pure function of one rollout::
 
-    reward(completions: list[list[dict]], **columns) -> list[float | None]
+    reward(turns, targets, task, **options) -> Scored(value, parts)
 
-Each completion is one rollout: one turn ``{"time": s, "text": raw assistant text}`` per decision
-step. Columns used: ``targets`` (per rollout, a list of ``Target.to_dict()`` dicts) and ``task``;
-any other column (``prompts``, ``completion_ids``, ...) is ignored. Every reward object also has
-``parts(completions, **columns) -> list[dict]`` (its sub-scores per rollout) and keeps the parts of
-its last call in ``last_parts`` so the trainer can log them without scoring twice.
+``turns`` holds one ``{"time": s, "text": raw assistant text}`` per decision step (:data:`Turns`);
+``targets`` are the window's targets as the records hold them (``data_builders.records.Target``
+fits :class:`TimedTarget`: its ``time`` is already the window's centre where the record gave only
+a window); ``task`` is the stream's task. :data:`REWARDS` maps each name of ``reward.reward_weights``
+to its function; the options are the keys of its block in ``conf/reward/*.yaml``.
 
 - ``prs``: PRS-U or PRS-B (``variant``) of the rollout's valid responses against the targets, with
   ``alpha`` and a pure content scorer (``label``, ``any`` or ``exact``). This is
@@ -19,256 +19,193 @@ its last call in ``last_parts`` so the trainer can log them without scoring twic
   Invalid: :func:`rewards.turns.parse_turn` says so (no decision token, empty response, unknown tag).
 - ``format``: the share of well-formed turns (0.0 for a rollout with no turns).
 
-:func:`build_reward` combines them with the weights of a ``conf/reward/*.yaml`` dict.
+:func:`build_reward` combines them with the weights of a ``conf/reward/*.yaml`` dict into a
+:class:`WeightedReward`, itself a reward of the same shape whose parts hold every component's.
 
+>>> from types import SimpleNamespace
 >>> turns = [{"time": 9.0, "text": "</Silence>"}, {"time": 10.0, "text": "</Response> Warning!"},
 ...          {"time": 11.0, "text": "</Response> Warning!"}]
->>> cols = {"targets": [[{"time": 10.0, "content": "", "label": "Warning"}]], "task": ["accident_warning"]}
+>>> targets = [SimpleNamespace(time=10.0, content="", label="Warning", category=None)]
 >>> reward = build_reward({"weights": {"prs": 1.0, "redundancy": 1.0}})
->>> [round(r, 6) for r in reward([turns], **cols)]
-[0.3]
->>> reward.last_parts[0]["prs/prs"], reward.last_parts[0]["redundancy/redundant"]
-(0.5, 1)
+>>> scored = reward(turns, targets, "accident_warning")
+>>> round(scored.value, 6), scored.parts["prs/prs"], scored.parts["redundancy/redundant"]
+(0.3, 0.5, 1)
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from rewards.content import ContentScorer, TargetText, get_content_scorer
+from rewards.content import ContentScorer, TargetLike, get_content_scorer
 from rewards.prs import DEFAULT_ALPHA, prs_scores, redundant_replies
 from rewards.turns import ParsedTurn, allowed_categories, parse_turn
 
-Rollout = Sequence[Mapping[str, Any]]
-REWARD_FUNCTIONS: dict[str, Callable[..., RewardFunction]] = {}
+#: A rollout's turns, the rewards' input: one ``{"time", "text"}`` per decision step.
+Turns = Sequence[Mapping[str, Any]]
 DEFAULT_PENALTY_TASKS = ("accident_warning", "event_intervention")
+#: Option names YAML spells differently from the functions' keywords (``lambda`` is a Python keyword).
+OPTION_ALIASES = {"lambda": "penalty"}
 
 
-def register_reward(name: str) -> Callable:
-    """Decorator: register a reward factory ``(**config) -> RewardFunction`` under ``name``."""
+class TimedTarget(TargetLike, Protocol):
+    """What a reward reads of a target: when the reply is due, and what the content scorer reads."""
 
-    def deco(factory: Callable[..., RewardFunction]) -> Callable[..., RewardFunction]:
-        REWARD_FUNCTIONS[name] = factory
-        return factory
-
-    return deco
+    time: float
 
 
-def parse_rollout(rollout: Rollout, task: str | None) -> list[tuple[float, ParsedTurn]]:
+@dataclass(frozen=True)
+class Scored:
+    """A reward's value for one rollout and its sub-scores (logged, never fed back)."""
+
+    value: float
+    parts: dict[str, float] = field(default_factory=dict)
+
+
+Reward = Callable[..., Scored]
+
+
+def parse_rollout(turns: Turns, task: str | None) -> list[tuple[float, ParsedTurn]]:
     """(time, parsed turn) for every turn of a rollout, with the task's allowed category tags.
 
     >>> [p.kind for _, p in parse_rollout([{"time": 0, "text": "</Silence>"}, {"time": 1, "text": "x"}], None)]
     ['silence', 'invalid']
     """
     allowed = allowed_categories(task)
-    return [(float(turn["time"]), parse_turn(str(turn["text"]), allowed)) for turn in rollout]
+    return [(float(turn["time"]), parse_turn(str(turn["text"]), allowed)) for turn in turns]
 
 
-def _targets(raw: Sequence[Mapping[str, Any]]) -> tuple[list[float], list[TargetText]]:
-    times, texts = [], []
-    for t in raw:
-        window = t.get("window")
-        time = t.get("time")
-        if time is None:
-            if window is None:
-                raise ValueError(f"target {dict(t)!r} has neither a time nor a window")
-            time = (window[0] + window[1]) / 2
-        times.append(float(time))
-        texts.append(TargetText(t.get("content") or "", t.get("label"), t.get("category")))
-    return times, texts
+@functools.cache
+def _content_scorer(name: str, config: tuple[tuple[str, Any], ...]) -> ContentScorer:
+    return get_content_scorer(name, **dict(config))
 
 
-def _column(columns: Mapping[str, Any], name: str, n: int, default: Any = None) -> list:
-    value = columns.get(name)
-    if value is None:
-        return [default] * n
-    if len(value) != n:
-        raise ValueError(f"column {name!r} has {len(value)} rows for {n} completions")
-    return list(value)
+def prs_reward(
+    turns: Turns,
+    targets: Sequence[TimedTarget],
+    task: str | None,
+    *,
+    variant: str = "b",
+    alpha: float = DEFAULT_ALPHA,
+    content: str = "label",
+    **content_config: Any,
+) -> Scored:
+    """PRS of a rollout's valid replies (see the module docstring); ``content_config`` goes to the
+    content scorer (e.g. ``fallback`` of ``label``)."""
+    if variant not in ("u", "b"):
+        raise ValueError(f"prs variant must be 'u' or 'b', got {variant!r}")
+    scorer = _content_scorer(content, tuple(sorted(content_config.items())))
+    replies = [(t, p.text) for t, p in parse_rollout(turns, task) if p.kind == "response"]
+    s = prs_scores(
+        [float(t.time) for t in targets],
+        [t for t, _ in replies],
+        lambda k, i: scorer(replies[k][1], targets[i]),
+        alpha,
+    )
+    parts = {"prs_u": s.u, "prs_b": s.b, "prs_u_prime": s.u_prime, "prs_b_prime": s.b_prime}
+    return Scored(s.u if variant == "u" else s.b, parts | {"replies": float(len(replies))})
 
 
-class RewardFunction:
-    """A named reward with trl's signature; subclasses implement ``score_one``."""
-
-    name = "reward"
-
-    def __init__(self) -> None:
-        self.__name__ = self.name  # trl logs reward functions by __name__
-        self.last_parts: list[dict[str, float]] = []
-
-    def score_one(
-        self, turns: list[tuple[float, ParsedTurn]], targets: Sequence[Mapping[str, Any]], task: str | None
-    ) -> tuple[float, dict[str, float]]:
-        raise NotImplementedError
-
-    def parts(self, completions: Sequence[Rollout], **columns: Any) -> list[dict[str, float]]:
-        """Per-rollout sub-scores (keys prefixed with the reward's name); the value is ``<name>/<name>``."""
-        n = len(completions)
-        targets = _column(columns, "targets", n, [])
-        tasks = _column(columns, "task", n)
-        out = []
-        for rollout, tgt, task in zip(completions, targets, tasks, strict=True):
-            value, parts = self.score_one(parse_rollout(rollout, task), tgt or [], task)
-            out.append(
-                {f"{self.name}/{self.name}": value, **{f"{self.name}/{k}": v for k, v in parts.items()}}
-            )
-        return out
-
-    def __call__(self, completions: Sequence[Rollout], **columns: Any) -> list[float | None]:
-        self.last_parts = self.parts(completions, **columns)
-        return [p[f"{self.name}/{self.name}"] for p in self.last_parts]
+def redundancy_reward(
+    turns: Turns,
+    targets: Sequence[TimedTarget],
+    task: str | None,
+    *,
+    penalty: float = 0.2,
+    tasks: Sequence[str] = DEFAULT_PENALTY_TASKS,
+    variant: str = "b",
+) -> Scored:
+    """``-penalty`` (YAML's ``lambda``) per redundant or invalid turn on the penalized ``tasks``."""
+    parsed = parse_rollout(turns, task)
+    invalid = sum(p.kind == "invalid" for _, p in parsed)
+    replies = [t for t, p in parsed if p.kind == "response"]
+    redundant = redundant_replies([float(t.time) for t in targets], replies, variant)
+    value = -float(penalty) * (redundant + invalid) if task in frozenset(tasks) else 0.0
+    return Scored(value, {"redundant": redundant, "invalid": invalid})
 
 
-class PRSReward(RewardFunction):
-    """PRS of a rollout's valid replies (see the module docstring)."""
-
-    name = "prs"
-
-    def __init__(
-        self, variant: str = "b", alpha: float = DEFAULT_ALPHA, content: str = "label", **content_config: Any
-    ) -> None:
-        super().__init__()
-        if variant not in ("u", "b"):
-            raise ValueError(f"prs variant must be 'u' or 'b', got {variant!r}")
-        self.variant, self.alpha = variant, alpha
-        self.content: ContentScorer = get_content_scorer(content, **content_config)
-
-    def score_one(self, turns, targets, task):
-        times, texts = _targets(targets)
-        replies = [(t, p.text) for t, p in turns if p.kind == "response"]
-        reply_times = [t for t, _ in replies]
-        content = self.content
-
-        def c(k: int, i: int) -> float:
-            return content(replies[k][1], texts[i])
-
-        s = prs_scores(times, reply_times, c, self.alpha)
-        value = s.u if self.variant == "u" else s.b
-        return value, {
-            "prs_u": s.u,
-            "prs_b": s.b,
-            "prs_u_prime": s.u_prime,
-            "prs_b_prime": s.b_prime,
-            "replies": float(len(replies)),
-        }
-
-
-class RedundancyReward(RewardFunction):
-    """``-lambda`` per redundant or invalid turn on the penalized tasks."""
-
-    name = "redundancy"
-
-    def __init__(
-        self,
-        penalty: float = 0.2,
-        tasks: Sequence[str] = DEFAULT_PENALTY_TASKS,
-        variant: str = "b",
-        **extra: Any,
-    ) -> None:
-        super().__init__()
-        # YAML spells the weight `lambda` (a Python keyword), so it arrives through **extra
-        self.penalty = float(extra.pop("lambda", penalty))
-        if extra:
-            raise TypeError(f"unknown redundancy options: {sorted(extra)}")
-        self.tasks, self.variant = frozenset(tasks), variant
-
-    def score_one(self, turns, targets, task):
-        times, _ = _targets(targets)
-        invalid = sum(p.kind == "invalid" for _, p in turns)
-        redundant = redundant_replies(times, [t for t, p in turns if p.kind == "response"], self.variant)
-        value = -self.penalty * (redundant + invalid) if task in self.tasks else 0.0
-        return value, {"redundant": redundant, "invalid": invalid}
-
-
-class FormatReward(RewardFunction):
+def format_reward(turns: Turns, targets: Sequence[TimedTarget], task: str | None) -> Scored:
     """The share of well-formed turns."""
-
-    name = "format"
-
-    def __init__(self, **_: Any) -> None:
-        super().__init__()
-
-    def score_one(self, turns, targets, task):
-        valid = sum(p.kind != "invalid" for _, p in turns)
-        return (valid / len(turns) if turns else 0.0), {"turns": len(turns), "valid": valid}
+    parsed = parse_rollout(turns, task)
+    valid = sum(p.kind != "invalid" for _, p in parsed)
+    return Scored(valid / len(parsed) if parsed else 0.0, {"turns": len(parsed), "valid": valid})
 
 
-register_reward("prs")(PRSReward)
-register_reward("redundancy")(RedundancyReward)
-register_reward("format")(FormatReward)
+#: Every reward by the name ``reward.reward_weights`` gives it.
+REWARDS: dict[str, Reward] = {"prs": prs_reward, "redundancy": redundancy_reward, "format": format_reward}
 
 
-class CombinedReward(RewardFunction):
-    """Weighted sum of registered rewards; ``parts`` holds every component's parts and ``total``."""
+@dataclass(frozen=True)
+class WeightedReward:
+    """The weighted sum of named rewards (each bound to its options). Its parts: every component's
+    value (``<name>/<name>``) and parts (``<name>/<part>``), and the total (``reward/reward``)."""
 
-    name = "reward"
+    components: Mapping[str, tuple[float, Callable[[Turns, Sequence[TimedTarget], str | None], Scored]]]
+    name: str = "reward"
 
-    def __init__(self, components: Mapping[str, tuple[float, RewardFunction]]) -> None:
-        super().__init__()
-        self.components = dict(components)
-
-    def parts(self, completions: Sequence[Rollout], **columns: Any) -> list[dict[str, float]]:
-        rows: list[dict[str, float]] = [{} for _ in completions]
-        totals = [0.0] * len(completions)
-        for name, (weight, fn) in self.components.items():
-            for k, part in enumerate(fn.parts(completions, **columns)):
-                rows[k].update(part)
-                totals[k] += weight * part[f"{name}/{name}"]
-        for row, total in zip(rows, totals, strict=True):
-            row[f"{self.name}/{self.name}"] = total
-        return rows
+    def __call__(self, turns: Turns, targets: Sequence[TimedTarget], task: str | None) -> Scored:
+        parts: dict[str, float] = {}
+        total = 0.0
+        for name, (weight, reward) in self.components.items():
+            scored = reward(turns, targets, task)
+            parts[f"{name}/{name}"] = scored.value
+            parts.update({f"{name}/{k}": v for k, v in scored.parts.items()})
+            total += weight * scored.value
+        parts[f"{self.name}/{self.name}"] = total
+        return Scored(total, parts)
 
 
-def step_rewards(reward: RewardFunction, completions: Sequence[Rollout], **columns: Any) -> list[list[float]]:
-    """Per-turn rewards: ``r_j = R(turns[:j+1]) - R(turns[:j])`` for every turn j of every rollout.
+def step_rewards(
+    reward: Callable[[Turns, Sequence[TimedTarget], str | None], Scored],
+    turns: Turns,
+    targets: Sequence[TimedTarget],
+    task: str | None,
+) -> list[float]:
+    """Per-turn rewards: ``r_j = R(turns[:j+1]) - R(turns[:j])`` for every turn j of a rollout.
 
     They telescope, ``sum_j r_j = R(turns) - R([])``, so they split a rollout's reward among its
     decisions without changing what it sums to: a reply is charged, at its own step, for what it
     adds (the first on-time reply earns the PRS) or costs (a repeat divides the target's score and
     takes the redundancy penalty). ``R([])`` is 0 on a window with a target and the silent score
-    (PRS 1) on one without. Columns as for ``__call__``; ``reward.last_parts`` is left as it was.
+    (PRS 1) on one without.
 
+    >>> from types import SimpleNamespace
     >>> reward = build_reward({"weights": {"prs": 1.0, "redundancy": 1.0}})
     >>> say = "</Response> Warning!"
     >>> turns = [{"time": 9.0, "text": "</Silence>"}, {"time": 10.0, "text": say}, {"time": 11.0, "text": say}]
-    >>> cols = {"targets": [[{"time": 10.0, "content": "", "label": "Warning"}]], "task": ["accident_warning"]}
-    >>> [round(r, 6) for r in step_rewards(reward, [turns], **cols)[0]]
+    >>> targets = [SimpleNamespace(time=10.0, content="", label="Warning", category=None)]
+    >>> [round(r, 6) for r in step_rewards(reward, turns, targets, "accident_warning")]
     [0.0, 1.0, -0.7]
     """
-    n = len(completions)
-    prefixes, cols = [], {"targets": [], "task": []}
-    for rollout, targets, task in zip(
-        completions, _column(columns, "targets", n, []), _column(columns, "task", n), strict=True
-    ):
-        for j in range(len(rollout) + 1):
-            prefixes.append(list(rollout[:j]))
-            cols["targets"].append(targets)
-            cols["task"].append(task)
-    key = f"{reward.name}/{reward.name}"
-    totals = [p[key] for p in reward.parts(prefixes, **cols)]
-    out, at = [], 0
-    for rollout in completions:
-        values = totals[at : at + len(rollout) + 1]
-        out.append([b - a for a, b in zip(values, values[1:])])
-        at += len(rollout) + 1
-    return out
+    values = [reward(turns[:j], targets, task).value for j in range(len(turns) + 1)]
+    return [b - a for a, b in zip(values, values[1:])]
 
 
-def build_reward(config: Mapping[str, Any]) -> CombinedReward:
-    """The combined reward of a ``conf/reward/*.yaml`` dict: ``weights`` by name, and one options
-    dict per reward under its name. Zero-weight rewards are still computed, for logging.
+def build_reward(config: Mapping[str, Any]) -> WeightedReward:
+    """The weighted reward of a ``conf/reward/*.yaml`` dict: ``weights`` by name, and one options
+    dict per reward under its name. Zero-weight rewards are still computed, for logging. Each
+    reward is tried once on an empty rollout, so a bad option fails here, before any model loads.
 
     >>> r = build_reward({"weights": {"format": 1.0}})
-    >>> r([[{"time": 0.0, "text": "</Silence>"}, {"time": 1.0, "text": "oops"}]])
-    [0.5]
+    >>> r([{"time": 0.0, "text": "</Silence>"}, {"time": 1.0, "text": "oops"}], [], None).value
+    0.5
     """
     weights = dict(config.get("weights") or {"prs": 1.0})
-    unknown = set(weights) - set(REWARD_FUNCTIONS)
+    unknown = set(weights) - set(REWARDS)
     if unknown:
-        raise KeyError(f"unknown reward(s) {sorted(unknown)} (known: {sorted(REWARD_FUNCTIONS)})")
-    components = {
-        name: (float(w), REWARD_FUNCTIONS[name](**dict(config.get(name) or {})))
-        for name, w in weights.items()
-    }
-    return CombinedReward(components)
+        raise KeyError(f"unknown reward(s) {sorted(unknown)} (known: {sorted(REWARDS)})")
+    components = {}
+    for name, weight in weights.items():
+        options = {OPTION_ALIASES.get(k, k): v for k, v in dict(config.get(name) or {}).items()}
+        params = inspect.signature(REWARDS[name]).parameters.values()
+        known = {p.name for p in params if p.kind is p.KEYWORD_ONLY}
+        unknown_options = sorted(set(options) - known)
+        if unknown_options and not any(p.kind is p.VAR_KEYWORD for p in params):
+            raise TypeError(f"unknown {name} options: {unknown_options}")
+        bound = functools.partial(REWARDS[name], **options)
+        bound([], [], None)  # the options' values checked (a variant, a content scorer's name)
+        components[name] = (float(weight), bound)
+    return WeightedReward(components)

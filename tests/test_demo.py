@@ -35,6 +35,7 @@ def test_demo_runs_every_stage(tmp_path):
         assert {"prs_u", "prs_b", "prs_u_prime", "prs_b_prime", "per_task", "micro"} <= set(metrics)
         assert 0.0 <= metrics["prs_b"] <= 100.0
     lines = out.stdout.splitlines()
-    assert lines[-1].startswith("demo finished in")
+    last = json.loads(lines[-1])  # every stage ends with one JSON object line
+    assert last["summary"] == str(tmp_path / "runs" / "demo" / "summary.json") and last["seconds"] > 0
     assert any(line.startswith("stage") and "PRS-B" in line for line in lines)
     assert (tmp_path / "runs" / "demo" / "grpo" / "final" / "model.safetensors").exists()

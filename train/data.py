@@ -26,6 +26,7 @@ from torch.utils.data import Dataset
 
 from data_builders.frames import stream_frames
 from data_builders.records import Stream, load_streams, resolve_video, step_windows
+from data_builders.splits import split_records
 from data_builders.video import FrameCache
 from eval.render import TurnRenderer
 from eval.streaming import BLANK_GREY
@@ -38,20 +39,6 @@ PADDED_KEYS = {
     "decision_mask": -1,
     "mm_token_type_ids": 0,
 }
-
-
-def split_records(split_dir: str | Path) -> Path:
-    """The records file of a built split (``records.jsonl``, else its parquet shards)."""
-    split_dir = Path(split_dir)
-    if (split_dir / "records.jsonl").exists():
-        return split_dir / "records.jsonl"
-    if any(split_dir.glob("*.parquet")):
-        return split_dir
-    raise FileNotFoundError(
-        f"no records in {split_dir}: build the data first, e.g. "
-        "`python -m data_builders build source=toy out=data/built/toy` and "
-        "`python -m data_builders mix data=toy`"
-    )
 
 
 class StreamWindowDataset(Dataset):

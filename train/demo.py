@@ -110,7 +110,7 @@ def run_demo(cfg: DictConfig) -> dict:
     (run_dir / "summary.json").write_text(json.dumps({**summary, "training": steps}, indent=1) + "\n")
     print(f"[6/6] held-out toy streams ({counts['test']}), negatives included; {run_dir / 'summary.json'}")
     print(_table(summary))
-    print(f"demo finished in {time.time() - t0:.0f} s")
+    print(json.dumps({"summary": str(run_dir / "summary.json"), "seconds": round(time.time() - t0)}))
     return summary
 
 

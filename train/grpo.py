@@ -21,25 +21,41 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from data_builders.config import RenderConfig
 from data_builders.files import OutputLock
+from data_builders.frames import stream_frames
 from data_builders.progress import console
+from data_builders.records import load_streams, resolve_video
 from data_builders.schema import CONF_DIR, compose, validate
-from eval.checkpoints import CheckpointError, check_checkpoint, check_render, model_dir, render_overrides
+from data_builders.splits import split_records
+from data_builders.video import FrameCache
+from eval.checkpoints import (
+    CheckpointError,
+    check_checkpoint,
+    check_render,
+    model_dir,
+    render_overrides,
+    write_render,
+)
+from eval.config import BenchmarkConfig, LoggerConfig, quiet_libraries
+from eval.runners import evaluate_model, get_runner
+from eval.tracking import make_logger
 from rewards.grpo import build_reward
 from train.grpo_config import GRPOConfig, check_choices, reward_spec
 from train.run_dir import (
     NonFiniteLoss,
     Preempted,
     SignalFlag,
+    is_rank_zero,
     resolve_resume,
     retire_nonfinite,
     set_aside_previous_run,
@@ -53,8 +69,6 @@ log = logging.getLogger("train.grpo")
 
 def _output_dir(cfg: DictConfig) -> Path:
     """The run dir: ``grpo.output_dir``, or the sweep point's own dir under ``-m``."""
-    from hydra.core.hydra_config import HydraConfig
-
     if HydraConfig.initialized() and HydraConfig.get().mode.name == "MULTIRUN":
         return Path(HydraConfig.get().runtime.output_dir)
     return Path(cfg.grpo.output_dir)
@@ -64,7 +78,7 @@ def run(cfg: DictConfig, out: Path | None = None) -> Path:
     """Train from a validated config; returns the final checkpoint dir (model + processor), or with
     ``grpo.keep_best`` the best one on the held-out split."""
     signals = SignalFlag()  # first: a signal while the model loads is caught too
-    main = int(os.environ.get("RANK", "0")) == 0
+    main = is_rank_zero()
     lock = OutputLock(out or cfg.grpo.output_dir, "train.grpo").acquire() if main else None  # one run per dir
     try:
         return _run(cfg, out, signals)
@@ -76,8 +90,8 @@ def run(cfg: DictConfig, out: Path | None = None) -> Path:
 
 def check_config(cfg: DictConfig) -> object:
     """What can fail without loading anything, checked first: the start point (the init checkpoint's
-    files, ``eval.checkpoints.check_checkpoint``) and the reward (its factories validate their
-    options); returns the reward function."""
+    files, ``eval.checkpoints.check_checkpoint``) and the reward (its options are tried once);
+    returns the reward function."""
     if cfg.init is None:
         raise ValueError(
             "GRPO needs init=<SFT checkpoint dir> (the model it improves), or init=random to start from "
@@ -92,105 +106,26 @@ def check_config(cfg: DictConfig) -> object:
         raise ValueError(f"reward: {exc}") from None
 
 
-def _run(cfg: DictConfig, out: Path | None, signals: SignalFlag) -> Path:
-    reward_fn = check_config(cfg)
-    # the heavy modules (torch, transformers) load only once the config is known to be good
-    import torch
+# The phases below import torch and transformers inside: a bad config fails before they load.
 
-    from data_builders.config import RenderConfig
-    from data_builders.frames import stream_frames
-    from data_builders.records import load_streams, resolve_video
-    from data_builders.video import FrameCache
-    from eval.checkpoints import write_render
-    from eval.config import LoggerConfig, quiet_libraries
-    from eval.model import load_model_and_processor
-    from eval.render import TurnRenderer
-    from eval.runners import evaluate_model, get_runner
-    from eval.tracking import make_logger
-    from train.data import split_records
-    from train.grpo_parallel import bf16_enabled, from_environment
+
+def _run(cfg: DictConfig, out: Path | None, signals: SignalFlag) -> Path:
+    """Config -> model -> windows -> held-out evaluator -> the loop -> the final checkpoint."""
+    reward_fn = check_config(cfg)
     from train.grpo_trainer import GRPOLoop
-    from train.rollout import make_windows
 
     quiet_libraries()
     g = cfg.grpo
     out = Path(out or g.output_dir)
-    if g.num_threads:
-        torch.set_num_threads(g.num_threads)
-    torch.manual_seed(g.seed)
-    parallel = from_environment(bf16_enabled(g.bf16), g.dist_timeout_s)
-    if parallel.is_main:
-        write_run_info(out, cfg)
-    resume = resolve_resume(g.resume, out)
-    if parallel.is_main and resume is None:
-        set_aside_previous_run(out, keep=cfg.init if cfg.init != "random" else None)
-    model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
-    init = cfg.init if cfg.init != "random" else None
-    if init:
-        check_render(init, cfg.render)  # warns when render=... overrides the frames it was trained on
-    start = resume or (model_dir(init) if init else None)
-    if start:
-        model_cfg |= {"kind": "pretrained", "path": str(start), "random_init": False}
-    if not parallel.is_main:  # rank 0 first: it may build the model's files (model=tiny) in the cache
-        parallel.barrier()
-    model, processor = load_model_and_processor(model_cfg, cache_dir=cfg.paths.cache_dir)
-    if parallel.is_main:
-        parallel.barrier()
-    if g.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    render_cfg = RenderConfig(**OmegaConf.to_container(cfg.render, resolve=True))
-    sps = cfg.data.steps_per_second
-    renderer = TurnRenderer(processor, render_cfg, sps)
+    parallel, resume = _start(cfg, out)
+    model, processor = _load_model(cfg, resume, parallel)
+    render_cfg = render_config(cfg)
+    renderer = _renderer(processor, render_cfg, cfg.data.steps_per_second)
     cache = FrameCache(cfg.paths.frame_cache_dir)
-
-    records = split_records(Path(cfg.data.dir) / g.train_split)
-    streams = load_streams(records)
-    frames = {s.id: stream_frames(s, resolve_video(s, records), render_cfg, sps, cache) for s in streams}
-    windows = make_windows(streams, frames, g.window_steps, g.negative_share, g.seed, sps)
-    ref_model = None
-    if g.beta > 0:
-        ref_model = copy.deepcopy(model).eval().requires_grad_(False)
-    evaluate = None
-    if g.eval_split or g.eval_records:
-        held_out = (
-            Path(g.eval_records) if g.eval_records else split_records(Path(cfg.data.dir) / g.eval_split)
-        )
-        held_out_streams = load_streams(held_out)
-        if not held_out_streams:
-            what = f"eval_records={g.eval_records}" if g.eval_records else f"eval_split={g.eval_split}"
-            raise ValueError(f"grpo.{what}: {held_out} holds no records to evaluate")
-        bench = held_out_benchmark(g.eval_benchmark, sps)
-        get_runner(bench.protocol).check(bench)  # a judge without its URL fails here, not at update 0
-
-        def evaluate(m):
-            return evaluate_model(
-                m,
-                processor,
-                held_out_streams,
-                held_out,
-                render_cfg,
-                bench=bench,
-                threshold=g.eval_threshold,
-                cache=cache,
-            )
-
-    sweep = sweep_identity()
-    plain = OmegaConf.to_container(cfg, resolve=True)
-    logger = make_logger(
-        cfg.logger if parallel.is_main else LoggerConfig(),  # one W&B run: rank 0's
-        run_name=sweep["name"] if sweep else cfg.run_name,
-        config=plain | ({"sweep": sweep} if sweep else {}),
-        group=sweep["sweep"] if sweep else cfg.run_name,
-        run_dir=out,
-        job_type="train",
-    )
-    history = (out / "history.jsonl").open("a") if parallel.is_main else None
-
-    def on_log(row: dict, step: int) -> None:  # rank 0 only
-        history.write(json.dumps({"step": step, **row}) + "\n")
-        history.flush()
-        logger.log_metrics(row, step=step, prefix="grpo")
-
+    windows = load_windows(cfg, render_cfg, cache)
+    ref_model = copy.deepcopy(model).eval().requires_grad_(False) if g.beta > 0 else None
+    evaluate = held_out_evaluator(cfg, processor, render_cfg, cache)
+    logger, history, on_log = _loggers(cfg, out, parallel)
     loop = GRPOLoop(
         g, model, processor, renderer, reward_fn, windows, out, ref_model, evaluate, on_log, parallel
     )
@@ -219,6 +154,130 @@ def _run(cfg: DictConfig, out: Path | None, signals: SignalFlag) -> Path:
         if history is not None:
             history.close()
         logger.finish()
+    return _save(loop, out, processor, render_cfg, last)
+
+
+def _start(cfg: DictConfig, out: Path):
+    """Threads, seed and processes; rank 0 writes ``run_info.json`` and, on a fresh start, sets a
+    previous run aside. Returns the process runner (``train.grpo_parallel``) and the checkpoint to
+    resume from (None: a fresh start)."""
+    import torch
+
+    from train.grpo_parallel import bf16_enabled, from_environment
+
+    g = cfg.grpo
+    if g.num_threads:
+        torch.set_num_threads(g.num_threads)
+    torch.manual_seed(g.seed)
+    parallel = from_environment(bf16_enabled(g.bf16), g.dist_timeout_s)
+    if parallel.is_main:
+        write_run_info(out, cfg)
+    resume = resolve_resume(g.resume, out)
+    if parallel.is_main and resume is None:
+        set_aside_previous_run(out, keep=cfg.init if cfg.init != "random" else None)
+    return parallel, resume
+
+
+def _load_model(cfg: DictConfig, resume: str | None, parallel):
+    """The policy and its processor: from ``resume``, else ``init``, else the model config as it is."""
+    from eval.model import load_model_and_processor
+
+    model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
+    init = cfg.init if cfg.init != "random" else None
+    if init:
+        check_render(init, cfg.render)  # warns when render=... overrides the frames it was trained on
+    start = resume or (model_dir(init) if init else None)
+    if start:
+        model_cfg |= {"kind": "pretrained", "path": str(start), "random_init": False}
+    if not parallel.is_main:  # rank 0 first: it may build the model's files (model=tiny) in the cache
+        parallel.barrier()
+    model, processor = load_model_and_processor(model_cfg, cache_dir=cfg.paths.cache_dir)
+    if parallel.is_main:
+        parallel.barrier()
+    if cfg.grpo.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model, processor
+
+
+def render_config(cfg: DictConfig) -> RenderConfig:
+    return RenderConfig(**OmegaConf.to_container(cfg.render, resolve=True))
+
+
+def _renderer(processor, render_cfg: RenderConfig, steps_per_second: float):
+    from eval.render import TurnRenderer
+
+    return TurnRenderer(processor, render_cfg, steps_per_second)
+
+
+def load_windows(cfg: DictConfig, render_cfg: RenderConfig, cache: FrameCache | None) -> list:
+    """The rollout windows of ``grpo.train_split`` (``records.jsonl`` or parquet shards), with the
+    frames of each stream through the frame cache (``train.rollout.make_windows``)."""
+    from train.rollout import make_windows
+
+    g, sps = cfg.grpo, cfg.data.steps_per_second
+    records = split_records(Path(cfg.data.dir) / g.train_split)
+    streams = load_streams(records)
+    frames = {s.id: stream_frames(s, resolve_video(s, records), render_cfg, sps, cache) for s in streams}
+    return make_windows(streams, frames, g.window_steps, g.negative_share, g.seed, sps)
+
+
+def held_out_evaluator(cfg: DictConfig, processor, render_cfg: RenderConfig, cache: FrameCache | None):
+    """``model -> metrics`` on ``grpo.eval_records`` or ``grpo.eval_split`` (``eval.runners.evaluate_model``,
+    the code behind ``eval.run``); None without a held-out set. Fails here on an empty set or a
+    benchmark that cannot run (a judge without its URL), not at update 0."""
+    g = cfg.grpo
+    if not (g.eval_split or g.eval_records):
+        return None
+    held_out = Path(g.eval_records) if g.eval_records else split_records(Path(cfg.data.dir) / g.eval_split)
+    streams = load_streams(held_out)
+    if not streams:
+        what = f"eval_records={g.eval_records}" if g.eval_records else f"eval_split={g.eval_split}"
+        raise ValueError(f"grpo.{what}: {held_out} holds no records to evaluate")
+    bench = held_out_benchmark(g.eval_benchmark, cfg.data.steps_per_second)
+    get_runner(bench.protocol).check(bench)
+
+    def evaluate(model) -> dict:
+        return evaluate_model(
+            model,
+            processor,
+            streams,
+            held_out,
+            render_cfg,
+            bench=bench,
+            threshold=g.eval_threshold,
+            cache=cache,
+        )
+
+    return evaluate
+
+
+def _loggers(cfg: DictConfig, out: Path, parallel):
+    """The run's logger (one W&B run: rank 0's), ``history.jsonl`` (rank 0) and the loop's
+    ``on_log(row, step)`` that writes both."""
+    sweep = sweep_identity()
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    logger = make_logger(
+        cfg.logger if parallel.is_main else LoggerConfig(),
+        run_name=sweep["name"] if sweep else cfg.run_name,
+        config=plain | ({"sweep": sweep} if sweep else {}),
+        group=sweep["sweep"] if sweep else cfg.run_name,
+        run_dir=out,
+        job_type="train",
+    )
+    history = (out / "history.jsonl").open("a") if parallel.is_main else None
+
+    def on_log(row: dict, step: int) -> None:  # rank 0 only
+        history.write(json.dumps({"step": step, **row}) + "\n")
+        history.flush()
+        logger.log_metrics(row, step=step, prefix="grpo")
+
+    return logger, history, on_log
+
+
+def _save(loop, out: Path, processor, render_cfg: RenderConfig, last: Path) -> Path:
+    """``final/`` (every rank its part; rank 0 the processor, ``render.json`` and ``progress.json``);
+    returns it, or with ``keep_best`` the best held-out checkpoint."""
+    g, parallel = loop.cfg, loop.parallel
     final = out / "final"
     parallel.save_weights(final)
     if parallel.is_main:
@@ -228,11 +287,12 @@ def _run(cfg: DictConfig, out: Path | None, signals: SignalFlag) -> Path:
     parallel.barrier()
     log.info("final checkpoint %s (last update checkpoint %s)", final, last)
     if g.keep_best:
+        best = loop.best
         log.info(
             "best held-out %s %.2f at update %d: %s",
-            loop.best["metric"],
-            loop.best["value"],
-            loop.best["step"],
+            best["metric"],
+            best["value"],
+            best["step"],
             loop.best_dir,
         )
         return loop.best_dir
@@ -245,9 +305,6 @@ CONF = str(CONF_DIR)
 def held_out_benchmark(name: str, steps_per_second: float):
     """The benchmark config of ``grpo.eval_benchmark`` (``conf/benchmark/<name>.yaml``); P3I's steps
     follow the training data's rate."""
-    from data_builders.schema import validate
-    from eval.config import BenchmarkConfig
-
     path = Path(CONF) / "benchmark" / f"{name}.yaml"
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in path.parent.glob("*.yaml")))
@@ -275,7 +332,7 @@ def _main(cfg: DictConfig) -> None:
         print(f"train.grpo: {exc}", file=sys.stderr)
         sys.exit(2)
     out = _output_dir(cfg)
-    main = int(os.environ.get("RANK", "0")) == 0
+    main = is_rank_zero()
     console(None if cfg.entry.target or not main else str(out / "grpo.log"))
     try:
         if cfg.entry.target:

@@ -38,7 +38,6 @@ from __future__ import annotations
 import json
 import logging
 import random
-import re
 import shutil
 import statistics
 import time
@@ -49,7 +48,7 @@ from pathlib import Path
 import torch
 
 from data_builders.progress import Progress
-from eval.checkpoints import COMPLETE_MARKER, write_render
+from eval.checkpoints import COMPLETE_MARKER, checkpoint_name, named_step, write_render
 from eval.render import TurnRenderer
 from eval.streaming import compiled_graphs
 from eval.tracking import flatten
@@ -202,7 +201,7 @@ class GRPOLoop:
     def save(self) -> Path:
         """Every rank saves its part of ``checkpoint-<step>``; rank 0 marks it complete last."""
         par = self.parallel
-        path = self.run_dir / f"checkpoint-{self.step}"
+        path = self.run_dir / checkpoint_name(self.step)
         try:
             if par.is_main:
                 path.mkdir(parents=True, exist_ok=True)
@@ -241,8 +240,8 @@ class GRPOLoop:
                 f"{file}: step {step} is outside [0, grpo.max_steps={self.cfg.max_steps}]"
                 + (": raise grpo.max_steps to continue this run" if step > self.cfg.max_steps else "")
             )
-        named = re.fullmatch(r"checkpoint-(\d+)", file.parent.name)
-        if named and int(named.group(1)) != step:
+        named = named_step(file.parent)
+        if named is not None and named != step:
             raise ValueError(f"{file}: step {step}, but its directory is {file.parent.name}")
         self.parallel.load_optimizer(Path(checkpoint), state)
         self.step = step
@@ -295,21 +294,16 @@ class GRPOLoop:
         cfg = self.cfg
         groups, returns, per_steps = [], [], []
         for j, rollouts in rolled:
-            cols = {
-                "targets": [[t.to_dict() for t in r.window.targets] for r in rollouts],
-                "task": [r.window.stream.task for r in rollouts],
-            }
-            turns = [r.turns for r in rollouts]
-            rewards = [float(x) for x in self.reward_fn(turns, **cols)]
-            parts = list(self.reward_fn.last_parts)
+            scored = [self.reward_fn(*r.reward_input) for r in rollouts]
+            rewards = [float(x.value) for x in scored]
             per_step = (
-                step_rewards(self.reward_fn, turns, **cols)
+                [step_rewards(self.reward_fn, *r.reward_input) for r in rollouts]
                 if cfg.credit == "decision"
                 else [[x] for x in rewards]
             )
             per_steps.append(per_step)
             returns.append(step_returns(per_step, cfg.gamma))
-            groups.append(Group(j, rollouts, rewards, parts, []))
+            groups.append(Group(j, rollouts, rewards, [x.parts for x in scored], []))
         std = None
         if cfg.scale_rewards == "batch":
             values = [
@@ -329,12 +323,42 @@ class GRPOLoop:
         return groups
 
     def update(self) -> dict:
+        """One update: rollouts, rewards, the loss over this rank's groups (padded to the most any
+        rank has), the optimizer step; returns the logged row."""
         cfg, par = self.cfg, self.parallel
         t0 = time.perf_counter()
         rolled = self._rollouts(self._windows_for(self.step))
         t_rollout = time.perf_counter() - t0
         groups = self._scored(rolled)
         t_reward = time.perf_counter() - t0 - t_rollout
+        live, plan, counts = self._loss_plan(groups)
+        total, sums, window_loss = self._backward(plan, len(live), counts)
+        total, nonfinite, *summed = par.sum(
+            [total, float(not torch.isfinite(torch.tensor(total))), *sums.values()]
+        )
+        records = [(g.index, g.rewards, g.parts, g.index in window_loss) for g in groups if g.index >= 0]
+        records = sorted(r for rank in par.gather(records) for r in rank)
+        row = self._row(records)
+        if plan:
+            row.update(loss=total, **self._ratios(dict(zip(SUMS, summed, strict=True))))
+            if nonfinite:
+                par.discard()
+                row["nonfinite"] = 1
+            else:
+                row["grad_norm"] = par.step()
+        row.update(
+            rollout_s=t_rollout, reward_s=t_reward, update_s=time.perf_counter() - t0 - t_rollout - t_reward
+        )
+        if cfg.compile_rollouts:
+            row["rollout_graphs"] = compiled_graphs()
+        return row
+
+    def _loss_plan(self, groups: list[Group]) -> tuple[list[Group], list[Group], UpdateCounts]:
+        """This rank's groups with a signal, the loss forwards it runs, and the update-wide counts
+        the token weights divide by. Every rank runs as many forwards as the rank with the most
+        live groups (DeepSpeed's collectives need the same calls on every rank): a rank with fewer
+        pads with one of its own groups, at weight 0."""
+        cfg, par = self.cfg, self.parallel
         live = [g for g in groups if g.index >= 0 and g.live]
         max_tokens = cfg.window_steps * (cfg.max_new_tokens + 2)
         n_rollouts, n_groups, n_tokens, n_max = (
@@ -348,10 +372,15 @@ class GRPOLoop:
             par.max([len(live)])[0],
         )
         counts = UpdateCounts(int(n_rollouts), int(n_groups), int(n_tokens), max_tokens)
+        return live, live + [groups[0]] * (int(n_max) - len(live)), counts
+
+    def _backward(self, plan: list[Group], n_live: int, counts: UpdateCounts) -> tuple[float, dict, dict]:
+        """The loss forward and backward of each planned group (the first ``n_live`` count; the rest
+        are padding); returns the summed loss, the per-token sums of ``SUMS`` and each window's parts."""
+        cfg, par = self.cfg, self.parallel
         total, sums, window_loss = 0.0, dict.fromkeys(SUMS, 0.0), {}
         self.model.train()
-        for k in range(int(n_max)):  # the same number of loss forwards on every rank
-            g = live[k] if k < len(live) else groups[0]  # padding: any group of this rank, weight 0
+        for k, g in enumerate(plan):
             with par.autocast():
                 new = token_logprobs(self.forward_model, self.renderer, g.rollouts, g.batch, cfg.temperature)
                 ref = None
@@ -360,7 +389,7 @@ class GRPOLoop:
                         ref = token_logprobs(
                             self.ref_model, self.renderer, g.rollouts, g.batch, cfg.temperature
                         )
-            weights = token_weights(g.batch, cfg.loss_type, counts) * (k < len(live))
+            weights = token_weights(g.batch, cfg.loss_type, counts) * (k < n_live)
             loss, lp = grpo_loss(
                 new,
                 g.batch,
@@ -371,32 +400,14 @@ class GRPOLoop:
                 epsilon_high=cfg.epsilon_high,
                 weights=weights,
             )
-            if k < len(live):
+            if k < n_live:
                 total += float(loss.detach())
                 window_loss[g.index] = lp
                 for key in SUMS:
                     sums[key] += lp[key]
-            par.backward(loss * par.world, last=k == n_max - 1)  # the ranks' gradients are averaged
+            par.backward(loss * par.world, last=k == len(plan) - 1)  # the ranks' gradients are averaged
         self.model.eval()
-        total, nonfinite, *summed = par.sum(
-            [total, float(not torch.isfinite(torch.tensor(total))), *sums.values()]
-        )
-        records = [(g.index, g.rewards, g.parts, g.index in window_loss) for g in groups if g.index >= 0]
-        records = sorted(r for rank in par.gather(records) for r in rank)
-        row = self._row(records)
-        if n_max:
-            row.update(loss=total, **self._ratios(dict(zip(SUMS, summed, strict=True))))
-            if nonfinite:
-                par.discard()
-                row["nonfinite"] = 1
-            else:
-                row["grad_norm"] = par.step()
-        row.update(
-            rollout_s=t_rollout, reward_s=t_reward, update_s=time.perf_counter() - t0 - t_rollout - t_reward
-        )
-        if cfg.compile_rollouts:
-            row["rollout_graphs"] = compiled_graphs()
-        return row
+        return total, sums, window_loss
 
     @staticmethod
     def _row(records: list[tuple]) -> dict:

@@ -44,8 +44,13 @@ class Rollout:
 
     @property
     def turns(self) -> list[dict]:
-        """The reward functions' input: one ``{"time", "text"}`` per decision step."""
+        """One ``{"time", "text"}`` per decision step (``rewards.grpo.Turns``)."""
         return [{"time": s.time, "text": s.text} for s in self.result.steps]
+
+    @property
+    def reward_input(self) -> tuple[list[dict], list[Target], str]:
+        """What a reward of ``rewards.grpo`` takes: the turns, the window's targets, the task."""
+        return self.turns, self.window.targets, self.window.stream.task
 
 
 def make_windows(

@@ -32,8 +32,8 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import os
 import platform
-import re
 import shutil
 import signal
 import subprocess
@@ -44,7 +44,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from eval.checkpoints import COMPLETE_MARKER, complete_checkpoints
+from eval.checkpoints import COMPLETE_MARKER, complete_checkpoints, named_step
 
 log = logging.getLogger(__name__)
 #: Marker left in place of ``COMPLETE`` on a checkpoint whose weights are not finite.
@@ -87,6 +87,12 @@ class CheckpointWriteError(OSError):
 _WRITE_FAILURES = ("unexpected pos", "PytorchStreamWriter failed", "No space left on device", "Disk quota")
 
 
+def is_rank_zero() -> bool:
+    """Whether this process is rank 0 of a launch (``RANK`` as ``accelerate launch`` / ``torchrun``
+    set it; unset: one process, rank 0). Rank 0 writes the run dir's shared files."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
 def is_write_failure(exc: BaseException) -> bool:
     """Whether an exception raised while training is a failed file write (a full disk)."""
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -117,9 +123,7 @@ def checkpoint_dirs(run_dir: str | Path) -> list[Path]:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return []
-    found = [
-        (int(m.group(1)), p) for p in run_dir.iterdir() if (m := re.fullmatch(r"checkpoint-(\d+)", p.name))
-    ]
+    found = [(named_step(p), p) for p in run_dir.iterdir() if named_step(p) is not None]
     return [p for _, p in sorted(found) if p.is_dir()]
 
 

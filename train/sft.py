@@ -16,8 +16,8 @@ exits with ``train.requeue_exit_code`` (75) for the sbatch script to requeue. Th
 
 from __future__ import annotations
 
+import json
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -31,7 +31,7 @@ from data_builders.files import OutputLock
 from data_builders.progress import console
 from data_builders.schema import CONF_DIR, compose, validate
 from data_builders.video import FrameCache
-from eval.checkpoints import checkpoint_step, write_render
+from eval.checkpoints import checkpoint_name, checkpoint_step, write_render
 from eval.config import quiet_libraries
 from eval.model import count_parameters, load_model_and_processor
 from eval.render import TurnRenderer
@@ -41,6 +41,7 @@ from train.run_dir import (
     CheckpointWriteError,
     NonFiniteLoss,
     Preempted,
+    is_rank_zero,
     is_write_failure,
     resolve_resume,
     retire_nonfinite,
@@ -87,7 +88,7 @@ def build_trainer(cfg: DictConfig) -> tuple[DecisionTrainer, PreemptionCallback]
     if t.num_threads:
         torch.set_num_threads(t.num_threads)
     out = Path(t.output_dir)
-    if int(os.environ.get("RANK", "0")) == 0:
+    if is_rank_zero():
         write_run_info(out, cfg)
     torch.manual_seed(t.seed)
     model, processor = load_model_and_processor(cfg.model, cache_dir=cfg.paths.cache_dir)
@@ -145,7 +146,7 @@ def train(cfg: DictConfig) -> Path:
     t = cfg.train
     out = Path(t.output_dir)
     resume = resolve_resume(t.resume, out)
-    lock = OutputLock(out, "train.sft").acquire() if int(os.environ.get("RANK", "0")) == 0 else None
+    lock = OutputLock(out, "train.sft").acquire() if is_rank_zero() else None
     if lock is not None and resume is None:
         set_aside_previous_run(out, keep=cfg.model.get("path"))
     try:
@@ -189,9 +190,9 @@ def _train(cfg: DictConfig, out: Path, resume: str | None) -> Path:
     except (OSError, RuntimeError) as exc:
         if not is_write_failure(exc):
             raise
-        raise CheckpointWriteError(out / f"checkpoint-{trainer.state.global_step}", exc) from exc
+        raise CheckpointWriteError(out / checkpoint_name(trainer.state.global_step), exc) from exc
     if preemption.received is not None:
-        ckpt = out / f"checkpoint-{trainer.state.global_step}"
+        ckpt = out / checkpoint_name(trainer.state.global_step)
         raise Preempted(ckpt if ckpt.is_dir() else None, t.requeue_exit_code)
     if trainer.is_world_process_zero():
         budget = any(
@@ -231,13 +232,13 @@ def main(cfg: DictConfig) -> None:
     except (ValueError, OmegaConfBaseException) as exc:
         print(f"train.sft: {exc}", file=sys.stderr)
         sys.exit(2)
-    console(str(Path(cfg.train.output_dir) / "sft.log") if int(os.environ.get("RANK", "0")) == 0 else None)
+    console(str(Path(cfg.train.output_dir) / "sft.log") if is_rank_zero() else None)
     try:
         final = train(cfg)
     except Preempted as exc:
         log.warning("%s", exc)
         sys.exit(exc.exit_code)
-    print(OmegaConf.to_yaml({"final_checkpoint": str(final)}).strip())
+    print(json.dumps({"final_checkpoint": str(final)}))
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ from omegaconf import DictConfig
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from data_builders.progress import Progress
-from eval.checkpoints import COMPLETE_MARKER, write_render
+from eval.checkpoints import COMPLETE_MARKER, checkpoint_name, write_render
 from eval.tracking import remember_run
 from train.losses import WEIGHT_MODES, decision_metrics, loss_at_labels, selected_logits
 from train.recipe import accumulation_steps
@@ -236,7 +236,7 @@ class CheckpointCallback(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         if not state.is_world_process_zero:
             return
-        ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        ckpt = Path(args.output_dir) / checkpoint_name(state.global_step)
         if not ckpt.is_dir():
             return
         if self.trainer is not None and self.trainer.nonfinite_in_a_row:

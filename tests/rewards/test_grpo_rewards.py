@@ -10,7 +10,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rewards.grpo import REWARD_FUNCTIONS, build_reward, step_rewards
+from data_builders.records import Target
+from rewards.grpo import REWARDS, build_reward, step_rewards
 from rewards.prs import prs_scores, redundant_replies
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,50 +26,58 @@ def rollout_from(reply_times, text="</Response> Warning!", steps=40):
     return [turn(float(s), text if s in replies else "</Silence>") for s in range(steps)]
 
 
-TARGETS = [
-    {"time": 10.0, "content": "", "label": "Warning"},
-    {"time": 30.0, "content": "", "label": "Warning"},
-]
+TARGETS = [Target(time=10.0, content="", label="Warning"), Target(time=30.0, content="", label="Warning")]
+
+
+def values(reward, rollouts, targets, tasks):
+    return [reward(r, t, task).value for r, t, task in zip(rollouts, targets, tasks, strict=True)]
 
 
 def test_prs_reward_is_the_evaluator_prs():
-    completions = [rollout_from([5, 12, 13, 29]), rollout_from([10, 30]), rollout_from([])]
-    cols = {"targets": [TARGETS] * 3, "task": ["event_monitoring"] * 3, "prompts": ["p"] * 3}
+    rollouts = [rollout_from([5, 12, 13, 29]), rollout_from([10, 30]), rollout_from([])]
     for variant in ("u", "b"):
-        fn = REWARD_FUNCTIONS["prs"](variant=variant, alpha=0.05, content="label")
-        values = fn(completions, **cols)
+        scored = [
+            REWARDS["prs"](r, TARGETS, "event_monitoring", variant=variant, alpha=0.05) for r in rollouts
+        ]
         expected = [getattr(prs_scores([10.0, 30.0], r), variant) for r in ([5, 12, 13, 29], [10, 30], [])]
-        assert values == pytest.approx(expected, abs=1e-12)
-        assert fn.last_parts[0]["prs/prs_b"] == pytest.approx((math.exp(-0.1) / 3 + math.exp(-0.05)) / 2)
+        assert [s.value for s in scored] == pytest.approx(expected, abs=1e-12)
+        assert scored[0].parts["prs_b"] == pytest.approx((math.exp(-0.1) / 3 + math.exp(-0.05)) / 2)
+
+
+def test_a_window_only_target_is_due_at_its_centre():
+    """The records' own rule (``Target.from_dict``) sets the time; the reward reads it as it is."""
+    target = Target.from_dict({"window": [8.0, 12.0], "content": "", "label": "Warning"})
+    assert target.time == 10.0
+    on_time = REWARDS["prs"](rollout_from([10]), [target], "accident_warning")
+    assert on_time.value == pytest.approx(1.0)
 
 
 def test_label_content_and_invalid_turns_in_prs():
-    fn = REWARD_FUNCTIONS["prs"](variant="b", content="label")
     wrong = [turn(10.0, "</Response> All clear."), turn(30.0, "</Response> Warning!")]
-    assert fn([wrong], targets=[TARGETS], task=["accident_warning"]) == [pytest.approx(0.5)]
+    assert REWARDS["prs"](wrong, TARGETS, "accident_warning", variant="b").value == pytest.approx(0.5)
     invalid = [turn(10.0, "Warning!"), turn(30.0, "</Response> Warning!")]  # no decision token: not a reply
-    assert fn([invalid], targets=[TARGETS], task=["accident_warning"]) == [pytest.approx(0.5)]
+    assert REWARDS["prs"](invalid, TARGETS, "accident_warning", variant="b").value == pytest.approx(0.5)
 
 
 def test_redundancy_counts_and_task_filter():
-    fn = REWARD_FUNCTIONS["redundancy"](**{"lambda": 0.2, "tasks": ["accident_warning"]})
+    fn = build_reward(
+        {"weights": {"redundancy": 1.0}, "redundancy": {"lambda": 0.2, "tasks": ["accident_warning"]}}
+    )
     r = rollout_from([10, 11, 12, 30]) + [turn(40.0, "garbage")]
-    assert fn([r, r], targets=[TARGETS, TARGETS], task=["accident_warning", "crime_alert"]) == [
-        pytest.approx(-0.2 * 3),
-        0.0,
-    ]
-    assert fn.last_parts[0]["redundancy/redundant"] == 2 and fn.last_parts[0]["redundancy/invalid"] == 1
+    penalized, other = fn(r, TARGETS, "accident_warning"), fn(r, TARGETS, "crime_alert")
+    assert (penalized.value, other.value) == (pytest.approx(-0.2 * 3), 0.0)
+    assert penalized.parts["redundancy/redundant"] == 2 and penalized.parts["redundancy/invalid"] == 1
     assert redundant_replies([], [1.0, 2.0, 3.0]) == 3
 
 
 def test_format_share_and_egoserve_tags():
-    fn = REWARD_FUNCTIONS["format"]()
+    fn = REWARDS["format"]
     r = [
         turn(0.0, "</Silence>"),
         turn(1.0, "</Response> [safety] Hot!"),
         turn(2.0, "</Response> [weather] Rain"),
     ]
-    assert fn([r, r, []], task=["egoserve", "event_monitoring", "egoserve"]) == [
+    assert values(fn, [r, r, []], [[]] * 3, ["egoserve", "event_monitoring", "egoserve"]) == [
         pytest.approx(2 / 3),
         1.0,
         0.0,
@@ -88,10 +97,10 @@ def test_conf_yamls_build_and_weights_combine():
     cfg["weights"] = {"prs": 2.0, "redundancy": 1.0, "format": 0.5}
     reward = build_reward(cfg)
     r = rollout_from([10, 11, 30])
-    [value] = reward([r], targets=[TARGETS], task=["accident_warning"])
+    scored = reward(r, TARGETS, "accident_warning")
+    value, parts = scored.value, scored.parts
     prs_b = prs_scores([10.0, 30.0], [10.0, 11.0, 30.0]).b
     assert value == pytest.approx(2.0 * prs_b - 0.2 * 1 + 0.5 * 1.0)
-    parts = reward.last_parts[0]
     assert parts["reward/reward"] == pytest.approx(value)
     assert parts["prs/prs"] == pytest.approx(prs_b) and parts["format/format"] == 1.0
 
@@ -99,6 +108,10 @@ def test_conf_yamls_build_and_weights_combine():
 def test_unknown_reward_name_fails():
     with pytest.raises(KeyError, match="unknown reward"):
         build_reward({"weights": {"prs": 1.0, "brevity": 1.0}})
+    with pytest.raises(TypeError, match=r"unknown redundancy options: \[.lamda.\]"):
+        build_reward({"weights": {"redundancy": 1.0}, "redundancy": {"lamda": 0.2}})
+    with pytest.raises(ValueError, match="variant must be 'u' or 'b'"):
+        build_reward({"weights": {"prs": 1.0}, "prs": {"variant": "x"}})
 
 
 @settings(max_examples=200, deadline=None)
@@ -114,25 +127,20 @@ def test_step_rewards_split_the_rollout_reward(replies, wrong, negative):
     for s_ in wrong:
         r[s_] = turn(float(s_), "no decision token")
     targets = [] if negative else TARGETS
-    cols = {"targets": [targets], "task": ["accident_warning"]}
-    steps = step_rewards(reward, [r], **cols)[0]
-    total = reward([r], **cols)[0]
-    empty = reward([[]], **cols)[0]
+    steps = step_rewards(reward, r, targets, "accident_warning")
+    total = reward(r, targets, "accident_warning").value
+    empty = reward([], targets, "accident_warning").value
     assert len(steps) == 40
     assert sum(steps) == pytest.approx(total - empty, abs=1e-9)
     assert empty == (1.0 if negative else 0.0)
-    before = reward.last_parts
-    step_rewards(reward, [r], **cols)
-    assert reward.last_parts == before  # the logged parts are the rollout's, not a prefix's
 
 
 def test_step_rewards_credit_the_first_reply_and_charge_repeats():
     reward = build_reward({"weights": {"prs": 1.0, "redundancy": 1.0}, "redundancy": {"lambda": 0.2}})
-    cols = {"targets": [TARGETS[:1]], "task": ["accident_warning"]}
-    steps = step_rewards(reward, [rollout_from([10, 11, 12], steps=20)], **cols)[0]
+    steps = step_rewards(reward, rollout_from([10, 11, 12], steps=20), TARGETS[:1], "accident_warning")
     assert steps[10] == pytest.approx(1.0)  # on time, right label: the whole PRS
     assert steps[11] == pytest.approx(1 / 2 - 1 - 0.2)  # the target's score halves, one penalty
     assert steps[12] == pytest.approx(1 / 3 - 1 / 2 - 0.2)
     assert [x for k, x in enumerate(steps) if k not in (10, 11, 12)] == [0.0] * 17
-    negative = step_rewards(reward, [rollout_from([3, 4], steps=20)], targets=[[]], task=["accident_warning"])
-    assert negative[0][3] == pytest.approx(-1.2) and negative[0][4] == pytest.approx(-0.2)
+    negative = step_rewards(reward, rollout_from([3, 4], steps=20), [], "accident_warning")
+    assert negative[3] == pytest.approx(-1.2) and negative[4] == pytest.approx(-0.2)

@@ -8,9 +8,10 @@ import torch
 
 from data_builders.config import RenderConfig
 from data_builders.records import load_streams, write_jsonl
+from data_builders.splits import split_records
 from data_builders.video import FrameCache
 from eval.render import TurnRenderer
-from train.data import StreamWindowDataset, WindowCollator, split_records
+from train.data import StreamWindowDataset, WindowCollator
 
 
 @pytest.fixture(scope="module")

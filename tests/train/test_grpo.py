@@ -125,14 +125,15 @@ def test_reward_orders_on_time_late_never_and_penalizes_repeats():
         window=(8.0, 11.0),
         content="Warning: the two squares are about to collide.",
         label="Warning",
-    ).to_dict()
-    say = "</Response> Warning: the two squares are about to collide."
-    cols = {"targets": [[target]] * 3, "task": ["accident_warning"] * 3}
-    on_time, late, never = reward([_turns({8.0: say}), _turns({18.0: say}), _turns({})], **cols)
-    assert on_time > late > never == 0.0
-    once, thrice = reward(
-        [_turns({8.0: say}), _turns({7.0: say, 8.0: say, 9.0: say})], **{k: v[:2] for k, v in cols.items()}
     )
+    say = "</Response> Warning: the two squares are about to collide."
+
+    def value(turns):
+        return reward(turns, [target], "accident_warning").value
+
+    on_time, late, never = value(_turns({8.0: say})), value(_turns({18.0: say})), value(_turns({}))
+    assert on_time > late > never == 0.0
+    once, thrice = value(_turns({8.0: say})), value(_turns({7.0: say, 8.0: say, 9.0: say}))
     assert once - thrice >= 2 * 0.2
     assert group_advantages([on_time, late, never, late])[0] > 0
 
@@ -179,7 +180,7 @@ def test_decision_credit_rewards_the_first_reply_that_sequence_credit_punishes()
     """An over-firing group: sequence credit gives the on-time first reply of an over-firing rollout
     a negative advantage; decision credit credits it and charges each repeat."""
     reward = build_reward({"weights": {"prs": 1.0, "redundancy": 1.0}, "redundancy": {"lambda": 0.2}})
-    target = {"time": 8.0, "content": "", "label": "Warning"}
+    target = Target(time=8.0, content="", label="Warning")
     say = "</Response> Warning!"
     group = [
         _turns({t: say for t in (8.0, 9.0, 10.0, 11.0)}),  # over-fires from the event on
@@ -187,19 +188,25 @@ def test_decision_credit_rewards_the_first_reply_that_sequence_credit_punishes()
         _turns({8.0: say}),  # the policy we want
         _turns({}),  # silent
     ]
-    cols = {"targets": [[target]] * 4, "task": ["accident_warning"] * 4}
-    seq = group_advantages(reward(group, **cols))
-    dec = decision_advantages(step_rewards(reward, group, **cols), gamma=0.0)
+
+    def values(turns):
+        return [reward(t, [target], "accident_warning").value for t in turns]
+
+    def steps(turns):
+        return [step_rewards(reward, t, [target], "accident_warning") for t in turns]
+
+    seq = group_advantages(values(group))
+    dec = decision_advantages(steps(group), gamma=0.0)
     assert seq[0] < 0  # its on-time first reply is pushed down with its repeats
     assert seq[3] < 0 < seq[2]
     assert dec[0][8] == dec[1][8] == dec[2][8] > 0 > dec[3][8]  # firing at the event, in every rollout
     assert dec[0][9] < 0 < dec[2][9]  # the repeat is charged, staying silent after a reply credited
     assert dec[0][11] < 0 and all(a == 0 for a in dec[0][:8])  # steps before the event: no signal
-    assert decision_advantages(step_rewards(reward, [group[2]] * 4, **cols), 0.5) == [[0.0] * 20] * 4
+    assert decision_advantages(steps([group[2]] * 4), 0.5) == [[0.0] * 20] * 4
     # rollouts that differ at one step only: that step gets GRPO's advantages, whatever the window length
     pair = [_turns({8.0: say}, steps=60), _turns({8.0: say, 9.0: say}, steps=60)] * 2
-    dec = decision_advantages(step_rewards(reward, pair, **{k: v[:4] for k, v in cols.items()}), 0.0)
-    seq = group_advantages(reward(pair, **{k: v[:4] for k, v in cols.items()}))
+    dec = decision_advantages(steps(pair), 0.0)
+    seq = group_advantages(values(pair))
     assert [row[9] for row in dec] == pytest.approx(seq, abs=1e-3) and seq[0] == pytest.approx(1.0, abs=1e-3)
     assert all(a == 0 for row in dec for k, a in enumerate(row) if k != 9)
 
@@ -224,11 +231,8 @@ def test_undiscounted_returns_value_waiting_for_the_event_over_an_early_guess():
     reward = build_reward({"weights": {"prs": 1.0, "redundancy": 1.0}, "redundancy": {"lambda": 0.2}})
     say = "</Response> Warning!"
     group = [_turns({5.0: say}), _turns({8.0: say}), _turns({5.0: say, 8.0: say}), _turns({})]
-    cols = {
-        "targets": [[{"time": 8.0, "content": "", "label": "Warning"}]] * 4,
-        "task": ["accident_warning"] * 4,
-    }
-    steps = step_rewards(reward, group, **cols)
+    target = Target(time=8.0, content="", label="Warning")
+    steps = [step_rewards(reward, t, [target], "accident_warning") for t in group]
     myopic, full = decision_advantages(steps, 0.0), decision_advantages(steps, 1.0)
     early, on_time = 0, 1
     assert myopic[early][5] > 0 > myopic[on_time][5]  # gamma=0: guessing early beats waiting

@@ -15,12 +15,19 @@ import torch
 from transformers import TrainerCallback
 
 from data_builders.mixture import build_toy_mixture
-from eval.checkpoints import COMPLETE_MARKER, complete_checkpoints
+from eval.checkpoints import (
+    COMPLETE_MARKER,
+    checkpoint_name,
+    checkpoint_step,
+    complete_checkpoints,
+    named_step,
+)
 from train.run_dir import (
     NONFINITE_MARKER,
     NonFiniteLoss,
     UnexpectedFreshStart,
     checkpoint_dirs,
+    is_rank_zero,
     resolve_resume,
     rotate_checkpoints,
     set_aside_previous_run,
@@ -52,9 +59,32 @@ def sft_overrides(data: Path, out: Path, *extra: str) -> list[str]:
 
 def _checkpoints(run: Path, steps: dict[int, bool]) -> None:
     for step, complete in steps.items():
-        (run / f"checkpoint-{step}").mkdir(parents=True)
+        (run / checkpoint_name(step)).mkdir(parents=True)
         if complete:
-            (run / f"checkpoint-{step}" / COMPLETE_MARKER).write_text(f"{step}\n")
+            (run / checkpoint_name(step) / COMPLETE_MARKER).write_text(f"{step}\n")
+
+
+def test_one_checkpoint_name_is_written_and_parsed(tmp_path):
+    """``checkpoint-<step>``: named by ``checkpoint_name``, read back by ``named_step``, and only
+    whole names count (``checkpoint-3.bak``, ``final`` are not checkpoints)."""
+    assert checkpoint_name(12) == "checkpoint-12" and named_step(tmp_path / "checkpoint-12") == 12
+    assert [named_step(n) for n in ("checkpoint-3.bak", "final", "checkpoint-", "xcheckpoint-3")] == [
+        None
+    ] * 4
+    _checkpoints(tmp_path, {3: True, 12: True})
+    (tmp_path / "checkpoint-3.bak").mkdir()
+    assert [p.name for p in checkpoint_dirs(tmp_path)] == ["checkpoint-3", "checkpoint-12"]
+    assert [p.name for p in complete_checkpoints(tmp_path)] == ["checkpoint-3", "checkpoint-12"]
+    assert checkpoint_step(tmp_path / "checkpoint-12") == 12
+
+
+@pytest.mark.parametrize(("rank", "zero"), [(None, True), ("0", True), ("3", False)])
+def test_rank_zero_is_read_from_the_launchers_rank(monkeypatch, rank, zero):
+    if rank is None:
+        monkeypatch.delenv("RANK", raising=False)
+    else:
+        monkeypatch.setenv("RANK", rank)
+    assert is_rank_zero() is zero
 
 
 def test_rotation_keeps_the_newest_complete_checkpoints(tmp_path):

@@ -187,3 +187,18 @@ def test_wandb_offline_logs_the_loss_parts(toy_data, tmp_path, monkeypatch, offl
         assert all(key in row for row in rows), key
     assert all(row["train/learning_rate"] > 0 for row in rows)
     assert [round(r["train/loss_decision"], 2) for r in rows] == pytest.approx([7.06, 5.69], abs=0.02)
+
+
+def test_the_command_line_ends_with_one_json_line(tmp_path, monkeypatch, capsys):
+    """``python -m train.sft`` prints its final checkpoint as one JSON object line, as every stage does."""
+    import sys
+
+    import train.sft as sft
+
+    final = tmp_path / "run" / "final"
+    monkeypatch.setattr(sft, "train", lambda cfg: final)
+    monkeypatch.setattr(
+        sys, "argv", ["train.sft", f"paths.root_dir={tmp_path}", f"train.output_dir={final.parent}"]
+    )
+    sft.main()
+    assert json.loads(capsys.readouterr().out.splitlines()[-1]) == {"final_checkpoint": str(final)}

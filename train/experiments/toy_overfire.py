@@ -29,9 +29,9 @@ from data_builders.config import RenderConfig
 from data_builders.mixture import build_toy_mixture
 from data_builders.records import Target, load_streams, resolve_video, step_times, target_step
 from data_builders.schema import typed
+from data_builders.splits import split_records
 from eval.config import BenchmarkConfig
 from eval.runners import evaluate_model
-from train.data import split_records
 from train.run_dir import read_progress
 
 
