@@ -17,7 +17,7 @@ from typing import Any
 
 from data_builders.config import PathsConfig, RenderConfig
 from data_builders.mixture import MixtureConfig
-from data_builders.schema import bounded, store_schema
+from data_builders.schema import CONF_DIR, bounded, store_schema
 from data_builders.splits import split_records
 from eval.memory.config import MemoryConfig
 from rewards.prs import DEFAULT_ALPHA
@@ -46,6 +46,16 @@ class ModelConfig:
     tokenizer: dict[str, Any] = field(default_factory=dict)
     image_processor: dict[str, Any] = field(default_factory=dict)
     architecture: dict[str, Any] = field(default_factory=dict)
+
+
+def model_preset(name: str = "tiny") -> dict[str, Any]:
+    """``conf/model/<name>.yaml`` as a whole model block (every field, the schema's defaults where the
+    file says nothing), without composing a root: what tests and benches build a model from."""
+    from omegaconf import OmegaConf
+
+    block = OmegaConf.load(CONF_DIR / "model" / f"{name}.yaml")
+    block.pop("defaults", None)
+    return OmegaConf.to_container(OmegaConf.merge(OmegaConf.structured(ModelConfig), block))
 
 
 @dataclass

@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 
 import pytest
-import yaml
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -18,7 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def tiny_model_config() -> dict:
-    return yaml.safe_load((ROOT / "conf" / "model" / "tiny.yaml").read_text())
+    from eval.config import model_preset
+
+    return model_preset("tiny")
 
 
 @pytest.fixture(scope="session")
