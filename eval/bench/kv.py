@@ -72,7 +72,7 @@ def attention_ms(
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m eval.bench kv", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="conf/model/qwen3_vl_4b.yaml", help="a conf/model/*.yaml file")
     ap.add_argument("--tokens", default="1760,7040,13200,105600", help="cached tokens L, comma-separated")
     ap.add_argument(
@@ -125,7 +125,3 @@ def main(argv: list[str] | None = None) -> dict:
         }
     print(json.dumps(out))
     return out
-
-
-if __name__ == "__main__":
-    main()
