@@ -73,6 +73,7 @@ def test_p3i_run_writes_predictions_and_the_metrics_eval_score_prints(
     assert (out / "config.yaml").exists()
 
 
+@pytest.mark.slow  # an eager and a compiled evaluation (graphs built on CPU)
 def test_compiled_run_writes_the_eager_run_s_predictions(tiny_checkpoint, toy_dir, tmp_path, monkeypatch):
     """``compile=true`` reaches the engine (its language model compiled) and changes no prediction."""
     compiled_models = []

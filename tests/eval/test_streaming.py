@@ -113,6 +113,7 @@ def test_compaction_in_place_changes_no_decision(setup, monkeypatch):
     assert 2 * kept < 1.1 * masked.cache_length()  # evicted frames left the compacted cache
 
 
+@pytest.mark.slow  # four compiled graphs on CPU (30-39 s)
 def test_compiled_forward_streams_the_same_in_four_graphs(setup):
     """``EngineConfig.compile``: the eager engine's decisions and replies, logits within 1e-4, for one
     stream and a batch, firing and windowed (compaction included); the graphs a run needs are built
