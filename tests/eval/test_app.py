@@ -20,6 +20,7 @@ def page(browser):
     page.close()
 
 
+@pytest.mark.slow  # an evaluation, then the demo served to chromium (90-100 s on a loaded 2-core machine)
 def test_demo_in_chromium(tiny_checkpoint, toy_dir, tmp_path, page):
     common = [
         f"checkpoint={tiny_checkpoint}",

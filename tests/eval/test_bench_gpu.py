@@ -44,6 +44,7 @@ def test_bench_gpu_on_tiny_cpu(capsys, compiled):
     assert stream["compile"] is compiled and stream["warmup_s"] > 0
 
 
+@pytest.mark.slow  # four profiled streams (13 s loaded)
 def test_profile_splits_a_silent_and_a_firing_step_on_tiny_cpu(capsys):
     from eval.bench.profile import main as profile
 
