@@ -12,9 +12,12 @@ model config). Merging a composed config into a schema is ``data_builders.schema
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import yaml
 
 from data_builders.mixture import MixtureConfig
-from data_builders.schema import bounded, store_schema
+from data_builders.schema import CONF_DIR, bounded, store_schema
 from data_builders.video import DEFAULT_MAX_PIXELS
 
 
@@ -51,6 +54,20 @@ class RenderConfig:
     written before the option existed means ``raw``."""
     history_budget_tokens: int = bounded(2048, ge=0)
     """Personal history given as text: the most recent lines that fit in this many tokens."""
+
+
+def model_render(model_yaml: str | Path) -> RenderConfig:
+    """The render option a model config picks (its ``/render@_global_.render: <name>`` default,
+    ``conf/render/<name>.yaml``), as a :class:`RenderConfig`: the frames the model trains and is
+    evaluated on, for code that reads a model YAML without composing (the benches)."""
+    model = yaml.safe_load(Path(model_yaml).read_text())
+    picked = [d for d in model.get("defaults", []) if isinstance(d, dict) and "/render@_global_.render" in d]
+    if len(picked) != 1:
+        raise ValueError(
+            f"{model_yaml}: no render option in its defaults (expected '/render@_global_.render')"
+        )
+    name = picked[0]["/render@_global_.render"]
+    return RenderConfig(**yaml.safe_load((CONF_DIR / "render" / f"{name}.yaml").read_text()))
 
 
 @dataclass

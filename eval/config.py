@@ -48,12 +48,14 @@ class ModelConfig:
     architecture: dict[str, Any] = field(default_factory=dict)
 
 
-def model_preset(name: str = "tiny") -> dict[str, Any]:
-    """``conf/model/<name>.yaml`` as a whole model block (every field, the schema's defaults where the
-    file says nothing), without composing a root: what tests and benches build a model from."""
+def model_preset(model: str | Path = "tiny") -> dict[str, Any]:
+    """A model group file (a name under ``conf/model/`` or a YAML path) as a whole model block: every
+    field, the schema's defaults where the file says nothing, without composing a root. What tests
+    and benches build a model from."""
     from omegaconf import OmegaConf
 
-    block = OmegaConf.load(CONF_DIR / "model" / f"{name}.yaml")
+    path = Path(model) if str(model).endswith((".yaml", ".yml")) else CONF_DIR / "model" / f"{model}.yaml"
+    block = OmegaConf.load(path)
     block.pop("defaults", None)
     return OmegaConf.to_container(OmegaConf.merge(OmegaConf.structured(ModelConfig), block))
 

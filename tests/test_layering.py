@@ -25,9 +25,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 #: Lower index = lower layer; a module may import its own layer and the ones below it.
 LAYERS = ("infra", "rewards", "data_builders", "eval", "train")
-#: Circles known and owned elsewhere (a set of module names each): the bench circle is removed by the
-#: bench rework; drop its entry then (test_known_circles_still_exist fails until it is dropped).
-KNOWN_CIRCLES = (frozenset({"train.bench.grpo", "train.bench.sft"}),)
 
 
 def _is_type_checking(node: ast.AST) -> bool:
@@ -182,11 +179,7 @@ def test_imports_follow_the_layers():
 
 
 def test_no_import_circles():
-    assert [text for group, text in circles() if group not in KNOWN_CIRCLES] == []
-
-
-def test_known_circles_still_exist():
-    assert set(KNOWN_CIRCLES) <= {group for group, _ in circles()}
+    assert [text for _, text in circles()] == []
 
 
 def _tree(tmp_path: Path) -> Path:
@@ -236,13 +229,6 @@ def test_the_check_fails_on_an_import_circle(tmp_path):
 
 if __name__ == "__main__":
     source = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT
-    found = violations(source) + [
-        f"import circle: {text}" for group, text in circles(source) if group not in KNOWN_CIRCLES
-    ]
-    known = [
-        f"known import circle (KNOWN_CIRCLES): {text}"
-        for group, text in circles(source)
-        if group in KNOWN_CIRCLES
-    ]
-    print("\n".join(known + found) or "imports follow the layers, in no circle")
+    found = violations(source) + [f"import circle: {text}" for _, text in circles(source)]
+    print("\n".join(found) or "imports follow the layers, in no circle")
     sys.exit(1 if found else 0)

@@ -1,6 +1,6 @@
 """Throughput of the builders: annotation conversion (no decoding) and the frame cache.
 
-``python -m data_builders.bench``
+``python -m data_builders.bench [builders]`` (``cache`` and ``video``: their figures alone)
 
 Prints one JSON object on its last line:
 
@@ -21,6 +21,7 @@ Prints one JSON object on its last line:
 
 from __future__ import annotations
 
+import argparse
 import json
 import tempfile
 import time
@@ -133,22 +134,21 @@ def index_files_per_second(n: int = 100_000, repeats: int = 3) -> float:
         return n / best
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
+    argparse.ArgumentParser(
+        prog="python -m data_builders.bench builders", description=__doc__.splitlines()[0]
+    ).parse_args(argv)
     rps = records_per_second()
     cache = frame_cache_speedup()
     index = index_files_per_second()
     video = peak_mb_10min_720p()
     formats = cache_figures()
-    print(
-        json.dumps(
-            {"records_per_s": round(rps, 1)}
-            | {k: round(v, 4) for k, v in cache.items()}
-            | {"index_files_per_s": round(index)}
-            | video
-            | formats
-        )
+    out = (
+        {"records_per_s": round(rps, 1)}
+        | {k: round(v, 4) for k, v in cache.items()}
+        | {"index_files_per_s": round(index)}
+        | video
+        | formats
     )
-
-
-if __name__ == "__main__":
-    main()
+    print(json.dumps(out))
+    return out

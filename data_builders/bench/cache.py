@@ -2,7 +2,7 @@
 data_builders.bench``; the SFT input pipeline's rate on these entries is ``python -m train.bench
 pipeline``, ``train.bench.pipeline``).
 
-    python -m data_builders.bench.cache              # these figures alone (~1 min on 2 cores)
+    python -m data_builders.bench cache              # these figures alone (~1 min on 2 cores)
 
 The frames are real-looking 448 x 448 frames (``render=hd``'s budget): a synthetic scene generated
 here (a lit gradient, wood-grain and checker textures, hard-edged shapes moving over it and per-pixel
@@ -22,6 +22,7 @@ time, so other load on the machine does not inflate them.
 
 from __future__ import annotations
 
+import argparse
 import json
 import tempfile
 import time
@@ -116,5 +117,10 @@ def cache_figures(window: int = 30) -> dict:
         return format_figures(video, times, root / "cache")
 
 
-if __name__ == "__main__":
-    print(json.dumps(cache_figures()))
+def main(argv: list[str] | None = None) -> dict:
+    argparse.ArgumentParser(
+        prog="python -m data_builders.bench cache", description=__doc__.splitlines()[0]
+    ).parse_args(argv)
+    out = cache_figures()
+    print(json.dumps(out))
+    return out

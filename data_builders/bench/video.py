@@ -9,11 +9,12 @@ larger of the two back ends'; both are listed. ``VmHWM`` (``/proc/self/status``)
 Linux carries ``ru_maxrss`` across ``exec`` from the parent's memory at the fork, so a child of a
 300 MB benchmark process reports at least 300 MB whatever it does itself.
 
-    python -m data_builders.bench.video              # this figure alone (~1 min)
+    python -m data_builders.bench video              # this figure alone (~1 min)
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -74,7 +75,8 @@ def peak_mb_10min_720p(seconds: int = 600) -> dict:
                 [
                     sys.executable,
                     "-m",
-                    "data_builders.bench.video",
+                    "data_builders.bench",
+                    "video",
                     "--child",
                     str(video),
                     f"{tmp}/c-{backend}",
@@ -93,8 +95,15 @@ def peak_mb_10min_720p(seconds: int = 600) -> dict:
         }
 
 
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["--child"]:
-        _child(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
-    else:
-        print(json.dumps(peak_mb_10min_720p()))
+def main(argv: list[str] | None = None) -> dict | None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:  # one back end's process (peak_mb_10min_720p)
+        _child(argv[1], argv[2], argv[3], int(argv[4]))
+        return None
+    ap = argparse.ArgumentParser(
+        prog="python -m data_builders.bench video", description=__doc__.splitlines()[0]
+    )
+    ap.add_argument("--seconds", type=int, default=600, help="length of the synthetic 720p file")
+    out = peak_mb_10min_720p(ap.parse_args(argv).seconds)
+    print(json.dumps(out))
+    return out

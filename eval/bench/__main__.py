@@ -1,4 +1,5 @@
-"""``python -m eval.bench [engine|memory|gpu|profile|kv|recall|compile] [options]``: engine by default; JSON on the last line."""
+"""``python -m eval.bench [engine|memory|gpu|profile|kv|recall|compile|long_stream] [options]``: engine by
+default; one JSON object of figures on the last line."""
 
 import importlib
 import sys
@@ -11,6 +12,7 @@ SUBCOMMANDS = {
     "kv": "eval.bench.kv",
     "recall": "eval.bench.recall",
     "compile": "eval.bench.compile",
+    "long_stream": "eval.bench.long_stream",
 }
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from eval.bench.gpu import _sync, build_model, toy_stream
+from eval.bench.gpu import SIZE_HELP, _sync, build_model, model_side, toy_stream
 from eval.streaming import EngineConfig, StreamingEngine, compiled_graphs
 
 CASES = {"silent": 1.01, "firing": -1.0}  # thresholds
@@ -72,10 +72,10 @@ def bench_case(
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m eval.bench compile", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="conf/model/tiny.yaml", help="a conf/model/*.yaml file")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--size", type=int, default=64, help="frame side in pixels")
+    ap.add_argument("--size", type=int, default=None, help=SIZE_HELP)
     ap.add_argument(
         "--layers", type=int, default=None, help="the language model's depth (default: the model's)"
     )
@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--max-new-tokens", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args(argv)
+    args.size = args.size or model_side(args.model)
     model, renderer, out = build_model(args.model, args.device, args.size, args.layers)
     out["layers"] = model.config.text_config.num_hidden_layers
     streams = [toy_stream(i, args.steps, args.size) for i in range(args.batch)]
@@ -108,7 +109,3 @@ def main(argv: list[str] | None = None) -> dict:
     out["graphs"] = compiled_graphs() - before
     print(json.dumps(out))
     return out
-
-
-if __name__ == "__main__":
-    main()

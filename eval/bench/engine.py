@@ -59,21 +59,20 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import yaml
 
-from data_builders.config import RenderConfig
+from data_builders.config import CONF_DIR, model_render
 from data_builders.frames import stream_frames
 from data_builders.records import Stream
 from data_builders.synthetic.toy import generate_toy
 from eval.bench.long_stream import long_stream_peaks
-from eval.config import quiet_libraries
+from eval.config import model_preset, quiet_libraries
 from eval.model import build_tiny_checkpoint, load_model_and_processor
 from eval.naive import NaiveStreamer
 from eval.probes import Probe, answer_probes
 from eval.render import TurnRenderer
 from eval.streaming import EngineConfig, StreamingEngine
 
-TINY = Path(__file__).resolve().parents[2] / "conf" / "model" / "tiny.yaml"
+TINY = CONF_DIR / "model" / "tiny.yaml"
 
 
 def tiled(stream: Stream, frames: np.ndarray, steps: int) -> tuple[Stream, np.ndarray]:
@@ -128,6 +127,66 @@ def probe_figures(model, renderer, stream, frames, steps: int, n_probes: int, ma
     }
 
 
+def engine_runner(model, renderer):
+    """``run(streams, frames, frame_window=None)``: a fresh engine run over the streams, the engine
+    returned with its results in ``.last``."""
+
+    def run(streams_, frames_, frame_window=None) -> StreamingEngine:
+        e = StreamingEngine(model, renderer, EngineConfig(threshold=0.5, frame_window=frame_window))
+        e.last = e.run(streams_, frames_)
+        return e
+
+    return run
+
+
+def engine_vs_naive(engine, model, renderer, stream, frames, steps: list[int], repeats: int) -> dict:
+    """Naive re-run time over the engine's, median of ``repeats``, per stream length."""
+    speedup = {}
+    for t in steps:
+        s, f = tiled(stream, frames, t)
+        naive_t, engine_t = [], []
+        for _ in range(repeats):
+            naive_t.append(timed(lambda s=s, f=f: NaiveStreamer(model, renderer, 0.5).run(s, f)))
+            engine_t.append(timed(lambda s=s, f=f: engine([s], [f])))
+        speedup[str(t)] = statistics.median(naive_t) / statistics.median(engine_t)
+    return speedup
+
+
+def window_figures(engine, stream, frames, window: int, window_at: tuple[int, int]) -> tuple[dict, dict]:
+    """The cache's size at the two steps with and without the frame window, and the windowed
+    per-step latency around each (median of 21 steps)."""
+    a, b = window_at
+    memory = {}
+    for label, fw in (("window", window), ("no_window", None)):
+        for point in (a, b):
+            s, f = tiled(stream, frames, point + 1)
+            e = engine([s], [f], fw)
+            memory[f"{label}_step{point}"] = {
+                "kv_cache_bytes": kv_bytes(e),
+                "cache_tokens": e.cache_length(),
+                "rss_mb": round(rss_mb(), 1),
+            }
+    s, f = tiled(stream, frames, b + 11)
+    lat = [d.latency_s for d in engine([s], [f], window).last[0].steps]
+    return memory, {p: statistics.median(lat[p - 10 : p + 11]) for p in (a, b)}
+
+
+def host_figures(engine, streams, frames, window: int, window_at: tuple[int, int], repeats: int) -> dict:
+    """The engine's own CPU time per step (its thread's, less the model's), batch 1 and the batch."""
+    host = {}
+    for label, rows in (("batch1", 1), (f"batch{len(streams)}", len(streams))):
+        tiles = [
+            tiled(st, fr, window_at[1] + 11) for st, fr in zip(streams[:rows], frames[:rows], strict=True)
+        ]
+        runs = []
+        for _ in range(repeats):
+            e = engine([t[0] for t in tiles], [t[1] for t in tiles], window)
+            own = [1e3 * (cpu - lm - vision) for cpu, lm, vision in e.step_timings]
+            runs.append({p: statistics.median(own[p - 10 : p + 11]) for p in window_at})
+        host[label] = {str(p): round(statistics.median(r[p] for r in runs), 3) for p in window_at}
+    return host
+
+
 def run_bench(
     steps: list[int],
     window_at: tuple[int, int],
@@ -139,54 +198,19 @@ def run_bench(
 ) -> dict:
     quiet_libraries()
     tmp = Path(tempfile.mkdtemp(prefix="eval-bench-"))
-    cfg = yaml.safe_load(TINY.read_text())
+    cfg = model_preset(TINY)
     ckpt = build_tiny_checkpoint(cfg, tmp / "tiny")
     model, processor = load_model_and_processor(cfg | {"path": str(ckpt)})
     model.eval()
-    renderer = TurnRenderer(processor, RenderConfig(max_pixels=64 * 64))
+    renderer = TurnRenderer(processor, model_render(TINY))
     streams = generate_toy(tmp / "toy", n=batch, seed=0, duration=20)
     frames = [stream_frames(s, tmp / "toy" / s.video, renderer.cfg) for s in streams]
-
-    def engine(streams_, frames_, frame_window=None) -> StreamingEngine:
-        e = StreamingEngine(model, renderer, EngineConfig(threshold=0.5, frame_window=frame_window))
-        e.last = e.run(streams_, frames_)
-        return e
-
+    engine = engine_runner(model, renderer)
     engine(streams[:1], frames[:1])  # warm-up
-    speedup = {}
-    for t in steps:
-        s, f = tiled(streams[0], frames[0], t)
-        naive_t, engine_t = [], []
-        for _ in range(repeats):
-            naive_t.append(timed(lambda s=s, f=f: NaiveStreamer(model, renderer, 0.5).run(s, f)))
-            engine_t.append(timed(lambda s=s, f=f: engine([s], [f])))
-        speedup[str(t)] = statistics.median(naive_t) / statistics.median(engine_t)
-
+    speedup = engine_vs_naive(engine, model, renderer, streams[0], frames[0], steps, repeats)
     a, b = window_at
-    memory = {}
-    for label, fw in (("window", window), ("no_window", None)):
-        for point in (a, b):
-            s, f = tiled(streams[0], frames[0], point + 1)
-            e = engine([s], [f], fw)
-            memory[f"{label}_step{point}"] = {
-                "kv_cache_bytes": kv_bytes(e),
-                "cache_tokens": e.cache_length(),
-                "rss_mb": round(rss_mb(), 1),
-            }
-    s, f = tiled(streams[0], frames[0], b + 11)
-    lat = [d.latency_s for d in engine([s], [f], window).last[0].steps]
-    per_step = {p: statistics.median(lat[p - 10 : p + 11]) for p in (a, b)}
-
-    host = {}
-    for label, rows in (("batch1", 1), (f"batch{batch}", batch)):
-        tiles = [tiled(st, fr, b + 11) for st, fr in zip(streams[:rows], frames[:rows], strict=True)]
-        runs = []
-        for _ in range(repeats):
-            e = engine([t[0] for t in tiles], [t[1] for t in tiles], window)
-            own = [1e3 * (cpu - lm - vision) for cpu, lm, vision in e.step_timings]
-            runs.append({p: statistics.median(own[p - 10 : p + 11]) for p in (a, b)})
-        host[label] = {str(p): round(statistics.median(r[p] for r in runs), 3) for p in (a, b)}
-
+    memory, per_step = window_figures(engine, streams[0], frames[0], window, window_at)
+    host = host_figures(engine, streams, frames, window, window_at, repeats)
     batched_t, seq_t = [], []
     for _ in range(repeats):
         batched_t.append(timed(lambda: engine(streams, frames)))
@@ -215,7 +239,7 @@ def run_bench(
 
 def main(argv: list[str] | None = None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog="python -m eval.bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m eval.bench engine", description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", default="30,60,120", help="stream lengths for engine vs naive")
     parser.add_argument("--window-at", default="60,480", help="the two steps compared with a frame window")
     parser.add_argument("--window", type=int, default=32, help="frame window, in steps")
@@ -249,7 +273,3 @@ def main(argv: list[str] | None = None) -> dict:
         torch.set_num_threads(previous)
     print(json.dumps(result))
     return result
-
-
-if __name__ == "__main__":
-    main()

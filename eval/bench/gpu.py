@@ -2,7 +2,6 @@
 streaming engine. No download: the model is built from its config (``model.random_init``).
 
     python -m eval.bench gpu --model conf/model/qwen3_vl_4b.yaml            # on a GPU machine
-    python -m eval.bench_gpu --model conf/model/qwen3_vl_4b.yaml            # the same
     python -m eval.bench gpu --model conf/model/tiny.yaml --device cpu --size 64 --steps 6 --window-steps 24
 
 Frames are drawn in memory from the toy scripts (no video files). Prints one JSON object on its last
@@ -19,17 +18,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import statistics
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
-import yaml
 
-from data_builders.config import RenderConfig
+from data_builders.config import model_render
 from data_builders.records import Stream
 from data_builders.synthetic.toy import INSTRUCTIONS, draw_frame, make_script
+from eval.config import model_preset
 from eval.model import count_parameters, load_model_and_processor
 from eval.naive import NaiveStreamer
 from eval.render import TurnRenderer
@@ -102,6 +102,14 @@ def bench_sft(model, renderer: TurnRenderer, device: str, steps: int, size: int,
     }
 
 
+def _timed(device: str, run):
+    """``(run(), seconds)``, the device synchronised before the clock stops."""
+    t0 = time.perf_counter()
+    out = run()
+    _sync(device)
+    return out, time.perf_counter() - t0
+
+
 def bench_stream(
     model,
     renderer: TurnRenderer,
@@ -116,38 +124,26 @@ def bench_stream(
     cfg = EngineConfig(threshold=threshold, max_new_tokens=8, compile=compile)
     stream, frames = toy_stream(1, steps, size)
     many = [toy_stream(i, steps, size) for i in range(batch)]
-    t0 = time.perf_counter()
-    StreamingEngine(model, renderer, cfg).run([stream], [frames[:4]])  # warm-up
-    if compile:  # the batch's graphs too
-        StreamingEngine(model, renderer, cfg).run([s for s, _ in many], [f[:4] for _, f in many])
-    _sync(device)
-    warmup_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    naive = NaiveStreamer(model, renderer, threshold=threshold, max_new_tokens=8).run(stream, frames)
-    _sync(device)
-    naive_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    [single] = StreamingEngine(model, renderer, cfg).run([stream], [frames])
-    _sync(device)
-    engine_s = time.perf_counter() - t0
 
-    t0 = time.perf_counter()
-    for s, f in many:
-        StreamingEngine(model, renderer, cfg).run([s], [f])
-    _sync(device)
-    sequential_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    StreamingEngine(model, renderer, cfg).run([s for s, _ in many], [f for _, f in many])
-    _sync(device)
-    batched_s = time.perf_counter() - t0
+    def engine(streams, rows):
+        return StreamingEngine(model, renderer, cfg).run(streams, rows)
 
-    long_stream, long_frames = toy_stream(2, window_steps, size)
-    _reset_peak(device)
-    window_cfg = dataclasses.replace(cfg, frame_window=32)
-    [windowed] = StreamingEngine(model, renderer, window_cfg).run([long_stream], [long_frames])
-    lat = [s.latency_s for s in windowed.steps]
-    early = statistics.median(lat[50:70]) if len(lat) >= 70 else statistics.median(lat[: len(lat) // 2])
-    late = statistics.median(lat[-20:])
+    def warm_up():
+        engine([stream], [frames[:4]])
+        if compile:  # the batch's graphs too
+            engine([s for s, _ in many], [f[:4] for _, f in many])
+
+    _, warmup_s = _timed(device, warm_up)
+    naive_run = NaiveStreamer(model, renderer, threshold=threshold, max_new_tokens=8)
+    naive, naive_s = _timed(device, lambda: naive_run.run(stream, frames))
+    [single], engine_s = _timed(device, lambda: engine([stream], [frames]))
+    _, sequential_s = _timed(device, lambda: [engine([s], [f]) for s, f in many])
+    _, batched_s = _timed(device, lambda: engine([s for s, _ in many], [f for _, f in many]))
+    logit_diffs = [
+        abs(a - b)
+        for x, y in zip(naive.steps, single.steps)
+        for a, b in zip(x.decision_logits, y.decision_logits)
+    ]
     return {
         "steps": steps,
         "threshold": threshold,
@@ -159,18 +155,24 @@ def bench_stream(
         "engine_s": round(engine_s, 3),
         "engine_vs_naive": round(naive_s / engine_s, 2),
         "engine_step_ms_median": round(1000 * statistics.median(s.latency_s for s in single.steps), 2),
-        "max_decision_logit_diff": round(
-            max(
-                abs(a - b)
-                for x, y in zip(naive.steps, single.steps)
-                for a, b in zip(x.decision_logits, y.decision_logits)
-            ),
-            6,
-        ),
+        "max_decision_logit_diff": round(max(logit_diffs), 6),
         "steps_per_s": round(steps / engine_s, 2),
         "batched_stream_steps_per_s": round(batch * steps / batched_s, 2),
         "batched_vs_sequential": round(sequential_s / batched_s, 2),
         "batch": batch,
+    } | window_figures(model, renderer, cfg, device, window_steps, size)
+
+
+def window_figures(model, renderer, cfg: EngineConfig, device: str, window_steps: int, size: int) -> dict:
+    """Per-step latency early vs late in a long stream with a 32-frame window, and its peak memory."""
+    long_stream, long_frames = toy_stream(2, window_steps, size)
+    _reset_peak(device)
+    window_cfg = dataclasses.replace(cfg, frame_window=32)
+    [windowed] = StreamingEngine(model, renderer, window_cfg).run([long_stream], [long_frames])
+    lat = [s.latency_s for s in windowed.steps]
+    early = statistics.median(lat[50:70]) if len(lat) >= 70 else statistics.median(lat[: len(lat) // 2])
+    late = statistics.median(lat[-20:])
+    return {
         "window_steps": window_steps,
         "window_late_vs_early": round(late / early, 3),
         "window_step_ms_early": round(1000 * early, 2),
@@ -179,13 +181,23 @@ def bench_stream(
     }
 
 
+#: ``--size`` of the benches that draw toy frames for a model config.
+SIZE_HELP = "frame side in pixels (default: the model's render option: hd 448, toy 64)"
+
+
+def model_side(model_yaml: str) -> int:
+    """The frame side of a model config's render option (``conf/render/*.yaml``'s ``max_pixels``)."""
+    return math.isqrt(model_render(model_yaml).max_pixels)
+
+
 def build_model(
     model_yaml: str, device: str, size: int, layers: int | None = None
 ) -> tuple[object, TurnRenderer, dict]:
     """The model of a ``conf/model/*.yaml`` (a pretrained one with random weights, built on
-    ``device``; float32 on CPU), its renderer at ``size`` x ``size`` frames, and a description.
+    ``device``; float32 on CPU), its renderer (the model's render option at ``size`` x ``size``
+    frames), and a description.
     ``layers`` overrides the language model's depth (the tiny model at a real model's depth)."""
-    cfg = yaml.safe_load(Path(model_yaml).read_text())
+    cfg = model_preset(model_yaml)
     if layers is not None:
         cfg["architecture"]["text_config"]["num_hidden_layers"] = layers
         cfg["name"] = f"{cfg['name']}-{layers}-layers"
@@ -199,7 +211,7 @@ def build_model(
     model.to(device).eval()
     _sync(device)
     build_s = time.perf_counter() - t0
-    renderer = TurnRenderer(processor, RenderConfig(max_pixels=size * size))
+    renderer = TurnRenderer(processor, dataclasses.replace(model_render(model_yaml), max_pixels=size * size))
     about = {
         "model": cfg["name"],
         "device": torch.cuda.get_device_name() if device.startswith("cuda") else "cpu",
@@ -212,10 +224,10 @@ def build_model(
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m eval.bench gpu", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="conf/model/qwen3_vl_4b.yaml", help="a conf/model/*.yaml file")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--size", type=int, default=448, help="frame side in pixels")
+    ap.add_argument("--size", type=int, default=None, help=SIZE_HELP)
     ap.add_argument("--steps", type=int, default=30, help="frames per SFT window and per stream")
     ap.add_argument("--stream-steps", type=int, default=60, help="steps of the engine vs naive streams")
     ap.add_argument("--batch", type=int, default=8)
@@ -233,6 +245,7 @@ def main(argv: list[str] | None = None) -> dict:
         help="stream with the language model compiled (EngineConfig.compile; the warm-up builds its graphs)",
     )
     args = ap.parse_args(argv)
+    args.size = args.size or model_side(args.model)
     model, renderer, out = build_model(args.model, args.device, args.size)
     out["sft"] = bench_sft(model, renderer, args.device, args.steps, args.size, args.repeats)
     with torch.no_grad():
@@ -249,7 +262,3 @@ def main(argv: list[str] | None = None) -> dict:
         )
     print(json.dumps(out))
     return out
-
-
-if __name__ == "__main__":
-    main()

@@ -23,15 +23,14 @@ import argparse
 import json
 import statistics
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import torch
-import yaml
 from transformers import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from eval.attention import streaming_sdpa
+from eval.config import model_preset
 from eval.kv_cache import GrowingLayer
 
 
@@ -72,7 +71,7 @@ def attention_ms(
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m eval.bench kv", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="conf/model/qwen3_vl_4b.yaml", help="a conf/model/*.yaml file")
     ap.add_argument("--tokens", default="1760,7040,13200,105600", help="cached tokens L, comma-separated")
     ap.add_argument(
@@ -81,7 +80,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--step-tokens", type=int, default=220)
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args(argv)
-    cfg = yaml.safe_load(Path(args.model).read_text())
+    cfg = model_preset(args.model)
     text = cfg["architecture"]["text_config"]
     layers, heads, head_dim = text["num_hidden_layers"], text["num_key_value_heads"], text["head_dim"]
     query_heads = text["num_attention_heads"]
@@ -125,7 +124,3 @@ def main(argv: list[str] | None = None) -> dict:
         }
     print(json.dumps(out))
     return out
-
-
-if __name__ == "__main__":
-    main()

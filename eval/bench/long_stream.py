@@ -1,6 +1,6 @@
 """Host memory of the streaming engine on a long stream: a 2-hour video against a 10-minute one.
 
-    python -m eval.bench.long_stream                  # 1-4 min on 2 cores, by load; JSON on the last line
+    python -m eval.bench long_stream                  # 1-4 min on 2 cores, by load; JSON on the last line
 
 ``long_stream_peak_ratio_2h_vs_10min`` (also in ``python -m eval.bench``): the peak resident set of
 a fresh process streaming a synthetic 1 step/s video of 7,200 steps (2 hours) through the tiny
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import tempfile
@@ -26,18 +27,18 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import yaml
 
 from data_builders.bench.video import peak_rss_mb
-from data_builders.config import RenderConfig
+from data_builders.config import CONF_DIR, model_render
 from data_builders.records import Stream
-from eval.config import quiet_libraries
+from eval.config import model_preset, quiet_libraries
 from eval.model import build_tiny_checkpoint, load_model_and_processor
 from eval.render import TurnRenderer
 from eval.streaming import EngineConfig, StreamingEngine
 
-TINY = Path(__file__).resolve().parents[2] / "conf" / "model" / "tiny.yaml"
-SIZE = 64  # toy frame side, pixels (render=toy)
+TINY = CONF_DIR / "model" / "tiny.yaml"
+RENDER = model_render(TINY)  # render=toy
+SIZE = math.isqrt(RENDER.max_pixels)  # toy frame side, pixels
 
 
 def write_frames(path: Path, steps: int, size: int = SIZE) -> Path:
@@ -65,10 +66,10 @@ def _child(checkpoint: str, frames_file: str, steps: int, window: int) -> None:
     """Stream ``steps`` steps of the mapped frames; print this process's own figures."""
     torch.set_num_threads(1)
     quiet_libraries()
-    cfg = yaml.safe_load(TINY.read_text())
+    cfg = model_preset(TINY)
     model, processor = load_model_and_processor(cfg | {"path": checkpoint})
     model.eval()
-    renderer = TurnRenderer(processor, RenderConfig(max_pixels=SIZE * SIZE))
+    renderer = TurnRenderer(processor, RENDER)
     frames = np.load(frames_file, mmap_mode="c")[:steps]  # as a FrameCache hit arrives
 
     def stream(n: int) -> Stream:
@@ -109,12 +110,12 @@ def long_stream_peaks(
     """Each length streamed in its own fresh process; the ratio of their peaks and the details."""
     with tempfile.TemporaryDirectory(prefix="long-stream-") as tmp:
         if checkpoint is None:
-            checkpoint = build_tiny_checkpoint(yaml.safe_load(TINY.read_text()), Path(tmp) / "tiny")
+            checkpoint = build_tiny_checkpoint(model_preset(TINY), Path(tmp) / "tiny")
         frames = write_frames(Path(tmp) / "frames.npy", long)
         runs = {}
         for steps in (short, long):
             out = subprocess.run(
-                [sys.executable, "-m", "eval.bench.long_stream", "--child", str(checkpoint), str(frames)]
+                [sys.executable, "-m", "eval.bench", "long_stream", "--child", str(checkpoint), str(frames)]
                 + [str(steps), str(window)],
                 capture_output=True,
                 text=True,
@@ -134,7 +135,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         _child(argv[1], argv[2], int(argv[3]), int(argv[4]))
         return None
     parser = argparse.ArgumentParser(
-        prog="python -m eval.bench.long_stream", description=__doc__.split("\n\n")[0]
+        prog="python -m eval.bench long_stream", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--short", type=int, default=600, help="steps of the short stream (10 min at 1/s)")
     parser.add_argument("--long", type=int, default=7200, help="steps of the long stream (2 h at 1/s)")
@@ -143,7 +144,3 @@ def main(argv: list[str] | None = None) -> dict | None:
     result = long_stream_peaks(args.short, args.long, args.window)
     print(json.dumps(result))
     return result
-
-
-if __name__ == "__main__":
-    main()

@@ -149,7 +149,3 @@ def main(argv: list[str] | None = None) -> dict:
     result = run_bench(args.history_tokens, (a, b), args.sample, args.queries, args.new_clips)
     print(json.dumps(result))
     return result
-
-
-if __name__ == "__main__":
-    main()

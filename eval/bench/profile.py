@@ -29,7 +29,7 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from eval.bench.gpu import _sync, build_model, toy_stream
+from eval.bench.gpu import SIZE_HELP, _sync, build_model, model_side, toy_stream
 from eval.streaming import EngineConfig, StreamingEngine
 
 PARTS = ("vision", "model", "head")
@@ -160,10 +160,10 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m eval.bench profile", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="conf/model/qwen3_vl_4b.yaml", help="a conf/model/*.yaml file")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--size", type=int, default=448, help="frame side in pixels")
+    ap.add_argument("--size", type=int, default=None, help=SIZE_HELP)
     ap.add_argument("--at", default="60,480", help="comma-separated steps to profile")
     ap.add_argument("--window", type=int, default=32, help="frame window of the windowed runs")
     ap.add_argument("--max-new-tokens", type=int, default=8)
@@ -173,6 +173,7 @@ def main(argv: list[str] | None = None) -> dict:
         ap.error(
             f"--at: steps from 1 (a silent step is profiled after at least one before it), got {args.at}"
         )
+    args.size = args.size or model_side(args.model)
     model, renderer, out = build_model(args.model, args.device, args.size)
     with torch.no_grad():
         stream, frames = toy_stream(4, 3, args.size)  # warm-up: kernels, allocator, both paths
@@ -188,7 +189,3 @@ def main(argv: list[str] | None = None) -> dict:
     print(table(rows))
     print(json.dumps(out))
     return out
-
-
-if __name__ == "__main__":
-    main()

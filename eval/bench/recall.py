@@ -118,7 +118,7 @@ def markdown(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(prog="python -m eval.bench.recall", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m eval.bench recall", description=__doc__.split("\n\n")[0])
     parser.add_argument("--set", required=True, help="directory written by data_builders.synthetic.propermem")
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--embedder", default="minilm")
@@ -128,7 +128,3 @@ def main(argv: list[str] | None = None) -> dict:
     print(markdown(result))
     print(json.dumps(result))
     return result
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,4 @@
-"""Throughput of the PRS core: ``python -m rewards.bench [--samples N]``.
+"""Throughput of the PRS core: ``python -m rewards.bench [prs] [--samples N]``.
 
 Scores N synthetic samples (10 targets and 20 replies each, times uniform in a 120 s clip, seeded)
 with :func:`rewards.prs.prs_scores`, which yields both variants (and their primed forms) in one
@@ -62,13 +62,11 @@ def run_bench(samples: int = 10_000, targets: int = 10, replies: int = 20, repea
     }
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(prog="python -m rewards.bench prs", description=__doc__.split("\n\n")[0])
     parser.add_argument("--samples", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
-    print(json.dumps(run_bench(samples=args.samples, repeats=args.repeats)))
-
-
-if __name__ == "__main__":
-    main()
+    out = run_bench(samples=args.samples, repeats=args.repeats)
+    print(json.dumps(out))
+    return out

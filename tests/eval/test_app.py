@@ -134,6 +134,7 @@ def wait_until(check, timeout: float = 30.0) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow  # the demo served to headless chromium
 def test_demo_in_chromium(served, predicted, tmp_path, page):
     demo, port = served
     page.goto(f"http://127.0.0.1:{port}/")
@@ -168,6 +169,7 @@ def test_demo_in_chromium(served, predicted, tmp_path, page):
     assert (tmp_path / "app.png").stat().st_size > 5000
 
 
+@pytest.mark.slow  # the demo served to headless chromium
 def test_upload_and_real_time(served, predicted, toy_dir, short_video, page):
     demo, port = served
     [record] = [s for s in load_streams(toy_dir / "records.jsonl") if s.id == predicted["id"]]
@@ -194,6 +196,7 @@ def test_upload_and_real_time(served, predicted, toy_dir, short_video, page):
     assert not late, f"step events before their stream time (t, arrived s): {late}"
 
 
+@pytest.mark.slow  # the demo served to headless chromium
 def test_checkpoint_that_does_not_load(tiny_checkpoint, overrides, short_video, tmp_path, page):
     broken = tmp_path / "broken"
     broken.mkdir()
@@ -242,6 +245,7 @@ def test_checkpoint_that_does_not_load(tiny_checkpoint, overrides, short_video, 
         server.shutdown()
 
 
+@pytest.mark.slow  # the demo served to headless chromium
 def test_queue_and_a_page_that_goes_away(served, predicted, short_video, page):
     """A record in real time on the page; a raw client's request meanwhile is queued; the page
     closes mid-stream: its stream stops at a next step and the queued one starts after its last."""
@@ -283,6 +287,7 @@ def test_queue_and_a_page_that_goes_away(served, predicted, short_video, page):
     assert demo.most_running == 1
 
 
+@pytest.mark.slow  # the demo served to headless chromium
 def test_webcam(served, page):
     demo, port = served
     page.goto(f"http://127.0.0.1:{port}/")

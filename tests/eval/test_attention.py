@@ -30,6 +30,7 @@ def test_folded_groups_equal_transformers_sdpa(q_length):
     assert (out - ref).abs().max() < 1e-6
 
 
+@pytest.mark.slow  # engine runs at the 4B's attention shapes (24 s loaded)
 def test_the_engine_never_repeats_the_cache_and_restores_the_model(
     tiny_model_and_processor, toy_dir, monkeypatch
 ):

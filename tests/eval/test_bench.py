@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from eval.bench import engine as bench
 
 
+@pytest.mark.slow  # the engine bench end to end (20 s loaded)
 def test_bench_prints_one_json_object_with_every_figure(capsys):
     result = bench.main(
         ["--steps", "8,24", "--window-at", "12,30", "--window", "6", "--batch", "3", "--repeats", "1"]

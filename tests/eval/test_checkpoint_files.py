@@ -128,6 +128,7 @@ def test_a_damaged_checkpoint_file_stops_the_evaluation_before_streaming(
     assert not (tmp_path / "out" / "predictions.jsonl").exists()  # nothing streamed
 
 
+@pytest.mark.slow  # a python -m eval.run process (31 s loaded)
 def test_the_command_line_names_the_damaged_file_without_a_traceback(tiny_checkpoint, toy_dir, tmp_path):
     ckpt = copy_checkpoint(tiny_checkpoint, tmp_path / "ckpt")
     path = _damage(ckpt, "render.json")

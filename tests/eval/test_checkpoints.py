@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from omegaconf import OmegaConf
 
 from data_builders.config import RenderConfig
 from eval.checkpoints import (
@@ -19,6 +21,8 @@ from eval.checkpoints import (
     write_render,
 )
 from eval.run import load_config
+from train.grpo import compose_config as grpo_config
+from train.sft import compose_config as sft_config
 
 ROOT = Path(__file__).resolve().parents[2]
 HD = {
@@ -44,20 +48,24 @@ def _job(module: str, *overrides: str) -> tuple[dict, str]:
     return yaml.safe_load(out.stdout), out.stderr
 
 
-def test_a_4b_run_trains_and_evaluates_at_one_frame_budget(tmp_path):
-    sft, _ = _job("train.sft", "model=qwen3_vl_4b")
-    grpo, _ = _job("train.grpo", "model=qwen3_vl_4b")
-    assert sft["render"] == grpo["render"] == HD  # 448 x 448, not the toy 64 x 64
+def _render(cfg) -> dict:
+    return OmegaConf.to_container(cfg.render, resolve=True)
+
+
+def test_a_4b_run_trains_and_evaluates_at_one_frame_budget(tmp_path, caplog):
+    """Composed in this process as each entry point composes (its ``compose_config`` /
+    ``load_config``: the same ``render_overrides``), and one command line through ``--cfg job``."""
+    sft = _render(sft_config(["model=qwen3_vl_4b"]))
+    assert sft == _render(grpo_config(["model=qwen3_vl_4b"])) == HD  # 448 x 448, not the toy 64 x 64
     final = tmp_path / "sft_4b" / "final"
-    write_render(final, RenderConfig(**sft["render"]))  # what train.sft writes next to the weights
-    evaluated, _ = _job("eval.run", f"checkpoint={final}")
-    assert evaluated["render"] == sft["render"]
+    write_render(final, RenderConfig(**sft))  # what train.sft writes next to the weights
+    assert _render(load_config([f"checkpoint={final}"])) == sft
     improved, _ = _job("train.grpo", f"init={final}")  # the README's command: model group tiny (toy)
-    assert improved["render"] == sft["render"]
-    untrained, _ = _job("eval.run")  # no checkpoint: the model group's (tiny) render
-    assert untrained["render"]["max_pixels"] == 4096
-    explicit, err = _job("eval.run", f"checkpoint={final}", "render=toy")
-    assert explicit["render"]["max_pixels"] == 4096 and "render the model was trained with" in err
+    assert improved["render"] == sft
+    assert load_config([]).render.max_pixels == 4096  # no checkpoint: the model group's (tiny) render
+    with caplog.at_level(logging.WARNING, logger="eval.checkpoints"):
+        explicit = load_config([f"checkpoint={final}", "render=toy"])
+    assert explicit.render.max_pixels == 4096 and "render the model was trained with" in caplog.text
 
 
 def test_render_is_read_from_the_checkpoint_or_its_run(tmp_path):

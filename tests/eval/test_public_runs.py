@@ -259,6 +259,7 @@ def test_a_mode_the_protocol_lacks_is_refused_before_streaming(tiny_checkpoint, 
         evaluate(cfg)
 
 
+@pytest.mark.slow  # GRPO with a held-out evaluation, then the sweep table (19 s loaded)
 def test_grpo_held_out_on_a_public_benchmark_reaches_the_sweep_table(built, tmp_path):
     """GRPO's held-out evaluations on StreamingBench (``grpo.eval_benchmark``, ``eval_records``):
     the figures land in history.jsonl under ``eval/``, ``keep_best`` keeps by ``answer_accuracy``

@@ -10,6 +10,7 @@ import os
 import shutil
 from pathlib import Path
 
+import pytest
 import yaml
 
 from data_builders.mixture import build_toy_mixture
@@ -45,6 +46,7 @@ def p_response(out: Path) -> dict[str, list[float]]:
     return {r["id"]: r["p_response"] for r in PredictionLog(out / "predictions.jsonl").rows()}
 
 
+@pytest.mark.slow  # two SFT runs and their evaluations (44 s loaded)
 def test_a_retrain_into_the_same_run_dir_is_evaluated_afresh_by_eval_run_and_eval_watch(
     toy_dir, tmp_path, capsys
 ):

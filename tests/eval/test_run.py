@@ -37,6 +37,7 @@ def overrides(ckpt: Path, records: Path, tmp: Path, *extra: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow  # an evaluation end to end, then eval.score (12 s loaded)
 def test_p3i_run_writes_predictions_and_the_metrics_eval_score_prints(
     tiny_checkpoint, toy_dir, tmp_path, capsys
 ):
@@ -73,6 +74,7 @@ def test_p3i_run_writes_predictions_and_the_metrics_eval_score_prints(
     assert (out / "config.yaml").exists()
 
 
+@pytest.mark.slow  # an eager and a compiled evaluation (graphs built on CPU)
 def test_compiled_run_writes_the_eager_run_s_predictions(tiny_checkpoint, toy_dir, tmp_path, monkeypatch):
     """``compile=true`` reaches the engine (its language model compiled) and changes no prediction."""
     compiled_models = []
@@ -116,6 +118,7 @@ def _toy_stream():
     return Stream("s", "toy", "egoserve", "v.mp4", 0.0, 20.0, "Help me.")
 
 
+@pytest.mark.slow  # two evaluations end to end (24 s loaded)
 def test_egoserve_and_propermem_runs(tiny_checkpoint, toy_dir, tmp_path):
     streams = load_streams(toy_dir / "records.jsonl")[:3]
     video = lambda s: str(toy_dir / s.video)  # noqa: E731

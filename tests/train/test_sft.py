@@ -1,19 +1,22 @@
 """SFT stage end to end on the tiny model and toy streams (CPU): pinned losses of the first steps,
-HF checkpoints the engine loads, run directory, frozen vision tower, NaN guard, LoRA, W&B offline."""
+HF checkpoints the engine loads, run directory, frozen vision tower, NaN guard, LoRA, the logger seam."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
+from transformers import TrainerCallback
 
 from data_builders.mixture import build_toy_mixture
 from eval.checkpoints import complete_checkpoints, saved_render
 from train.run_dir import NonFiniteLoss, resolve_resume
 from train.sft import build_trainer, compose_config, train
+from train.trainer import logger_report_to
 
 #: Loss of steps 1 and 2 (focal gamma 2, static balanced weights, lr 1e-3, batch 4, seed 0) on the
 #: 16-clip toy mixture; a change means the data, the renderer, the model or the loss changed.
@@ -171,22 +174,36 @@ def test_lora_trains_adapters_decision_rows_and_merger(toy_data, tmp_path):
     assert not any("lora" in k for k in state) and (final / "tokenizer.json").exists()
 
 
-@pytest.mark.slow
-def test_wandb_offline_logs_the_loss_parts(toy_data, tmp_path, monkeypatch, offline_run):
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    train(sft_cfg(toy_data, tmp_path / "run", "logger=wandb"))
-    [folder] = (tmp_path / "run" / "wandb").glob("offline-run-*")
-    # W&B's service closes the run's file after wandb.finish() returns: wait for its exit record
-    # (reading the file at once found only its 7-byte header in 3 of 4 full-suite runs)
-    found = offline_run(folder)
-    assert found["ended"]
-    rows = [row for row in found["history"] if "train/loss_decision" in row]
+def test_the_trainer_hands_its_logger_the_loss_parts(toy_data, tmp_path, monkeypatch):
+    """What SFT logs goes through its logger seam: ``logger=wandb`` becomes the Trainer's
+    ``report_to=["wandb"]`` with W&B's settings in its env vars (``train.trainer.logger_report_to``),
+    and every back end of ``report_to`` is handed the Trainer's ``on_log`` rows, which carry the loss
+    parts (W&B's back end logs each row as ``train/<key>``; tests/train/test_wandb_runs.py reads a
+    real offline run back)."""
+    for key in ("WANDB_MODE", "WANDB_DIR", "WANDB_PROJECT", "WANDB_RUN_GROUP"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("WANDB_MODE", "offline")  # the logger group's mode: ${oc.env:WANDB_MODE,online}
+    wandb_cfg = sft_cfg(toy_data, tmp_path / "wandb_run", "logger=wandb")
+    assert logger_report_to(wandb_cfg) == ["wandb"]
+    assert os.environ["WANDB_DIR"] == str(tmp_path / "wandb_run")
+    assert os.environ["WANDB_PROJECT"] == "proactive-vlm" and os.environ["WANDB_MODE"] == "offline"
+    assert logger_report_to(sft_cfg(toy_data, tmp_path / "run")) == []  # logger=none: no back end
+
+    class Handed(TrainerCallback):
+        rows: list[dict] = []
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            self.rows.append(dict(logs))
+
+    trainer, _ = build_trainer(sft_cfg(toy_data, tmp_path / "run"))
+    trainer.add_callback(Handed)
+    trainer.train()
+    rows = [row for row in Handed.rows if "loss_decision" in row]
     assert len(rows) == 2  # logging_steps=1, max_steps=2
-    for key in ("train/loss_text", "train/recall_response", "train/fire_rate", "train/tokens_per_s"):
+    for key in ("loss_text", "recall_response", "fire_rate", "tokens_per_s"):
         assert all(key in row for row in rows), key
-    assert all(row["train/learning_rate"] > 0 for row in rows)
-    assert [round(r["train/loss_decision"], 2) for r in rows] == pytest.approx([7.06, 5.69], abs=0.02)
+    assert all(row["learning_rate"] > 0 for row in rows)
+    assert [round(r["loss_decision"], 2) for r in rows] == pytest.approx([7.06, 5.69], abs=0.02)
 
 
 def test_the_command_line_ends_with_one_json_line(tmp_path, monkeypatch, capsys):

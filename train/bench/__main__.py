@@ -1,8 +1,23 @@
-"""``python -m train.bench sft|grpo|memory [options]``: one JSON object of figures on the last line."""
+"""``python -m train.bench [sft|grpo|memory|pipeline] [options]``: sft by default; one JSON object of
+figures on the last line.
 
+    python -m train.bench sft        # SFT step throughput, vision tower frozen vs trained (train/bench/sft.py)
+    python -m train.bench grpo       # rollouts with / without frame sharing, --compile (train/bench/grpo.py)
+    python -m train.bench memory     # step memory, full vs selected logits (train/bench/memory.py)
+    python -m train.bench pipeline   # SFT's input pipeline on the cache formats (train/bench/pipeline.py)
+"""
+
+import importlib
 import sys
 
-from train.bench.sft import main
+SUBCOMMANDS = {
+    "sft": "train.bench.sft",
+    "grpo": "train.bench.grpo",
+    "memory": "train.bench.memory",
+    "pipeline": "train.bench.pipeline",
+}
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    argv = sys.argv[1:]
+    name = argv.pop(0) if argv and argv[0] in SUBCOMMANDS else "sft"
+    importlib.import_module(SUBCOMMANDS[name]).main(argv)

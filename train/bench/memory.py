@@ -52,8 +52,10 @@ features at a time, which adds a workspace of ~0.3 GB at most to every variant a
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -62,9 +64,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+from data_builders.config import CONF_DIR, model_render
+from eval.config import model_preset
+
+ROOT = CONF_DIR.parent
+MODEL = CONF_DIR / "model" / "qwen3_vl_4b.yaml"
+#: The 4B's frames (``render=hd``, the option its model config picks): 448 x 448.
+RENDER = model_render(MODEL)
+SIDE = math.isqrt(RENDER.max_pixels)
 MEMORY_VARIANTS = ("sft_full", "sft_selected", "grpo_full", "grpo_selected")
 #: Each variant's environment: glibc returns every block of 64 KiB or more to the system when it is
 #: freed (a fixed mmap threshold), so the resident set follows the live tensors instead of what the
@@ -147,7 +155,7 @@ def bench_model(dtype: str):
     """The 4B widths with 2 language layers and 1 vision block, random weights."""
     from eval.model import load_model_and_processor
 
-    cfg = yaml.safe_load((ROOT / "conf" / "model" / "qwen3_vl_4b.yaml").read_text())
+    cfg = model_preset(MODEL)
     arch = cfg["architecture"]
     arch["text_config"]["num_hidden_layers"] = 2
     arch["vision_config"]["depth"] = 1
@@ -157,11 +165,11 @@ def bench_model(dtype: str):
 
 
 def bench_window(renderer, frames: int, seed: int = 0):
-    """One stream of ``frames`` steps at 448 x 448 (random pixels) with a reply at step 5, rendered."""
+    """One stream of ``frames`` steps at the 4B's frame size (random pixels) with a reply at step 5, rendered."""
     from data_builders.records import Stream, Target
 
     rng = np.random.default_rng(seed)
-    pixels = rng.integers(0, 256, size=(frames, 448, 448, 3), dtype=np.uint8)
+    pixels = rng.integers(0, 256, size=(frames, SIDE, SIDE, 3), dtype=np.uint8)
     stream = Stream(
         id="bench",
         source="bench",
@@ -186,20 +194,9 @@ def as_rollout(stream, pixels, rendered):
     return Rollout(Window(stream, 0, len(pixels), pixels, stream.targets), result)
 
 
-def run_memory_variant(
-    name: str, frames: int, group: int, dtype: str, threads: int, params: str = "all"
-) -> dict:
-    """Measure one variant in this process; ``params``: ``all`` or ``merger`` (the gradients computed)."""
-    from data_builders.config import RenderConfig
-    from eval.config import quiet_libraries
-    from eval.render import TurnRenderer
-    from train.grpo_loss import grpo_loss, policy_batch, token_logprobs
-    from train.losses import decision_loss, loss_at_labels, selected_logits
-
-    quiet_libraries()
-    torch.set_num_threads(threads)
-    cuda = torch.cuda.is_available()
-    device = torch.device("cuda" if cuda else "cpu")
+def trained_model(dtype: str, params: str, device: torch.device):
+    """The bench model in training mode, checkpointing on as the recipe; ``params="merger"``: every
+    parameter but the merger's frozen."""
     torch.manual_seed(0)  # the same random weights in every variant's process
     model, processor = bench_model(dtype)
     model.to(device).train()
@@ -211,7 +208,15 @@ def run_memory_variant(
         keep = {id(p) for p in merger}
         for p in model.parameters():
             p.requires_grad_(id(p) in keep)
-    renderer = TurnRenderer(processor, RenderConfig(max_pixels=448 * 448))
+    return model, processor
+
+
+def variant_step(name: str, model, processor, renderer, device, frames: int, group: int):
+    """``(step, tokens)``: the variant's forward, loss and backward as a function returning the loss,
+    and the tokens of its batch."""
+    from train.grpo_loss import grpo_loss, policy_batch, token_logprobs
+    from train.losses import decision_loss, loss_at_labels, selected_logits
+
     stream, pixels, rendered = bench_window(renderer, frames)
     ids = (renderer.silence_id, renderer.response_id)
     stage, how = name.split("_")
@@ -224,7 +229,6 @@ def run_memory_variant(
             k: v.to(device) for k, v in WindowCollator(processor.tokenizer.pad_token_id)([item]).items()
         }
         labels, decision = inputs.pop("labels"), inputs.pop("decision_mask")
-        tokens = int(labels.numel())
 
         def step() -> float:
             if how == "full":  # the loss as it was: the whole sequence's logits upcast to fp32
@@ -235,17 +239,35 @@ def run_memory_variant(
                 ).loss
             loss.backward()
             return float(loss.detach())
-    else:
-        rollouts = [as_rollout(stream, pixels, rendered)] * group
-        batch = policy_batch(rollouts, renderer)
-        tokens = int(batch.input_ids.numel())
 
-        def step() -> float:
-            new = token_logprobs(model, renderer, rollouts, batch, 1.0, select=how == "selected")
-            loss, _ = grpo_loss(new, batch, torch.ones_like(new), 0.2)
-            loss.backward()
-            return float(loss.detach())
+        return step, int(labels.numel())
+    rollouts = [as_rollout(stream, pixels, rendered)] * group
+    batch = policy_batch(rollouts, renderer)
 
+    def step() -> float:
+        new = token_logprobs(model, renderer, rollouts, batch, 1.0, select=how == "selected")
+        loss, _ = grpo_loss(new, batch, torch.ones_like(new), 0.2)
+        loss.backward()
+        return float(loss.detach())
+
+    return step, int(batch.input_ids.numel())
+
+
+def run_memory_variant(
+    name: str, frames: int, group: int, dtype: str, threads: int, params: str = "all"
+) -> dict:
+    """Measure one variant in this process; ``params``: ``all`` or ``merger`` (the gradients computed)."""
+    from eval.config import quiet_libraries
+    from eval.render import TurnRenderer
+
+    quiet_libraries()
+    torch.set_num_threads(threads)
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda" if cuda else "cpu")
+    model, processor = trained_model(dtype, params, device)
+    step, tokens = variant_step(
+        name, model, processor, TurnRenderer(processor, RENDER), device, frames, group
+    )
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -281,14 +303,14 @@ def bench_memory(frames: int, group: int, dtype: str, threads: int) -> dict:
         "device": "cuda" if cuda else "cpu",
         "dtype": dtype,
         "frames": frames,
-        "frame_pixels": "448x448",
+        "frame_pixels": f"{SIDE}x{SIDE}",
         "grpo_rows": group,
         "threads": threads,
     }
     for name in MEMORY_VARIANTS:
         runs = {}
         for params in ("all", "merger"):
-            cmd = [sys.executable, "-m", "train.bench", "memory-variant", name, f"--frames={frames}"]
+            cmd = [sys.executable, "-m", "train.bench", "memory", f"--variant={name}", f"--frames={frames}"]
             cmd += [f"--group={group}", f"--dtype={dtype}", f"--threads={threads}", f"--params={params}"]
             done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=MEASURING_ENV)
             if done.returncode:
@@ -308,4 +330,23 @@ def bench_memory(frames: int, group: int, dtype: str, threads: int) -> dict:
         out[f"{stage}_selected_vs_full_ratio"] = round(selected["activation_mb"] / full["activation_mb"], 3)
         out[f"{stage}_selected_vs_full_step_ratio"] = round(selected["step_mb"] / full["step_mb"], 3)
         out[f"{stage}_selected_vs_full_peak_ratio"] = round(selected["peak_mb"] / full["peak_mb"], 3)
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(prog="python -m train.bench memory", description=__doc__.splitlines()[0])
+    ap.add_argument("--frames", type=int, default=8, help="frames in the window, at the 4B's size")
+    ap.add_argument("--group", type=int, default=2, help="GRPO rows")
+    ap.add_argument("--dtype", default="bfloat16", help="bfloat16 (the recipe's; default) | float32")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--variant", choices=MEMORY_VARIANTS, help="measure this variant alone, in this process")
+    ap.add_argument(
+        "--params", choices=["all", "merger"], default="all", help="--variant: gradients computed"
+    )
+    args = ap.parse_args(argv)
+    if args.variant:
+        out = run_memory_variant(args.variant, args.frames, args.group, args.dtype, args.threads, args.params)
+    else:
+        out = bench_memory(args.frames, args.group, args.dtype, args.threads)
+    print(json.dumps(out, sort_keys=True))
     return out

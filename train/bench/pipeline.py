@@ -15,16 +15,18 @@ H.264), cached in each format of its ``BENCH_FORMATS``. Times are the process's 
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import json
 import tempfile
 import time
 from pathlib import Path
 
 from data_builders.bench.cache import BENCH_FORMATS, textured_frames
-from data_builders.config import RenderConfig
+from data_builders.config import CONF_DIR, model_render
 from data_builders.records import write_jsonl
 from data_builders.synthetic.toy import generate_toy, write_mp4
-from data_builders.video import DEFAULT_MAX_PIXELS, FrameCache
+from data_builders.video import FrameCache
 
 #: Qwen3-VL's image processor (``conf/model/qwen3_vl_4b.yaml``).
 QWEN3_VL_IMAGES = {
@@ -56,7 +58,8 @@ def pipeline_rate(
     streams = [dataclasses.replace(stream, id=f"s{k}", video=str(rel)) for k in range(n_samples)]
     records = root / "records.jsonl"
     write_jsonl(records, streams)
-    renderer = TurnRenderer(processor, RenderConfig(max_pixels=DEFAULT_MAX_PIXELS, frame_format=fmt))
+    render = dataclasses.replace(model_render(CONF_DIR / "model" / "qwen3_vl_4b.yaml"), frame_format=fmt)
+    renderer = TurnRenderer(processor, render)
     dataset = StreamWindowDataset(streams, records, renderer, FrameCache(root / fmt), keep_rendered=False)
     collate = WindowCollator(processor.tokenizer.pad_token_id)
     collate([dataset[0]])  # warm: the entry is written, the processor's first call paid
@@ -80,3 +83,12 @@ def bench_pipeline(window: int = 30) -> dict:
             rate, tokens = pipeline_rate(root, video, fmt, window=window)
             rates[fmt] = round(rate, 3)
         return {"pipeline_samples_per_s_per_worker": rates, "pipeline_tokens_per_sample": tokens}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    argparse.ArgumentParser(
+        prog="python -m train.bench pipeline", description=__doc__.splitlines()[0]
+    ).parse_args(argv)
+    out = bench_pipeline()
+    print(json.dumps(out, sort_keys=True))
+    return out

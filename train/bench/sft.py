@@ -2,9 +2,6 @@
 
     python -m train.bench sft                       # tiny model, toy windows, CPU; JSON on the last line
     python -m train.bench sft --steps 20 --batch 8 --threads 2
-    python -m train.bench grpo                      # rollouts with / without frame sharing (train/bench/grpo.py)
-    python -m train.bench grpo --compile            # ... and with the language model compiled
-    python -m train.bench memory                    # step memory, full vs selected logits (train/bench/memory.py)
 
 One step is what the SFT trainer does per batch: forward over a padded batch of rendered toy windows
 (20 steps of 64x64 frames each), the decision loss, backward, gradient clipping and an AdamW step.
@@ -24,15 +21,17 @@ import time
 from pathlib import Path
 
 import torch
-import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+from data_builders.config import CONF_DIR, model_render
+from eval.config import model_preset
+
+ROOT = CONF_DIR.parent
+TINY = CONF_DIR / "model" / "tiny.yaml"
 VARIANTS = {"frozen_vision": True, "trained_vision": False}
 
 
 def run_variant(freeze: bool, steps: int, batch: int, threads: int, warmup: int = 2) -> dict:
     """Measure one variant in this process."""
-    from data_builders.config import RenderConfig
     from data_builders.records import write_jsonl
     from data_builders.synthetic.toy import generate_toy
     from eval.config import quiet_libraries
@@ -44,11 +43,11 @@ def run_variant(freeze: bool, steps: int, batch: int, threads: int, warmup: int 
     quiet_libraries()
     torch.set_num_threads(threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    cfg = yaml.safe_load((ROOT / "conf" / "model" / "tiny.yaml").read_text()) | {"freeze_vision": freeze}
+    cfg = model_preset(TINY) | {"freeze_vision": freeze}
     with tempfile.TemporaryDirectory() as tmp:
         model, processor = load_model_and_processor(cfg, cache_dir=Path(tmp) / "cache")
         write_jsonl(Path(tmp) / "records.jsonl", generate_toy(tmp, n=batch, seed=0))
-        renderer = TurnRenderer(processor, RenderConfig(max_pixels=4096))
+        renderer = TurnRenderer(processor, model_render(TINY))
         dataset = StreamWindowDataset.from_split(tmp, renderer)
         inputs = WindowCollator(processor.tokenizer.pad_token_id)([dataset[i] for i in range(len(dataset))])
     model.to(device).train()
@@ -99,79 +98,23 @@ def bench_sft(steps: int, batch: int, threads: int) -> dict:
         "threads": threads,
     }
     for name in VARIANTS:
-        cmd = [sys.executable, "-m", "train.bench", "variant", name, f"--steps={steps}"]
+        cmd = [sys.executable, "-m", "train.bench", "sft", f"--variant={name}", f"--steps={steps}"]
         cmd += [f"--batch={batch}", f"--threads={threads}"]
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True)
         out[name] = json.loads(done.stdout.strip().splitlines()[-1])
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m train.bench", description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=sorted(BENCHES))
-    ap.add_argument(
-        "name", nargs="?", help="variant: frozen_vision | trained_vision; memory-variant: sft_full ..."
-    )
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(prog="python -m train.bench sft", description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--windows", type=int, default=8, help="grpo: rollout windows")
-    ap.add_argument(
-        "--group",
-        type=int,
-        default=None,
-        help="grpo: rollouts per window (default 4); memory: GRPO rows (default 2)",
-    )
-    ap.add_argument(
-        "--compile",
-        action="store_true",
-        help="grpo: also roll out with the language model compiled (grpo.compile_rollouts)",
-    )
-    ap.add_argument(
-        "--params", choices=["all", "merger"], default="all", help="memory-variant: gradients computed"
-    )
-    ap.add_argument("--frames", type=int, default=8, help="memory: 448 x 448 frames in the window")
-    ap.add_argument("--dtype", default="bfloat16", help="memory: bfloat16 (the recipe's; default) | float32")
+    ap.add_argument("--variant", choices=sorted(VARIANTS), help="measure this variant alone, in this process")
     args = ap.parse_args(argv)
-    print(json.dumps(BENCHES[args.what](args), sort_keys=True))
-
-
-def _memory(args) -> dict:
-    from train.bench.memory import bench_memory
-
-    return bench_memory(args.frames, args.group or 2, args.dtype, args.threads)
-
-
-def _memory_variant(args) -> dict:
-    from train.bench.memory import MEMORY_VARIANTS, run_memory_variant
-
-    if args.name not in MEMORY_VARIANTS:
-        raise SystemExit(f"memory-variant: choose one of {', '.join(MEMORY_VARIANTS)}")
-    return run_memory_variant(args.name, args.frames, args.group or 2, args.dtype, args.threads, args.params)
-
-
-def _pipeline(args) -> dict:
-    from train.bench.pipeline import bench_pipeline
-
-    return bench_pipeline()
-
-
-def _grpo(args) -> dict:
-    from train.bench.grpo import bench_grpo
-
-    return bench_grpo(args.windows, args.group or 4, args.threads, args.compile)
-
-
-#: ``python -m train.bench WHAT``: the benchmark behind each name.
-BENCHES = {
-    "sft": lambda a: bench_sft(a.steps, a.batch, a.threads),
-    "variant": lambda a: run_variant(VARIANTS[a.name], a.steps, a.batch, a.threads),
-    "grpo": _grpo,
-    "memory": _memory,
-    "memory-variant": _memory_variant,
-    "pipeline": _pipeline,
-}
-
-
-if __name__ == "__main__":
-    main()
+    if args.variant:
+        out = run_variant(VARIANTS[args.variant], args.steps, args.batch, args.threads)
+    else:
+        out = bench_sft(args.steps, args.batch, args.threads)
+    print(json.dumps(out, sort_keys=True))
+    return out
