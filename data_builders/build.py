@@ -48,7 +48,6 @@ from pathlib import Path
 from typing import Any
 
 from data_builders.outputs import FAILED_DIR, BuildFailed, commit, staging_dir, write_files, write_outputs
-from data_builders.progress import Progress
 from data_builders.records import TIME_EPS, RecordError, Stream, Target
 from data_builders.registry import (
     RECORD_EXCEPTIONS,
@@ -61,6 +60,7 @@ from data_builders.registry import (
 from data_builders.sources import get_source
 from data_builders.video import PAST_END_SLACK_S, VideoError, VideoInfo, probe_video
 from data_builders.video_index import AmbiguousVideo, VideoIndex
+from infra.progress import Progress
 
 log = logging.getLogger("data_builders")
 #: Re-exported: the experiments write through the same staged writer.

@@ -20,10 +20,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from data_builders.build import BuildFailed, build_source
 from data_builders.config import BuildConfig, FramesConfig
-from data_builders.files import OutputLock, OutputLocked
 from data_builders.mixture import MixtureConfig, build_mixture
-from data_builders.schema import CONF_DIR, typed
 from data_builders.sources import get_source
+from infra.files import OutputLock, OutputLocked
+from infra.schema import CONF_DIR, typed
 
 #: The repo's conf/ dir (absolute: Hydra resolves relative paths against the module under ``-m``).
 CONF = str(CONF_DIR)

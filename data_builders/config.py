@@ -6,7 +6,7 @@ dataclass (see ``registry.register_source``); ``conf/frames.yaml`` -> :class:`Fr
 
 The blocks every stage shares are defined here, at the lowest layer that reads them:
 :class:`PathsConfig` (``conf/paths/``) and :class:`RenderConfig` (``conf/render/``, chosen by the
-model config). Merging a composed config into a schema is ``data_builders.schema``.
+model config). Merging a composed config into a schema is ``infra.schema``.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 import yaml
 
 from data_builders.mixture import MixtureConfig
-from data_builders.schema import CONF_DIR, bounded, store_schema
 from data_builders.video import DEFAULT_MAX_PIXELS
+from infra.schema import CONF_DIR, bounded, store_schema
 
 
 @dataclass

@@ -51,11 +51,11 @@ from typing import Any
 import numpy as np
 
 from data_builders.config import RenderConfig
-from data_builders.files import remove_dead_writes
-from data_builders.progress import Progress
 from data_builders.records import Stream, load_streams, resolve_video, step_times
 from data_builders.splits import records_file
 from data_builders.video import FrameCache, FrameCacheError, VideoError, load_frames, writer_host
+from infra.files import remove_dead_writes
+from infra.progress import Progress
 
 log = logging.getLogger("data_builders")
 #: A cache temp file written by another host is treated as dead once unchanged this long (s): a live

@@ -17,7 +17,7 @@ A mixture is replaced whole or not at all: every split is written into a staging
 or full disk mid-way leaves the old mixture as it was, never a new split beside old ones (which
 would put a video in two splits). ``mixture.json`` is written last: a folder without it holds a
 replacement cut short (the splits of one mixture only), which the next ``mix`` run replaces. The stage holds ``dir``'s output lock
-(:class:`~data_builders.files.OutputLock`, as a build holds its ``out``), so a second ``mix`` or a
+(:class:`~infra.files.OutputLock`, as a build holds its ``out``), so a second ``mix`` or a
 build into the same folder stops at once, naming the holder.
 """
 
@@ -34,11 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from data_builders.build import build_source
-from data_builders.files import OutputLock, write_text_atomic
 from data_builders.outputs import BuildFailed, commit, staging_dir, write_files
 from data_builders.records import Stream, load_streams, resolve_video
-from data_builders.schema import bounded
 from data_builders.splits import records_file
+from infra.files import OutputLock, write_text_atomic
+from infra.schema import bounded
 
 log = logging.getLogger("data_builders")
 #: Lists the split folders of the old and the new mixture while one replaces the other.

@@ -5,7 +5,7 @@
 with one rename (:func:`commit`): a crash or a full disk while writing leaves ``out`` as it was,
 and no file in ``out`` is ever half written. The build driver (``data_builders.build``) and the
 mixture stage (``data_builders.mixture``, all its splits in one staging folder) both write this way.
-A staging folder is held by its writer (:class:`~data_builders.files.WriterLock`); the next writer
+A staging folder is held by its writer (:class:`~infra.files.WriterLock`); the next writer
 into ``out`` removes those whose writer was killed before it could clean up.
 """
 
@@ -18,10 +18,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from data_builders.files import WriterLock, remove_dead_writes
 from data_builders.records import Stream, write_jsonl, write_parquet
 from data_builders.registry import ConversionError
 from data_builders.stats import compute_stats
+from infra.files import WriterLock, remove_dead_writes
 
 #: Where a build over ``max_error_rate`` leaves its files, inside ``out``.
 FAILED_DIR = "failed_build"
@@ -67,7 +67,7 @@ def staging_dir(out: Path) -> Iterator[Path]:
     """A fresh hidden folder inside ``out`` (created if needed) for a build's files; removed on
     exit, whatever happened (and ``out`` too, when this created it and it is still empty).
 
-    The folder is held with a :class:`~data_builders.files.WriterLock` while it is in use, and the
+    The folder is held with a :class:`~infra.files.WriterLock` while it is in use, and the
     staging folders in ``out`` whose lock is free (their writer was killed before its cleanup ran)
     are removed, each named in the log; a live writer's staging folder is left alone."""
     created = not out.exists()

@@ -58,7 +58,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data_builders.files import WriterLock
+from infra.files import WriterLock
 
 log = logging.getLogger("data_builders")
 

@@ -156,7 +156,7 @@ class Demo:
         """Load ``checkpoint`` (a dir, or ``null``: the tiny model) in place of the model held, under
         the stream lock (a running stream finishes first). Returns None, or why it did not load
         (``<dir>: <reason>``): the model held stays; with none held, every request is told why."""
-        from eval.render import TurnRenderer
+        from eval.engine.render import TurnRenderer
         from eval.run import load_config, load_model
 
         checkpoint = checkpoint.strip()
@@ -289,7 +289,7 @@ class Demo:
         returns the steps run so far."""
         import torch
 
-        from eval.streaming import EngineConfig, StreamingEngine
+        from eval.engine.streaming import EngineConfig, StreamingEngine
         from rewards.turns import parse_turn
 
         live = isinstance(frames, LiveFrames)

@@ -17,9 +17,9 @@ from typing import Any
 
 from data_builders.config import PathsConfig, RenderConfig
 from data_builders.mixture import MixtureConfig
-from data_builders.schema import CONF_DIR, bounded, store_schema
 from data_builders.splits import split_records
-from eval.memory.config import MemoryConfig
+from eval.engine.memory.config import MemoryConfig
+from infra.schema import CONF_DIR, bounded, store_schema
 from rewards.prs import DEFAULT_ALPHA
 
 
@@ -102,7 +102,7 @@ class DataBlocks(ModelBlocks):
 
 
 def _knob(default: Any, help: str | None, *, flag: str | None = None, **bounds: float) -> Any:
-    """A scoring field: its default and bounds (as :func:`data_builders.schema.bounded`), and the
+    """A scoring field: its default and bounds (as :func:`infra.schema.bounded`), and the
     ``python -m eval.score`` flag derived from it (``--<name>`` unless ``flag`` says otherwise)."""
     return field(default=default, metadata={**bounded(None, **bounds).metadata, "help": help, "flag": flag})
 
@@ -209,7 +209,7 @@ class EvalConfig(DataBlocks):
     """Write ``<out>/view.html`` (``eval.view``) and log its rows as a W&B Table."""
     benchmark: BenchmarkConfig = field(default_factory=BenchmarkConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
-    """Long-horizon memory (``memory=on|off``, ``conf/memory/``; see ``eval.memory``)."""
+    """Long-horizon memory (``memory=on|off``, ``conf/memory/``; see ``eval.engine.memory``)."""
 
 
 store_schema("eval", EvalConfig)

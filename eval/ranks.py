@@ -55,9 +55,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-from data_builders.files import write_text_atomic
 from data_builders.records import RecordError, Stream
 from eval.store import PredictionLog
+from infra.files import write_text_atomic
 
 log = logging.getLogger("eval.ranks")
 PREDICTIONS = "predictions.jsonl"

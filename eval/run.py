@@ -6,7 +6,7 @@
     accelerate launch --config_file conf/accelerate/ddp.yaml --num_processes 8 -m eval.run checkpoint=DIR ...
 
 1. Compose ``conf/eval.yaml`` (with a checkpoint, at the ``render`` block it was trained with:
-   ``eval.checkpoints``); read the records (``records=PATH`` or ``<data.dir>/<split>``).
+   ``eval.engine.checkpoints``); read the records (``records=PATH`` or ``<data.dir>/<split>``).
 2. Append one line per record to ``<out>/predictions.jsonl`` as its batch finishes (fsynced), so a
    killed run resumes: finished ids are skipped, a torn last line is dropped (``eval.store``).
    Batches are a fixed plan over the record order, so a resumed batch holds the same records.
@@ -23,7 +23,7 @@ refused there. Each rank uses the GPU of its ``LOCAL_RANK`` when CUDA is there.
 ``eval.runners.evaluate_model`` runs the same streaming and scoring on a model in memory, with no
 files (GRPO's held-out evaluation and ``keep_best``). The resolved
 config is written once to ``<out>/config.yaml``, with ``weights``: the sha256 of the checkpoint's
-weight files (``eval.checkpoints.weights_fingerprint``). Resuming with a config that would change the
+weight files (``eval.engine.checkpoints.weights_fingerprint``). Resuming with a config that would change the
 decisions fails instead of mixing predictions; a folder holding an evaluation of other weights at the
 same path (a retrain into the same run dir, finished or killed part way) is moved whole to
 ``<out>/superseded/<its sha256[:12]>/`` and the checkpoint is evaluated afresh, so the numbers printed
@@ -46,12 +46,10 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from data_builders.config import RenderConfig
-from data_builders.files import LOCK_FILE, OutputLock, OutputLocked, write_text_atomic
-from data_builders.progress import Progress, console
 from data_builders.records import RecordError, Stream, load_streams, write_jsonl
-from data_builders.schema import CONF_DIR, compose, validate
 from data_builders.video import FrameCache
-from eval.checkpoints import (
+from eval.config import EvalConfig, quiet_libraries, records_path
+from eval.engine.checkpoints import (
     CheckpointError,
     check_checkpoint,
     check_render,
@@ -62,17 +60,19 @@ from eval.checkpoints import (
     run_dir_of,
     weights_fingerprint,
 )
-from eval.config import EvalConfig, quiet_libraries, records_path
-from eval.memory import build_memory
-from eval.model import load_model_and_processor
+from eval.engine.memory import build_memory
+from eval.engine.model import load_model_and_processor
+from eval.engine.render import TurnRenderer
+from eval.engine.streaming import EngineConfig
 from eval.ranks import RankGroup, Ranks, adopt, check_manifests, merge, shard_path, split, write_manifest
-from eval.render import TurnRenderer
 from eval.runners import get_runner
 from eval.store import PredictionLog, PredictionWriteError
-from eval.streaming import EngineConfig
 from eval.sweep import fingerprint, point_dir, reuse_rows, sibling_passes, write_summary
 from eval.tracking import format_table, make_logger, plot_timelines
 from eval.view import write_view
+from infra.files import LOCK_FILE, OutputLock, OutputLocked, write_text_atomic
+from infra.progress import Progress, console
+from infra.schema import CONF_DIR, compose, validate
 
 CONF = str(CONF_DIR)
 #: Where an output folder keeps the evaluations of weights the checkpoint no longer holds.
@@ -215,7 +215,7 @@ def _run_streams(
 
 def evaluate(cfg: DictConfig, sweep: bool = False, echo: bool = True) -> dict:
     """Run, score and log one evaluation (one threshold); returns the metrics dict. The output
-    folder is locked for the run (``data_builders.files.OutputLock``): a second evaluation into it
+    folder is locked for the run (``infra.files.OutputLock``): a second evaluation into it
     stops at once, naming the holder, instead of duplicating its predictions. Under a multi-process
     launch (``WORLD_SIZE > 1``) each rank streams its share and rank 0 scores (``eval.ranks``); the
     other ranks return an empty dict."""
@@ -390,7 +390,7 @@ def _main(cfg: DictConfig) -> None:
 
 def main() -> None:
     """The command line, with a checkpoint's saved render block added as overrides before Hydra
-    composes (``eval.checkpoints.render_overrides``). SIGUSR1 gets its default action back (the end
+    composes (``eval.engine.checkpoints.render_overrides``). SIGUSR1 gets its default action back (the end
     of the process): ``slurm/eval.sh`` starts ranks under a launcher told to ignore it, and a
     resumable evaluation has nothing to save before the requeue."""
     signal.signal(signal.SIGUSR1, signal.SIG_DFL)

@@ -39,8 +39,8 @@ from rewards.outcomes import FireOutcome, StreamOutcomes
 if TYPE_CHECKING:
     from data_builders.config import RenderConfig
     from data_builders.video import FrameCache
-    from eval.render import TurnRenderer
-    from eval.streaming import EngineConfig, StreamResult
+    from eval.engine.render import TurnRenderer
+    from eval.engine.streaming import EngineConfig, StreamResult
 
 RUNNERS: dict[str, type[ProtocolRunner]] = {}
 
@@ -79,8 +79,8 @@ class ProtocolRunner:
     ) -> Iterator[dict]:
         """The prediction rows of the streams not in ``options["skip"]``, as each is done: the
         engine's own decisions, batch by batch (``options``: those of
-        :func:`eval.streaming.stream_batches`)."""
-        from eval.streaming import stream_batches  # torch: only where a model streams
+        :func:`eval.engine.streaming.stream_batches`)."""
+        from eval.engine.streaming import stream_batches  # torch: only where a model streams
 
         yield from prediction_rows(
             stream_batches(model, renderer, streams, path, engine_cfg, **options), bench
@@ -134,7 +134,7 @@ class ProtocolRunner:
             )
         settings = self.settings(bench)
         if uses_judge(bench.protocol, settings):
-            from eval.judge import config_from_args
+            from eval.scoring.judge import config_from_args
 
             try:
                 config_from_args(settings, command="eval.run")
@@ -191,7 +191,7 @@ def prediction_rows(
     batches: Iterable[tuple[list[Stream], list[StreamResult]]], bench: BenchmarkConfig
 ) -> Iterator[dict]:
     """The prediction rows (:meth:`ProtocolRunner.prediction_row`) of streamed batches
-    (``eval.streaming.stream_batches``), one per stream, as each batch finishes."""
+    (``eval.engine.streaming.stream_batches``), one per stream, as each batch finishes."""
     runner = get_runner(bench.protocol)
     for batch, results in batches:
         for s, res in zip(batch, results, strict=True):
@@ -213,8 +213,8 @@ def evaluate_model(
 ) -> dict:
     """The metrics of a model in memory on ``streams`` (default: the P3I benchmark), streamed and
     scored exactly as :func:`evaluate` does, with no files written."""
-    from eval.render import TurnRenderer
-    from eval.streaming import EngineConfig, stream_batches
+    from eval.engine.render import TurnRenderer
+    from eval.engine.streaming import EngineConfig, stream_batches
 
     bench = bench or BenchmarkConfig()
     get_runner(bench.protocol).check(bench)

@@ -19,7 +19,7 @@ under ``unscorable``. P3I samples without targets are reported under ``negatives
 not in the task scores.
 
 EgoServe (docs/egoserve.md): the numbers are the official evaluator's, on the release files and
-EgoMemo's prediction folders as they are (``eval.egoserve_files``, ``eval.egoserve_preds``); what
+EgoMemo's prediction folders as they are (``eval.protocols.egoserve_files``, ``eval.protocols.egoserve_preds``); what
 its rules drop is counted under ``dropped`` (and named on stderr), input on which the official code
 would stop under ``official_would_fail``, and the ``strict`` view (every ground-truth event counts)
 comes with its ``errors``. ``--content judge`` rates the matched pairs as the official judge does;
@@ -48,13 +48,11 @@ from data_builders.records import (
     load_streams,
     write_jsonl,
 )
-from eval.chat_client import ChatFatal
 from eval.config import ScoringConfig
-from eval.egoserve_files import EventGroup, detect_release, read_release, release_pairs
-from eval.egoserve_preds import RESPONSE_NAME
-from eval.judge import config_from_args
 from eval.protocols import OFFICIAL_FORMATS
 from eval.protocols.egoserve import egoserve_groups, score_egoserve_events
+from eval.protocols.egoserve_files import EventGroup, detect_release, read_release, release_pairs
+from eval.protocols.egoserve_preds import RESPONSE_NAME
 from eval.scoring import (
     CONTENT_SCORERS,
     PROTOCOLS,
@@ -64,6 +62,8 @@ from eval.scoring import (
     score,
     uses_judge,
 )
+from eval.scoring.chat_client import ChatFatal
+from eval.scoring.judge import config_from_args
 from rewards.egoserve import TOLERANCE_S
 
 

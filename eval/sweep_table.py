@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from data_builders.files import atomic_writer, write_text_atomic
+from infra.files import atomic_writer, write_text_atomic
 
 DEFAULT_METRIC = "eval/with_negatives/prs_b"
 

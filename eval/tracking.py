@@ -34,8 +34,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from data_builders.files import id_file_name, write_text_atomic
 from data_builders.records import Stream, step_times
+from infra.files import id_file_name, write_text_atomic
 
 STEP_KEY = "train/global_step"
 RUN_FILE = "wandb.json"

@@ -46,13 +46,13 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from data_builders.files import id_file_name, write_text_atomic
 from data_builders.records import RecordError, Stream, iter_jsonl, load_streams, resolve_video
-from data_builders.schema import validate
 from data_builders.video import VideoError, read_frames
 from eval.config import BenchmarkConfig, records_path
 from eval.runners import get_runner
 from eval.store import PredictionLog
+from infra.files import id_file_name, write_text_atomic
+from infra.schema import validate
 from rewards.outcomes import FIRE_OUTCOMES, StreamOutcomes
 
 #: Most curve bins per stream (the maximum P(</Response>) of each bin), and characters per reply.

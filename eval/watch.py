@@ -5,7 +5,7 @@
     EVAL_MODULE=eval.watch sbatch slurm/eval.sh run_dir=runs/sft_4b benchmark=p3i data=mix_p3i
 
 Every ``poll_s`` seconds the watcher lists the run's complete checkpoints
-(``eval.checkpoints.complete_checkpoints``: ``checkpoint-<step>`` dirs holding ``COMPLETE``, so a
+(``eval.engine.checkpoints.complete_checkpoints``: ``checkpoint-<step>`` dirs holding ``COMPLETE``, so a
 checkpoint still being written is never read) and runs ``eval.run.evaluate`` on each one not yet in
 ``<run_dir>/eval_watch.json`` with the weights it holds now, with ``checkpoint=<that dir>`` and
 ``step=<its training step>``, into ``<run_dir>/eval/<benchmark>/<checkpoint-N>/`` (or
@@ -14,7 +14,7 @@ with the training job, which is still queued) is waited for up to ``run_dir_wait
 the log says until when), then it is an error naming it. A result is recorded (atomically: write, fsync, rename) only after its
 evaluation finished, so a killed watcher redoes at most the checkpoint it was on, and that one resumes
 from its ``predictions.jsonl``; a restarted watcher evaluates nothing twice. Each entry holds the
-sha256 of the weights it evaluated (``eval.checkpoints.fingerprint_dir``; a poll re-reads a file only
+sha256 of the weights it evaluated (``eval.engine.checkpoints.fingerprint_dir``; a poll re-reads a file only
 when its size or modification time changed): a new run in the same dir (``train.resume=none``)
 writes other weights under the same ``checkpoint-<step>`` names, so they are evaluated again, the old
 entry kept in the new one's ``superseded`` list (and ``eval.run`` moves the old evaluation's files to
@@ -52,9 +52,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from data_builders.progress import console
-from data_builders.schema import CONF_DIR, bounded, compose, store_schema, validate
-from eval.checkpoints import (
+from eval.config import EvalConfig
+from eval.engine.checkpoints import (
     COMPLETE_MARKER,
     CheckpointError,
     complete_checkpoints,
@@ -62,7 +61,8 @@ from eval.checkpoints import (
     named_step,
     render_overrides,
 )
-from eval.config import EvalConfig
+from infra.progress import console
+from infra.schema import CONF_DIR, bounded, compose, store_schema, validate
 
 log = logging.getLogger("eval.watch")
 CONF = str(CONF_DIR)

@@ -3,7 +3,7 @@
 The pure scorers live here: ``exact`` (whitespace- and case-normalized equality), ``label`` (the
 target's normalized label occurs in the normalized reply, as a substring) and ``any`` (always 1,
 timing-only). The I/O-bearing ``embedding`` and ``judge`` scorers register themselves from
-``eval/`` (``eval.embedding``, ``eval.judge``) so this package stays free of I/O.
+``eval/`` (``eval.scoring.embedding``, ``eval.scoring.judge``) so this package stays free of I/O.
 
 ``label`` on a target without a label falls back to another scorer (our choice; default ``exact``,
 set ``fallback=`` to e.g. ``embedding`` in evaluation).
@@ -72,7 +72,7 @@ def get_content_scorer(name: str, **config: Any) -> ContentScorer:
     except KeyError:
         raise KeyError(
             f"unknown content scorer {name!r} (known: {', '.join(sorted(CONTENT_SCORERS))}; "
-            "'embedding' and 'judge' register when eval.embedding / eval.judge are imported)"
+            "'embedding' and 'judge' register when eval.scoring.embedding / eval.scoring.judge are imported)"
         ) from None
     return factory(**config)
 

@@ -8,7 +8,7 @@
 #
 # GRPO on Slurm, launched like slurm/sft.sh: one "accelerate launch" per node (DeepSpeed ZeRO-2 by
 # default, conf/accelerate/zero2.yaml), one process per GPU; each process rolls out its share of every
-# update's windows and the gradients are averaged over all of them (train.grpo_parallel, docs/grpo.md).
+# update's windows and the gradients are averaged over all of them (train.grpo.parallel, docs/grpo.md).
 # Arguments are Hydra overrides of conf/grpo.yaml, passed through unchanged. Time-limit warning ->
 # every rank saves its part of a checkpoint -> exit 75 -> requeue -> grpo.resume=auto (slurm/launch.sh);
 # resume with the same node and GPU count. Partition, account, node count and time come from your

@@ -12,7 +12,7 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
-from data_builders.schema import compose, validate
+from infra.schema import compose, validate
 from train.config import SCHEMAS
 
 CONF = Path(__file__).resolve().parents[1] / "conf"

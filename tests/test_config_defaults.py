@@ -20,9 +20,9 @@ import yaml
 from data_builders.config import BuildConfig, PathsConfig, RenderConfig
 from data_builders.mixture import MixtureConfig
 from eval.config import BenchmarkConfig, LoggerConfig, ModelConfig
-from eval.memory.config import MemoryConfig
+from eval.engine.memory.config import MemoryConfig
 from train.config import SCHEMAS
-from train.grpo_config import RewardConfig
+from train.grpo.config import RewardConfig
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 #: Root name -> schema (``build.yaml``'s common keys; the source adds its own).

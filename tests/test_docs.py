@@ -1,9 +1,9 @@
 """Every code reference in the docs, the README, the docstrings and the comments points at something
 that exists.
 
-File paths with a suffix (``eval/streaming.py``, ``conf/render/hd.yaml``, ``docs/protocols.md``) and
+File paths with a suffix (``eval/engine/streaming.py``, ``conf/render/hd.yaml``, ``docs/protocols.md``) and
 folders written with a trailing slash must exist in the repository; dotted names of the project's
-packages (``eval.streaming.StreamingEngine``, ``python -m train.grpo``) must be a module, or a
+packages (``eval.engine.streaming.StreamingEngine``, ``python -m train.grpo``) must be a module, or a
 top-level name (or a class member) of one. A dotted name whose second part is no module is read as
 a config key (``train.output_dir``) and must be a key of that block. Python files are read for their
 docstrings and comments only; modules are parsed, not imported.
@@ -62,7 +62,7 @@ def _text(path: Path) -> str:
 @cache
 def _config_keys() -> dict[str, frozenset[str]]:
     """The keys of the root blocks that share a package's name (``train.output_dir``)."""
-    from train.sft_config import TrainSettings
+    from train.sft.config import TrainSettings
 
     return {"train": frozenset(f.name for f in fields(TrainSettings))}
 
@@ -142,10 +142,13 @@ def test_every_reference_exists():
 def test_the_check_finds_a_dangling_reference(tmp_path):
     doc = tmp_path / "x.md"
     doc.write_text(
-        "See eval/streaming.py and eval/nowhere.py; eval.streaming.StreamingEngine.run, eval.streaming.Nope.\n"
+        "See eval/engine/streaming.py and eval/nowhere.py; eval.engine.streaming.StreamingEngine.run, eval.engine.streaming.Nope.\n"
     )
     found = [line.split(": ", 1)[1] for line in dangling_in(doc)]
-    assert found == ["eval/nowhere.py does not exist", "eval.streaming.Nope is not a module or a name of one"]
+    assert found == [
+        "eval/nowhere.py does not exist",
+        "eval.engine.streaming.Nope is not a module or a name of one",
+    ]
 
 
 def dangling_in(path: Path) -> list[str]:
@@ -208,7 +211,13 @@ def bad_group_choices(lines: list[str]) -> list[str]:
 
 def test_the_docs_advertise_commands_and_their_config_groups_exist():
     found = advertised_commands()
-    for key in [("train.sft",), ("train.grpo",), ("eval.run",), ("eval.model",), ("data_builders", "build")]:
+    for key in [
+        ("train.sft",),
+        ("train.grpo",),
+        ("eval.run",),
+        ("eval.engine.model",),
+        ("data_builders", "build"),
+    ]:
         assert key in found, key
     for key, lines in found.items():
         assert _module_file(key[0]).exists(), lines[0]

@@ -1,7 +1,7 @@
 """The typed schema of every root config in ``conf/``, and the demo's own.
 
 Every entry point merges its composed config into the schema of its root
-(``data_builders.schema.validate``): unknown keys and mistyped values raise before any work starts.
+(``infra.schema.validate``): unknown keys and mistyped values raise before any work starts.
 Free-form blocks (the model architecture, the image processor) stay open dictionaries, since they are
 handed to ``transformers`` as they are. :data:`SCHEMAS` lists the roots by name, for the config
 composition test; it sits here, at the top layer, because it names the schemas of every layer.
@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from data_builders.config import FramesConfig, MixRoot
-from data_builders.schema import bounded, store_schema
 from eval.config import EvalConfig, ModelBlocks
 from eval.watch import WatchConfig
-from train.grpo_config import GRPOConfig
-from train.sft_config import SFTConfig
+from infra.schema import bounded, store_schema
+from train.grpo.config import GRPOConfig
+from train.sft.config import SFTConfig
 
 
 @dataclass

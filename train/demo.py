@@ -33,14 +33,14 @@ from data_builders.config import RenderConfig
 from data_builders.frames import stream_frames
 from data_builders.mixture import build_toy_mixture
 from data_builders.records import load_streams, resolve_video
-from data_builders.schema import CONF_DIR, compose
 from data_builders.video import FrameCache
 from eval.config import quiet_libraries
-from eval.model import count_parameters, load_model_and_processor
-from eval.render import TurnRenderer
+from eval.engine.model import count_parameters, load_model_and_processor
+from eval.engine.render import TurnRenderer
 from eval.run import evaluate
 from eval.run import load_config as eval_config
 from eval.tracking import format_table
+from infra.schema import CONF_DIR, compose
 from train.config import DemoConfig
 from train.run_dir import read_progress
 
@@ -152,8 +152,8 @@ def _sft_stage(
 ) -> tuple[Path, dict[str, dict | None]]:
     """Stage 4: SFT, evaluated with and without the frames (into ``summary``); the checkpoint and
     the steps it ran."""
-    from train.sft import compose_config as sft_config
-    from train.sft import train as run_sft
+    from train.sft.run import compose_config as sft_config
+    from train.sft.run import train as run_sft
 
     test = data_dir / "test" / "records.jsonl"
     sft = run_sft(
@@ -182,9 +182,9 @@ def _grpo_stage(
 ) -> dict | None:
     """Stage 5: GRPO from the SFT checkpoint, its kept update evaluated (into ``summary``); the
     updates it ran."""
-    from train.grpo import compose_config as grpo_config
-    from train.grpo import run as run_grpo
-    from train.grpo_trainer import BEST_FILE
+    from train.grpo.loop import BEST_FILE
+    from train.grpo.run import compose_config as grpo_config
+    from train.grpo.run import run as run_grpo
 
     grpo_cfg = grpo_config(
         [

@@ -6,7 +6,7 @@ whether the tree was dirty, package versions, host, start time) written once whe
 ``checkpoint-<step>/`` directories. A checkpoint counts as complete once it holds ``COMPLETE``
 (written after the Trainer saved model, processor, optimizer, scheduler, RNG and trainer state), so
 ``resume=auto`` never restarts from a checkpoint a killed job left half-written (the marker and the
-listing are ``eval.checkpoints``', which evaluation reads too).
+listing are ``eval.engine.checkpoints``', which evaluation reads too).
 
 Both training stages share the run control here:
 
@@ -44,7 +44,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from eval.checkpoints import COMPLETE_MARKER, complete_checkpoints, named_step
+from eval.engine.checkpoints import COMPLETE_MARKER, complete_checkpoints, named_step
 
 log = logging.getLogger(__name__)
 #: Marker left in place of ``COMPLETE`` on a checkpoint whose weights are not finite.

@@ -11,8 +11,8 @@ containers) plus a short list of classes that only hold data:
   ``weights_only=False``; this swaps in one whose loads go through :func:`load_weights_only` with
   :func:`deepspeed_globals` (saving is unchanged), so ``engine.load_checkpoint`` reads the model
   states and every rank's optimizer partition safely under ZeRO-2 and ZeRO-3. GRPO applies it after
-  ``deepspeed.initialize`` (``train.grpo_parallel``), SFT after the Trainer's ``accelerator.prepare``
-  (``train.trainer.DecisionTrainer``).
+  ``deepspeed.initialize`` (``train.grpo.parallel``), SFT after the Trainer's ``accelerator.prepare``
+  (``train.sft.trainer.DecisionTrainer``).
 """
 
 from __future__ import annotations

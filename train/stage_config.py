@@ -1,8 +1,8 @@
 """The settings both training stages share (``train`` in ``conf/sft.yaml``, ``grpo`` in
 ``conf/grpo.yaml``): seed, optimizer, precision and run control, defined once.
 
-:class:`StageSettings` is the base of ``train.sft_config.TrainSettings`` and
-``train.grpo_config.GRPOSettings``, so the YAML keys and attribute names are the same in both stages.
+:class:`StageSettings` is the base of ``train.sft.config.TrainSettings`` and
+``train.grpo.config.GRPOSettings``, so the YAML keys and attribute names are the same in both stages.
 The keys whose default differs by stage (``output_dir``, ``learning_rate``, ``eval_split``,
 ``window_steps``, ``max_steps``, ``save_total_limit``) are declared by each stage.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from data_builders.schema import bounded
+from infra.schema import bounded
 from train.run_dir import REQUEUE_EXIT_CODE
 
 

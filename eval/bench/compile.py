@@ -26,7 +26,7 @@ import time
 import torch
 
 from eval.bench.gpu import SIZE_HELP, _sync, build_model, model_side, toy_stream
-from eval.streaming import EngineConfig, StreamingEngine, compiled_graphs
+from eval.engine.streaming import EngineConfig, StreamingEngine, compiled_graphs
 
 CASES = {"silent": 1.01, "firing": -1.0}  # thresholds
 

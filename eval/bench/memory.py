@@ -34,10 +34,10 @@ import numpy as np
 
 from data_builders.synthetic.propermem import routine
 from eval.config import quiet_libraries
-from eval.memory.backends import get_backend
-from eval.memory.config import MemoryConfig
-from eval.memory.embedders import get_embedder
-from eval.memory.retrieval import MemoryStore
+from eval.engine.memory.backends import get_backend
+from eval.engine.memory.config import MemoryConfig
+from eval.engine.memory.embedders import get_embedder
+from eval.engine.memory.retrieval import MemoryStore
 
 VISUAL_DIM = 64
 

@@ -30,7 +30,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from eval.bench.gpu import SIZE_HELP, _sync, build_model, model_side, toy_stream
-from eval.streaming import EngineConfig, StreamingEngine
+from eval.engine.streaming import EngineConfig, StreamingEngine
 
 PARTS = ("vision", "model", "head")
 LAUNCHES = (

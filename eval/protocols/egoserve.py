@@ -10,7 +10,7 @@
   has precision, recall, F1 and the counts.
 - Scoring (``eval.scoring.score("egoserve", ...)`` on stream records; :func:`score_egoserve_events`
   on event groups, which ``eval.score`` also reads from the release files and EgoMemo's prediction
-  folders, ``eval.egoserve_files`` and ``eval.egoserve_preds``): per-subtype detection F1 with the
+  folders, ``eval.protocols.egoserve_files`` and ``eval.protocols.egoserve_preds``): per-subtype detection F1 with the
   per-dataset tolerances, as the official evaluator computes it, with what its rules ``dropped``,
   ``official_would_fail`` and the ``strict`` view; when ``content`` or ``open_content`` is
   ``judge`` the matched pairs are rated (``judge``, ``unrated``).
@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from data_builders.records import RecordError, Reply
-from eval.egoserve_files import EventGroup
-from eval.egoserve_preds import Tally, events_from_replies
+from eval.protocols.egoserve_files import EventGroup
+from eval.protocols.egoserve_preds import Tally, events_from_replies
 from eval.runners import ProtocolRunner, paired_rows, register_runner
 from eval.scoring import Paired, ScoreSettings, protocol, uses_judge
 from rewards.egoserve import (
@@ -43,7 +43,7 @@ from rewards.turns import parse_turn
 
 if TYPE_CHECKING:
     from eval.config import BenchmarkConfig
-    from eval.streaming import StreamResult
+    from eval.engine.streaming import StreamResult
 
 
 @register_runner("egoserve")
@@ -163,7 +163,7 @@ def score_egoserve_events(
         "error_examples": errors.examples,
     }
     if uses_judge("egoserve", settings):
-        from eval.judge import judge_matched_pairs
+        from eval.scoring.judge import judge_matched_pairs
 
         result["judge"] = judge_matched_pairs(pairs, settings)
         result["unrated"] = result["judge"]["unrated"]

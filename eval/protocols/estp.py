@@ -36,13 +36,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from data_builders.files import atomic_writer
 from data_builders.records import Prediction, RecordError, Reply, Stream, Target
 from data_builders.registry import load_json, seconds
 from data_builders.sources.estp import ReleaseQA, iter_release, qa_name, read_release
 from eval.protocols import official_format
 from eval.protocols.public import PublicRunner
 from eval.runners import register_runner
+from infra.files import atomic_writer
 from rewards.content import Unscorable
 from rewards.estp import (
     Answer,

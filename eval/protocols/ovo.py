@@ -41,13 +41,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from data_builders.files import atomic_writer
 from data_builders.records import TIME_EPS, Prediction, RecordError, Stream, step_times, target_step
 from data_builders.registry import load_json
 from data_builders.sources.ovo import Item, item_id, read_release
 from eval.protocols import official_format
 from eval.protocols.public import PublicRunner
 from eval.runners import register_runner
+from infra.files import atomic_writer
 from rewards.ovo import PARTS, TASK_PART, TASKS, figures, probe_score
 
 log = logging.getLogger(__name__)
@@ -426,7 +426,7 @@ def probe_plan(streams: list[Stream], steps_per_second: float) -> list[tuple[Str
     instruction in the pass), with one probe per target of every stream of the video, at the step
     the target lands on, asking the stream's official prompt; a probe's key is ``(stream id,
     target index)``."""
-    from eval.probes import Probe
+    from eval.engine.probes import Probe
 
     by_video: dict[tuple, list[Stream]] = {}
     for s in streams:
@@ -448,7 +448,7 @@ class OvoRunner(PublicRunner):
     given at its ask time), answers by :func:`streaming_answers`. ``official``: every question and
     probe answered from the video up to its time with the official prompt, the model made to answer
     (:func:`probe_plan`: one causal pass per video, the cache branched at each probe,
-    ``eval.probes``); a record's answers are its replies at its targets' steps."""
+    ``eval.engine.probes``); a record's answers are its replies at its targets' steps."""
 
     def shard_key(self, stream, bench):
         """``official``: the video (the key of :func:`probe_plan`), so that one rank makes each
@@ -466,8 +466,8 @@ class OvoRunner(PublicRunner):
 
         from data_builders.frames import stream_frames
         from data_builders.records import resolve_video
-        from eval.probes import answer_probes
-        from eval.streaming import BLANK_GREY
+        from eval.engine.probes import answer_probes
+        from eval.engine.streaming import BLANK_GREY
 
         if engine_cfg.frame_window is not None:
             raise ValueError(

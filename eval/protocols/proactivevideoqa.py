@@ -27,7 +27,7 @@ the paper's 1-3 rubric; the answer is ``Score: <1-3>`` or a bare digit, :func:`p
 PAUC is reported x 100, rounded to 2 decimals as the port does, under the port's names
 ``omega=0``, ``omega=0.5``, ``omega=1``, with ``num_videos`` (questions) and ``num_turns``; with
 several tasks, ``per_task`` holds each task's figures and the top level is over all their turns.
-Requests go through :class:`eval.judge.Judge` (``--judge-*`` options: a total deadline per request,
+Requests go through :class:`eval.scoring.judge.Judge` (``--judge-*`` options: a total deadline per request,
 a sqlite cache, the key from the environment); a judged point the judge could not rate (unparsable
 answer, failed request) is left out of its curve, as in the ports, and counted under ``unrated``
 (with stderr lines; ``endpoint_down`` says the endpoint stopped answering).
@@ -49,7 +49,6 @@ import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from data_builders.files import write_text_atomic
 from data_builders.records import Prediction, RecordError, Stream, iter_jsonl, write_jsonl
 from data_builders.registry import RECORD_EXCEPTIONS, record_reason, seconds
 from data_builders.sources.proactivevideoqa import (
@@ -60,10 +59,11 @@ from data_builders.sources.proactivevideoqa import (
     release_files,
     release_items,
 )
-from eval.judge import Judge, config_from_args
 from eval.protocols import official_format
 from eval.protocols.public import PublicRunner
 from eval.runners import register_runner
+from eval.scoring.judge import Judge, config_from_args
+from infra.files import write_text_atomic
 from rewards.proactivevideoqa import OMEGAS, judged_points, pauc, turn_pauc
 
 #: The official prediction file of a task in a prediction folder.

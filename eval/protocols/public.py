@@ -28,10 +28,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from data_builders.files import write_text_atomic
 from data_builders.records import Prediction, Reply, Stream
 from eval.config import BenchmarkConfig
 from eval.runners import ProtocolRunner
+from infra.files import write_text_atomic
 
 #: The folder of an evaluation that holds the benchmark's own files.
 OFFICIAL_DIR = "official"

@@ -35,7 +35,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from data_builders.files import atomic_writer
 from data_builders.records import Prediction, RecordError, Reply, Stream
 from data_builders.registry import load_json
 from data_builders.sources.streamingbench_proactive import (
@@ -47,6 +46,7 @@ from data_builders.sources.streamingbench_proactive import (
 from eval.protocols import official_format
 from eval.protocols.public import PublicRunner
 from eval.runners import register_runner
+from infra.files import atomic_writer
 from rewards.streamingbench_proactive import Outcome, judge_answer, poll_of, poll_times, proactive_metrics
 
 log = logging.getLogger(__name__)

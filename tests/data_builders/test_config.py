@@ -12,8 +12,8 @@ from data_builders.cli import split_build_config
 from data_builders.config import BuildConfig, FramesConfig
 from data_builders.mixture import MixtureConfig
 from data_builders.registry import SOURCES
-from data_builders.schema import compose, typed
 from data_builders.sources import get_source
+from infra.schema import compose, typed
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 

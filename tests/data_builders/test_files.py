@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from data_builders.files import OutputLock, OutputLocked, atomic_writer, id_file_name, write_text_atomic
 from data_builders.records import write_jsonl
+from infra.files import OutputLock, OutputLocked, atomic_writer, id_file_name, write_text_atomic
 
 
 def test_a_failed_write_leaves_the_previous_file(tmp_path):

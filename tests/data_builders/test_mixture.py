@@ -284,7 +284,7 @@ def test_a_mixture_rebuild_killed_after_train_leaves_the_old_mixture_whole(tmp_p
 
 
 def test_mix_stops_on_a_folder_another_run_holds(tmp_path, built):
-    from data_builders.files import OutputLock
+    from infra.files import OutputLock
 
     out = tmp_path / "mix"
     with OutputLock(out, "data_builders build source=shot2story"):

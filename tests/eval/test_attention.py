@@ -12,8 +12,8 @@ from data_builders.config import RenderConfig
 from data_builders.frames import stream_frames
 from data_builders.records import load_streams
 from eval import attention
-from eval.render import TurnRenderer
-from eval.streaming import EngineConfig, StreamingEngine
+from eval.engine.render import TurnRenderer
+from eval.engine.streaming import EngineConfig, StreamingEngine
 
 
 @pytest.mark.parametrize("q_length", [1, 7])

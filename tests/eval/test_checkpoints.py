@@ -13,7 +13,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from data_builders.config import RenderConfig
-from eval.checkpoints import (
+from eval.engine.checkpoints import (
     COMPLETE_MARKER,
     model_dir,
     render_overrides,
@@ -21,8 +21,8 @@ from eval.checkpoints import (
     write_render,
 )
 from eval.run import load_config
-from train.grpo import compose_config as grpo_config
-from train.sft import compose_config as sft_config
+from train.grpo.run import compose_config as grpo_config
+from train.sft.run import compose_config as sft_config
 
 ROOT = Path(__file__).resolve().parents[2]
 HD = {
@@ -63,7 +63,7 @@ def test_a_4b_run_trains_and_evaluates_at_one_frame_budget(tmp_path, caplog):
     improved, _ = _job("train.grpo", f"init={final}")  # the README's command: model group tiny (toy)
     assert improved["render"] == sft
     assert load_config([]).render.max_pixels == 4096  # no checkpoint: the model group's (tiny) render
-    with caplog.at_level(logging.WARNING, logger="eval.checkpoints"):
+    with caplog.at_level(logging.WARNING, logger="eval.engine.checkpoints"):
         explicit = load_config([f"checkpoint={final}", "render=toy"])
     assert explicit.render.max_pixels == 4096 and "render the model was trained with" in caplog.text
 

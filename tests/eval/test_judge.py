@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from eval.chat_client import ChatClient, ChatError, ChatFatal, ChatUnavailable
-from eval.judge import Judge, parse_rating
+from eval.scoring.chat_client import ChatClient, ChatError, ChatFatal, ChatUnavailable
+from eval.scoring.judge import Judge, parse_rating
 from rewards.content import TargetText, Unscorable, get_content_scorer
 from rewards.egoserve import ServiceEvent
 
@@ -275,7 +275,7 @@ def test_eval_score_rates_the_official_matched_pairs(tree, egoserve, chat_server
 
 
 def test_memory_http_backend_falls_back_and_stops_asking_a_dead_endpoint(raw_server):
-    from eval.memory.backends import get_backend
+    from eval.engine.memory.backends import get_backend
 
     def hang(conn, n, stop):
         stop.wait(3)

@@ -1,4 +1,4 @@
-"""Long-horizon memory stores and retrieval (eval.memory): dense index, multi-scale summaries, graph,
+"""Long-horizon memory stores and retrieval (eval.engine.memory): dense index, multi-scale summaries, graph,
 visual archive, scopes, merge, BM25, back ends (rule; model on the tiny Qwen3-VL; http on 127.0.0.1),
 the temporal restriction, and the generator + recall path at small scale."""
 
@@ -11,14 +11,14 @@ import numpy as np
 
 from data_builders.synthetic.propermem import SynthConfig, generate, routine
 from eval.bench.recall import recall_table
-from eval.memory import CachedEmbedder, Memory, build_memory
-from eval.memory.backends import get_backend, parse_extraction, rule_extract
-from eval.memory.bm25 import BM25
-from eval.memory.config import MemoryConfig
-from eval.memory.embedders import get_embedder
-from eval.memory.graph import KnowledgeGraph
-from eval.memory.retrieval import MemoryStore, evidence_block, interleave, resolve_scope, rrf
-from eval.memory.temporal import DenseIndex, Hit
+from eval.engine.memory import CachedEmbedder, Memory, build_memory
+from eval.engine.memory.backends import get_backend, parse_extraction, rule_extract
+from eval.engine.memory.bm25 import BM25
+from eval.engine.memory.config import MemoryConfig
+from eval.engine.memory.embedders import get_embedder
+from eval.engine.memory.graph import KnowledgeGraph
+from eval.engine.memory.retrieval import MemoryStore, evidence_block, interleave, resolve_scope, rrf
+from eval.engine.memory.temporal import DenseIndex, Hit
 
 
 def unit(rng: np.random.Generator, n: int, d: int) -> np.ndarray:

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForImageTextToText
 
-from eval.model import freeze_vision_tower, vision_tower_parameters
+from eval.engine.model import freeze_vision_tower, vision_tower_parameters
 
 
 def test_tiny_checkpoint_loads_offline_with_auto_classes(tiny_checkpoint):
@@ -62,7 +62,7 @@ def test_freeze_vision_keeps_merger_trainable(tiny_model_and_processor):
 
 
 def _card(capsys, *overrides: str) -> dict:
-    from eval.model import main
+    from eval.engine.model import main
 
     assert main(list(overrides)) == 0
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -11,9 +11,9 @@ from data_builders.config import RenderConfig
 from data_builders.frames import stream_frames
 from data_builders.records import HistoryEntry, RecordError
 from data_builders.synthetic.toy import generate_toy
-from eval.probes import Probe, _ProbeEngine, answer_probes
-from eval.render import TurnRenderer
-from eval.streaming import EngineConfig
+from eval.engine.probes import Probe, _ProbeEngine, answer_probes
+from eval.engine.render import TurnRenderer
+from eval.engine.streaming import EngineConfig
 
 # unsorted, two on step 7, the first step and the last (the toy streams have 40 steps)
 PROBES = [

@@ -15,14 +15,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from data_builders.files import OutputLock, OutputLocked
 from data_builders.records import RecordError, load_streams, write_jsonl
-from data_builders.schema import ConfigValueError
 from eval import score, store
 from eval.run import evaluate, load_config
 from eval.store import PredictionLog, PredictionWriteError
 from eval.watch import load_config as watch_config
 from eval.watch import watch
+from infra.files import OutputLock, OutputLocked
+from infra.schema import ConfigValueError
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ import torch
 from data_builders.config import RenderConfig
 from data_builders.frames import stream_frames
 from data_builders.records import HistoryEntry, Stream, Target, load_streams, step_windows, target_step
-from eval.render import RESPONSE_CLASS, SILENCE_CLASS, TurnRenderer
+from eval.engine.render import RESPONSE_CLASS, SILENCE_CLASS, TurnRenderer
 
 
 @pytest.fixture(scope="module")

@@ -14,12 +14,12 @@ import pytest
 import yaml
 
 from data_builders.mixture import build_toy_mixture
-from eval.checkpoints import weights_fingerprint
+from eval.engine.checkpoints import weights_fingerprint
 from eval.run import evaluate, load_config
 from eval.store import PredictionLog
 from eval.watch import load_config as watch_config
 from eval.watch import read_ledger, watch
-from train.sft import compose_config, train
+from train.sft.run import compose_config, train
 
 
 def sft(data: Path, out: Path, *extra: str) -> Path:

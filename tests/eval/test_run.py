@@ -15,10 +15,10 @@ import pytest
 
 from data_builders.records import HistoryEntry, Target, load_streams, write_jsonl
 from eval import score, streaming
+from eval.engine.streaming import StepDecision, StreamResult, compiled_forward
 from eval.run import evaluate, load_config
 from eval.runners import get_runner
 from eval.store import PredictionLog
-from eval.streaming import StepDecision, StreamResult, compiled_forward
 
 ROOT = Path(__file__).resolve().parents[2]
 # The untrained tiny model sits near P(response) = 0.47: at 0.47 it fires on about half the steps.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from eval.embedding import default_model_path
+from eval.scoring.embedding import default_model_path
 from rewards.content import TargetText, get_content_scorer
 
 

@@ -14,9 +14,9 @@ from data_builders.config import RenderConfig
 from data_builders.frames import stream_frames
 from data_builders.records import Stream
 from data_builders.synthetic.toy import generate_toy
-from eval.naive import NaiveStreamer
-from eval.render import TurnRenderer
-from eval.streaming import EngineConfig, StreamingEngine, compiled_graphs
+from eval.engine.naive import NaiveStreamer
+from eval.engine.render import TurnRenderer
+from eval.engine.streaming import EngineConfig, StreamingEngine, compiled_graphs
 
 
 @pytest.fixture(scope="module")
@@ -246,8 +246,8 @@ def test_step_timings_split_each_step(tiny_model_and_processor, toy_dir):
     from data_builders.config import RenderConfig
     from data_builders.frames import stream_frames
     from data_builders.records import load_streams
-    from eval.render import TurnRenderer
-    from eval.streaming import EngineConfig, StreamingEngine
+    from eval.engine.render import TurnRenderer
+    from eval.engine.streaming import EngineConfig, StreamingEngine
 
     model, processor = tiny_model_and_processor
     renderer = TurnRenderer(processor, RenderConfig(max_pixels=64 * 64))

@@ -12,7 +12,7 @@ import yaml
 from omegaconf import DictConfig
 
 from eval import tracking
-from eval.checkpoints import COMPLETE_MARKER
+from eval.engine.checkpoints import COMPLETE_MARKER
 from eval.watch import LEDGER, load_config, read_ledger, watch
 from train.config import SCHEMAS
 
@@ -180,9 +180,9 @@ def test_real_evaluations_of_two_tiny_checkpoints(tiny_checkpoint, toy_dir, tmp_
 def test_launch_accelerate_hands_each_checkpoint_its_whole_config(tmp_path, monkeypatch):
     """``launch=accelerate``: each evaluation is an ``accelerate launch -m eval.run`` whose config file,
     composed as eval.run composes it, is the inline evaluation's config."""
-    from data_builders.schema import compose
     from eval.config import EvalConfig
     from eval.watch import checkpoint_config, launch_command
+    from infra.schema import compose
 
     run_dir = make_run(tmp_path)
     ckpt = make_checkpoint(run_dir, 7)

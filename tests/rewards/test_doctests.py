@@ -19,7 +19,7 @@ MODULES = [
     "rewards.content",
     "rewards.grpo",
     "rewards.bench.prs",
-    "eval.judge",
+    "eval.scoring.judge",
     "eval.protocols.proactivevideoqa",
 ]
 

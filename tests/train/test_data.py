@@ -10,8 +10,8 @@ from data_builders.config import RenderConfig
 from data_builders.records import load_streams, write_jsonl
 from data_builders.splits import split_records
 from data_builders.video import FrameCache
-from eval.render import TurnRenderer
-from train.data import StreamWindowDataset, WindowCollator
+from eval.engine.render import TurnRenderer
+from train.sft.data import StreamWindowDataset, WindowCollator
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +86,7 @@ def test_stages_read_what_the_frames_stage_cached(tiny_model_and_processor, toy_
     evaluation then read every frame from it: not one clip is decoded again."""
     from data_builders.frames import cache_frames, stream_frames
     from data_builders.records import resolve_video
-    from eval.streaming import EngineConfig, stream_batches
+    from eval.engine.streaming import EngineConfig, stream_batches
 
     _, processor = tiny_model_and_processor
     render = RenderConfig(max_pixels=64 * 64)

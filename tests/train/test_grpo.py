@@ -9,11 +9,11 @@ import torch
 from data_builders.config import RenderConfig
 from data_builders.frames import stream_frames
 from data_builders.records import Stream, Target, load_streams, target_step
-from eval.render import RESPONSE_CLASS, TurnRenderer
-from eval.streaming import EngineConfig, StreamingEngine
+from eval.engine.render import RESPONSE_CLASS, TurnRenderer
+from eval.engine.streaming import EngineConfig, StreamingEngine
 from rewards.grpo import build_reward, step_rewards
-from train.grpo_config import LOSS_TYPES
-from train.grpo_loss import (
+from train.grpo.config import LOSS_TYPES
+from train.grpo.loss import (
     LOSS_WEIGHTS,
     UpdateCounts,
     grpo_loss,
@@ -22,7 +22,7 @@ from train.grpo_loss import (
     token_logprobs,
     token_weights,
 )
-from train.rollout import (
+from train.grpo.rollout import (
     batch_std,
     decision_advantages,
     group_advantages,
@@ -241,8 +241,8 @@ def test_undiscounted_returns_value_waiting_for_the_event_over_an_early_guess():
 
 
 def test_an_unknown_credit_fails_before_any_rollout(setup, tmp_path):
-    from train.grpo_config import GRPOSettings
-    from train.grpo_trainer import GRPOLoop
+    from train.grpo.config import GRPOSettings
+    from train.grpo.loop import GRPOLoop
 
     model, renderer, windows = setup
     with pytest.raises(ValueError, match="grpo.credit='token': choose one of sequence, decision"):
@@ -250,8 +250,8 @@ def test_an_unknown_credit_fails_before_any_rollout(setup, tmp_path):
 
 
 def test_keep_best_without_held_out_evaluations_fails_before_any_rollout(setup, tmp_path):
-    from train.grpo_config import GRPOSettings
-    from train.grpo_trainer import GRPOLoop
+    from train.grpo.config import GRPOSettings
+    from train.grpo.loop import GRPOLoop
 
     model, renderer, windows = setup
     with pytest.raises(ValueError, match="keep_best needs held-out evaluations"):
@@ -261,8 +261,8 @@ def test_keep_best_without_held_out_evaluations_fails_before_any_rollout(setup, 
 def test_a_full_disk_at_checkpoint_time_names_the_checkpoint(setup, tmp_path, monkeypatch):
     """torch's own message for a write that ran out of space ("enforce fail ... unexpected pos")
     becomes an error naming the checkpoint folder and the free space; nothing is marked complete."""
-    from train.grpo_config import GRPOSettings
-    from train.grpo_trainer import GRPOLoop
+    from train.grpo.config import GRPOSettings
+    from train.grpo.loop import GRPOLoop
     from train.run_dir import CheckpointWriteError
 
     model, renderer, windows = setup
@@ -323,8 +323,8 @@ def test_scale_rewards_group_batch_none():
 def test_updates_pass_over_every_window_once_per_epoch(setup, tmp_path):
     """n // windows_per_step updates see distinct windows (one epoch); a new loop (a resumed run)
     draws the same ones, and the next epoch is another order."""
-    from train.grpo_config import GRPOSettings
-    from train.grpo_trainer import GRPOLoop
+    from train.grpo.config import GRPOSettings
+    from train.grpo.loop import GRPOLoop
 
     model, renderer, windows = setup
     loop = GRPOLoop(GRPOSettings(windows_per_step=3), model, None, renderer, None, windows, tmp_path)
@@ -351,8 +351,8 @@ def test_a_resumed_step_outside_the_run_is_refused_naming_the_file(setup, tmp_pa
     ``[0, grpo.max_steps]`` and match its ``checkpoint-<step>`` directory."""
     import re
 
-    from train.grpo_config import GRPOSettings
-    from train.grpo_trainer import STATE_FILE, GRPOLoop
+    from train.grpo.config import GRPOSettings
+    from train.grpo.loop import STATE_FILE, GRPOLoop
 
     model, renderer, windows = setup
     cfg = GRPOSettings(max_steps=4)
@@ -378,8 +378,8 @@ class _Payload:
 def test_a_planted_pickle_in_grpo_state_is_refused_naming_the_file(setup, tmp_path):
     import re
 
-    from train.grpo_config import GRPOSettings
-    from train.grpo_trainer import STATE_FILE, GRPOLoop
+    from train.grpo.config import GRPOSettings
+    from train.grpo.loop import STATE_FILE, GRPOLoop
     from train.safe_load import UnsafeCheckpoint
 
     model, renderer, windows = setup

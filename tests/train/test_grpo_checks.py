@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: Runs train.grpo's command line in-process and reports its exit status and whether torch got loaded.
 PROBE = """
 import sys
-from train.grpo import main
+from train.grpo.run import main
 sys.argv = ["train.grpo", *sys.argv[1:]]
 try:
     main()

@@ -112,8 +112,8 @@ def test_keep_best_keeps_the_weights_of_the_best_held_out_evaluation(toy_mixture
     from data_builders.config import RenderConfig
     from data_builders.records import load_streams
     from data_builders.splits import split_records
-    from eval.checkpoints import saved_render
-    from eval.model import load_model_and_processor
+    from eval.engine.checkpoints import saved_render
+    from eval.engine.model import load_model_and_processor
     from eval.runners import evaluate_model
 
     args = ["grpo.max_steps=3", "grpo.eval_split=train", "grpo.eval_every=2", "grpo.keep_best=true"]

@@ -15,10 +15,10 @@ import yaml
 
 from data_builders.config import RenderConfig
 from data_builders.mixture import build_toy_mixture
-from eval.checkpoints import saved_render, write_render
-from train.grpo import compose_config, run
-from train.sft import compose_config as sft_config
-from train.sft import train
+from eval.engine.checkpoints import saved_render, write_render
+from train.grpo.run import compose_config, run
+from train.sft.run import compose_config as sft_config
+from train.sft.run import train
 
 #: A frame budget of its own: the toy videos' 64 x 64 frames become 32 x 32 (the toy budget is 4096).
 TRAINED_AT = 1024

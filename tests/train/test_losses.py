@@ -11,9 +11,9 @@ import torch
 from data_builders.config import RenderConfig
 from data_builders.frames import stream_frames
 from data_builders.records import load_streams
-from eval.render import TurnRenderer
-from train.data import WindowCollator
-from train.losses import (
+from eval.engine.render import TurnRenderer
+from train.sft.data import WindowCollator
+from train.sft.losses import (
     WEIGHT_MODES,
     class_weights,
     decision_loss,

@@ -39,7 +39,7 @@ def test_the_resolver_reads_a_split_its_shards_or_a_file(mixtures, tmp_path):
 
 
 def test_grpo_reads_a_parquet_only_split(mixtures):
-    from train.grpo import compose_config, held_out_evaluator, load_windows, render_config
+    from train.grpo.run import compose_config, held_out_evaluator, load_windows, render_config
 
     jsonl, parquet = mixtures
     windows = {}

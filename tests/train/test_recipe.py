@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from train.recipe import accumulation_steps, grpo_updates, sft_steps
+from train.steps import accumulation_steps, grpo_updates, sft_steps
 
 ROOT = Path(__file__).resolve().parents[2]
 SFT_SAMPLES, RL_WINDOWS = 12_000 + 1_368, 863
@@ -74,8 +74,8 @@ def test_grpo_recipe_resolves_and_gives_143_updates_over_863_windows():
 
 
 def test_global_batch_size_sets_the_trainers_accumulation(tmp_path):
-    from train.sft import compose_config
-    from train.trainer import training_arguments
+    from train.sft.run import compose_config
+    from train.sft.trainer import training_arguments
 
     cfg = compose_config(
         ["train.global_batch_size=8", "train.per_device_batch_size=2", f"train.output_dir={tmp_path}"]

@@ -15,7 +15,7 @@ import torch
 from transformers import TrainerCallback
 
 from data_builders.mixture import build_toy_mixture
-from eval.checkpoints import (
+from eval.engine.checkpoints import (
     COMPLETE_MARKER,
     checkpoint_name,
     checkpoint_step,
@@ -32,7 +32,7 @@ from train.run_dir import (
     rotate_checkpoints,
     set_aside_previous_run,
 )
-from train.sft import build_trainer, compose_config, train
+from train.sft.run import build_trainer, compose_config, train
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -155,7 +155,7 @@ def test_checkpoints_of_a_nonfinite_streak_are_not_resumed(toy_data, tmp_path):
 
 
 def train_with(trainer, run: Path) -> None:
-    """What ``train.sft.train`` does around ``trainer.train`` on a non-finite stop."""
+    """What ``train.sft.run.train`` does around ``trainer.train`` on a non-finite stop."""
     from train.run_dir import retire_nonfinite
 
     try:

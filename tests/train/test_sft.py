@@ -13,10 +13,10 @@ from safetensors.torch import load_file
 from transformers import TrainerCallback
 
 from data_builders.mixture import build_toy_mixture
-from eval.checkpoints import complete_checkpoints, saved_render
+from eval.engine.checkpoints import complete_checkpoints, saved_render
 from train.run_dir import NonFiniteLoss, resolve_resume
-from train.sft import build_trainer, compose_config, train
-from train.trainer import logger_report_to
+from train.sft.run import build_trainer, compose_config, train
+from train.sft.trainer import logger_report_to
 
 #: Loss of steps 1 and 2 (focal gamma 2, static balanced weights, lr 1e-3, batch 4, seed 0) on the
 #: 16-clip toy mixture; a change means the data, the renderer, the model or the loss changed.
@@ -93,8 +93,8 @@ def test_two_steps_pinned_losses_checkpoint_and_run_dir(toy_data, tmp_path):
     from data_builders.config import RenderConfig
     from data_builders.frames import stream_frames
     from data_builders.records import load_streams
-    from eval.render import TurnRenderer
-    from eval.streaming import EngineConfig, StreamingEngine
+    from eval.engine.render import TurnRenderer
+    from eval.engine.streaming import EngineConfig, StreamingEngine
 
     model = AutoModelForImageTextToText.from_pretrained(final)
     processor = AutoProcessor.from_pretrained(final)
@@ -107,7 +107,7 @@ def test_two_steps_pinned_losses_checkpoint_and_run_dir(toy_data, tmp_path):
 
 
 def test_frozen_vision_tower_gets_no_gradient_and_does_not_change(toy_data, tmp_path):
-    from eval.model import vision_tower_parameters
+    from eval.engine.model import vision_tower_parameters
 
     trainer, _ = build_trainer(sft_cfg(toy_data, tmp_path / "run", "train.max_steps=1"))
     model = trainer.model
@@ -176,7 +176,7 @@ def test_lora_trains_adapters_decision_rows_and_merger(toy_data, tmp_path):
 
 def test_the_trainer_hands_its_logger_the_loss_parts(toy_data, tmp_path, monkeypatch):
     """What SFT logs goes through its logger seam: ``logger=wandb`` becomes the Trainer's
-    ``report_to=["wandb"]`` with W&B's settings in its env vars (``train.trainer.logger_report_to``),
+    ``report_to=["wandb"]`` with W&B's settings in its env vars (``train.sft.trainer.logger_report_to``),
     and every back end of ``report_to`` is handed the Trainer's ``on_log`` rows, which carry the loss
     parts (W&B's back end logs each row as ``train/<key>``; tests/train/test_wandb_runs.py reads a
     real offline run back)."""
@@ -210,7 +210,7 @@ def test_the_command_line_ends_with_one_json_line(tmp_path, monkeypatch, capsys)
     """``python -m train.sft`` prints its final checkpoint as one JSON object line, as every stage does."""
     import sys
 
-    import train.sft as sft
+    import train.sft.run as sft
 
     final = tmp_path / "run" / "final"
     monkeypatch.setattr(sft, "train", lambda cfg: final)

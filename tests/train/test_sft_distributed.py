@@ -18,7 +18,7 @@ import pytest
 from data_builders.build import write_outputs
 from data_builders.mixture import build_toy_mixture
 from data_builders.records import load_streams
-from train.sft import compose_config, train
+from train.sft.run import compose_config, train
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow

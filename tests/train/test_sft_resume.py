@@ -15,9 +15,9 @@ import torch
 from safetensors.torch import load_file
 
 from data_builders.mixture import build_toy_mixture
-from eval.checkpoints import complete_checkpoints
+from eval.engine.checkpoints import complete_checkpoints
 from train.run_dir import REQUEUE_EXIT_CODE
-from train.sft import compose_config, train
+from train.sft.run import compose_config, train
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow

@@ -13,7 +13,7 @@ from eval.run import load_config as eval_config
 from eval.tracking import training_run
 from eval.watch import load_config as watch_config
 from eval.watch import watch
-from train.sft import compose_config, train
+from train.sft.run import compose_config, train
 
 pytestmark = pytest.mark.slow
 

@@ -26,7 +26,7 @@ import yaml
 
 from data_builders.config import CONF_DIR, model_render
 from eval.config import model_preset
-from train.grpo_config import GRPOSettings, reward_spec
+from train.grpo.config import GRPOSettings, reward_spec
 
 TINY = CONF_DIR / "model" / "tiny.yaml"
 WINDOW_STEPS = 20
@@ -37,9 +37,9 @@ def window_pool(root: Path, windows: int):
     from data_builders.frames import stream_frames
     from data_builders.records import load_streams, write_jsonl
     from data_builders.synthetic.toy import generate_toy
-    from eval.model import load_model_and_processor
-    from eval.render import TurnRenderer
-    from train.rollout import make_windows
+    from eval.engine.model import load_model_and_processor
+    from eval.engine.render import TurnRenderer
+    from train.grpo.rollout import make_windows
 
     model, processor = load_model_and_processor(model_preset(TINY), cache_dir=root / "cache")
     write_jsonl(root / "records.jsonl", generate_toy(root, n=windows, seed=0))
@@ -52,7 +52,7 @@ def window_pool(root: Path, windows: int):
 
 def roll(model, renderer, pool, group: int, share: bool, compiled: bool = False) -> tuple[float, int, list]:
     """Every window's G rollouts: seconds, frames encoded, the tokens fed."""
-    from eval.streaming import EngineConfig, StreamingEngine
+    from eval.engine.streaming import EngineConfig, StreamingEngine
 
     encoded, tokens, t0 = 0, [], time.perf_counter()
     for j, w in enumerate(pool):
@@ -85,7 +85,7 @@ def compiled_figures(model, renderer, pool, group: int, eager_tokens: list) -> d
 def update_split(model, processor, renderer, pool, group: int, run_dir: Path) -> dict:
     """One GRPO update over the pool: its seconds and shares of rollout, reward and policy update."""
     from rewards.grpo import build_reward
-    from train.grpo_trainer import GRPOLoop
+    from train.grpo.loop import GRPOLoop
 
     loop_cfg = GRPOSettings(
         learning_rate=1e-4,

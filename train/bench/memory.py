@@ -10,13 +10,13 @@ window is 8 steps of 448 x 448 frames (``render=hd``: 196 visual tokens each) wi
 
 - SFT step: forward over the window, the decision loss, backward (the vision tower frozen, merger and
   language model trained, as the recipe). ``full``: ``model(...).logits`` at every position upcast
-  to fp32 (``logits.float()``), then the loss at the labelled ones (``train.losses.decision_loss``:
+  to fp32 (``logits.float()``), then the loss at the labelled ones (``train.sft.losses.decision_loss``:
   the loss as it was before the trainer selected positions);
-  ``selected``: the logits of the labelled positions alone (``train.losses.selected_logits``, what
-  ``train.trainer.DecisionTrainer`` runs).
+  ``selected``: the logits of the labelled positions alone (``train.sft.losses.selected_logits``, what
+  ``train.sft.trainer.DecisionTrainer`` runs).
 - GRPO loss step: the window as a rollout of ``group`` rows (its assistant tokens as the generated
-  ones), ``train.grpo_loss.token_logprobs`` with ``select=False`` (logits at every position) or
-  ``select=True`` (at the generated positions, what ``train.grpo_trainer`` runs), the clipped-ratio
+  ones), ``train.grpo.loss.token_logprobs`` with ``select=False`` (logits at every position) or
+  ``select=True`` (at the generated positions, what ``train.grpo.loop`` runs), the clipped-ratio
   loss, backward.
 
 Both run as the recipe does (``experiment=p3i_4b_sft`` / ``p3i_4b_grpo``): gradient checkpointing
@@ -153,7 +153,7 @@ def _reset_peak() -> None:
 
 def bench_model(dtype: str):
     """The 4B widths with 2 language layers and 1 vision block, random weights."""
-    from eval.model import load_model_and_processor
+    from eval.engine.model import load_model_and_processor
 
     cfg = model_preset(MODEL)
     arch = cfg["architecture"]
@@ -185,8 +185,8 @@ def bench_window(renderer, frames: int, seed: int = 0):
 
 def as_rollout(stream, pixels, rendered):
     """The rendered window as a GRPO rollout: its assistant tokens are the generated ones."""
-    from eval.streaming import StepDecision, StreamResult
-    from train.rollout import Rollout, Window
+    from eval.engine.streaming import StepDecision, StreamResult
+    from train.grpo.rollout import Rollout, Window
 
     generated = (rendered.labels != -100).tolist()
     steps = [StepDecision(k, t, 0.5, False, "</Silence>") for k, t in enumerate(rendered.step_times)]
@@ -214,14 +214,14 @@ def trained_model(dtype: str, params: str, device: torch.device):
 def variant_step(name: str, model, processor, renderer, device, frames: int, group: int):
     """``(step, tokens)``: the variant's forward, loss and backward as a function returning the loss,
     and the tokens of its batch."""
-    from train.grpo_loss import grpo_loss, policy_batch, token_logprobs
-    from train.losses import decision_loss, loss_at_labels, selected_logits
+    from train.grpo.loss import grpo_loss, policy_batch, token_logprobs
+    from train.sft.losses import decision_loss, loss_at_labels, selected_logits
 
     stream, pixels, rendered = bench_window(renderer, frames)
     ids = (renderer.silence_id, renderer.response_id)
     stage, how = name.split("_")
     if stage == "sft":
-        from train.data import WindowCollator
+        from train.sft.data import WindowCollator
 
         keys = ("input_ids", "attention_mask", "labels", "decision_mask", "mm_token_type_ids")
         item = {k: getattr(rendered, k) for k in (*keys, "pixel_values", "image_grid_thw")}
@@ -258,7 +258,7 @@ def run_memory_variant(
 ) -> dict:
     """Measure one variant in this process; ``params``: ``all`` or ``merger`` (the gradients computed)."""
     from eval.config import quiet_libraries
-    from eval.render import TurnRenderer
+    from eval.engine.render import TurnRenderer
 
     quiet_libraries()
     torch.set_num_threads(threads)

@@ -3,8 +3,8 @@
     python -m train.bench pipeline          # one JSON object on the last line (~1 min on 2 cores)
 
 ``pipeline_samples_per_s_per_worker``: one dataloader worker's rate through SFT's input pipeline
-  (:class:`~train.data.StreamWindowDataset` with ``keep_rendered`` off -> the renderer and the
-  Qwen3-VL image processor -> :class:`~train.data.WindowCollator`, batches of one window as the
+  (:class:`~train.sft.data.StreamWindowDataset` with ``keep_rendered`` off -> the renderer and the
+  Qwen3-VL image processor -> :class:`~train.sft.data.WindowCollator`, batches of one window as the
   recipe's ``per_device_batch_size``), on 30-step windows at 1 step/s (the 30-frame window of the
   H200 SFT figure, 6,701 tokens), by format; with ``pipeline_tokens_per_sample``. The processor is
   Qwen3-VL's image processor settings (``conf/model/qwen3_vl_4b.yaml``) on the tiny tokenizer: the
@@ -45,9 +45,9 @@ def pipeline_rate(
     """(samples/s, tokens per sample) of one worker through SFT's dataset and collator, ``fmt`` entries."""
     import torch
 
-    from eval.model import add_decision_tokens, build_processor, build_tokenizer
-    from eval.render import TurnRenderer
-    from train.data import StreamWindowDataset, WindowCollator
+    from eval.engine.model import add_decision_tokens, build_processor, build_tokenizer
+    from eval.engine.render import TurnRenderer
+    from train.sft.data import StreamWindowDataset, WindowCollator
 
     torch.set_num_threads(1)  # one dataloader worker
     tokenizer = build_tokenizer(512)

@@ -35,10 +35,10 @@ def run_variant(freeze: bool, steps: int, batch: int, threads: int, warmup: int 
     from data_builders.records import write_jsonl
     from data_builders.synthetic.toy import generate_toy
     from eval.config import quiet_libraries
-    from eval.model import load_model_and_processor
-    from eval.render import TurnRenderer
-    from train.data import StreamWindowDataset, WindowCollator
-    from train.losses import class_weights, decision_loss
+    from eval.engine.model import load_model_and_processor
+    from eval.engine.render import TurnRenderer
+    from train.sft.data import StreamWindowDataset, WindowCollator
+    from train.sft.losses import class_weights, decision_loss
 
     quiet_libraries()
     torch.set_num_threads(threads)

@@ -28,10 +28,10 @@ from data_builders.build import write_outputs
 from data_builders.config import RenderConfig
 from data_builders.mixture import build_toy_mixture
 from data_builders.records import Target, load_streams, resolve_video, step_times, target_step
-from data_builders.schema import typed
 from data_builders.splits import split_records
 from eval.config import BenchmarkConfig
 from eval.runners import evaluate_model
+from infra.schema import typed
 from train.run_dir import read_progress
 
 
@@ -78,9 +78,9 @@ def overfire_split(src_dir: Path, out_dir: Path, steps_per_second: float = 1.0) 
 
 def run_experiment(cfg: DictConfig) -> dict:
     """The three stages above; returns (and writes) the summary."""
-    from train.grpo import run as run_grpo
-    from train.sft import compose_config
-    from train.sft import train as run_sft
+    from train.grpo.run import run as run_grpo
+    from train.sft.run import compose_config
+    from train.sft.run import train as run_sft
 
     options = typed(OverfireOptions, OmegaConf.to_container(cfg.entry.options, resolve=True), "entry.options")
     out = Path(cfg.grpo.output_dir)

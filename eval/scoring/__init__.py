@@ -1,0 +1,217 @@
+"""The one scoring API: ground truth and predictions in memory, a protocol's metrics out.
+
+    settings = ScoreSettings(content="label", open_content="exact")
+    paired = pair(ground_truth(streams), {p.id: p.replies for p in predictions})
+    metrics, per_sample = score("p3i", paired, settings)
+
+``python -m eval.score`` (files), ``eval.run`` / ``eval.watch`` (a checkpoint's streams), GRPO's
+held-out evaluation and ``keep_best``, and the demo all score through :func:`score`, so a number
+means the same thing wherever it is printed. The metric definitions (docs/protocols.md) live in
+``rewards/`` (pure functions shared with the GRPO rewards); this module holds what every protocol
+shares: the settings, the pairing of samples, the content scorer and the registry.
+
+A protocol's scoring function lives in its own module, ``eval/protocols/<name>.py`` (with its runner,
+:mod:`eval.runners`), registered with ``@protocol("<name>")``: ``fn(paired, settings) -> (metrics,
+per-sample rows)``. Importing this module imports :mod:`eval.protocols`, so every protocol is
+registered whenever :func:`score` can be called; what each reports is in its module's docstring
+(``p3i``, ``egoserve``, ``propermem``) and in docs/protocols.md. ``protocol(name, judged=...)``
+says when a protocol asks the LLM judge (:func:`uses_judge`; by default when ``content`` is
+``judge``, or ``label`` with ``open_content`` ``judge``).
+
+A pair the content scorer cannot score (a judge that could not rate it) leaves its sample out; the
+count is reported under ``unscorable`` and, with the judge, ``unrated`` (:class:`UnscorablePairs`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from data_builders.records import RecordError, Reply, Stream, Target
+from eval.config import ScoringConfig
+from rewards.content import ContentScorer, get_content_scorer
+from rewards.turns import split_category
+
+#: Modules that register the I/O-bearing content scorers when imported.
+SCORER_MODULES = {"embedding": "eval.scoring.embedding", "judge": "eval.scoring.judge"}
+CONTENT_SCORERS = ("exact", "label", "embedding", "judge", "any")
+
+
+@dataclass
+class ScoreSettings(ScoringConfig):
+    """How to score (the fields of :class:`eval.config.ScoringConfig`, a benchmark config's scoring
+    keys and the options of ``eval.score``), checked when made."""
+
+    def __post_init__(self) -> None:
+        if self.content not in CONTENT_SCORERS:
+            raise RecordError(f"--content {self.content!r}: choose one of {', '.join(CONTENT_SCORERS)}")
+        if not (math.isfinite(self.alpha) and self.alpha >= 0):
+            raise RecordError(f"--alpha {self.alpha}: the timing decay must be a finite number >= 0 (1/s)")
+        if self.tolerance is not None and not (math.isfinite(self.tolerance) and self.tolerance >= 0):
+            raise RecordError(f"--tolerance {self.tolerance}: must be a finite number of seconds >= 0")
+
+
+@dataclass(frozen=True)
+class GroundTruth:
+    """What scoring reads of a ground-truth record (other stream fields are ignored)."""
+
+    id: str
+    task: str
+    targets: list[Target]
+    source: str | None = None
+    meta: dict | None = None
+
+    @classmethod
+    def of(cls, stream: Stream) -> GroundTruth:
+        return cls(stream.id, stream.task, list(stream.targets), stream.source, stream.meta)
+
+
+Paired = list[tuple[GroundTruth, list[Reply]]]
+
+
+def ground_truth(streams: Iterable[Stream]) -> list[GroundTruth]:
+    return [GroundTruth.of(s) for s in streams]
+
+
+def pair(
+    gts: Sequence[GroundTruth],
+    predictions: Mapping[str, Sequence[Reply]],
+    *,
+    allow_missing: bool = False,
+    gt_file: str | None = None,
+    pred_file: str | None = None,
+) -> Paired:
+    """Each ground truth with its replies. No ground truth at all is an error; so is a prediction id
+    not in the ground truth, and a ground truth without a prediction unless ``allow_missing`` (then it
+    is scored as silence; with no prediction at all that would score silence everywhere: an error)."""
+    if not gts:
+        raise RecordError("no ground-truth records to score", file=gt_file)
+    if allow_missing and not predictions:
+        raise RecordError(
+            "no predictions at all: every record would be scored as silence (--allow-missing)", file=pred_file
+        )
+    known = {g.id for g in gts}
+    for pid in predictions:
+        if pid not in known:
+            raise RecordError("prediction id is not in the ground truth", file=pred_file, record=pid)
+    out = []
+    for g in gts:
+        replies = predictions.get(g.id)
+        if replies is None:
+            if not allow_missing:
+                raise RecordError(
+                    "ground-truth record has no prediction (or pass --allow-missing)",
+                    file=gt_file,
+                    record=g.id,
+                )
+            replies = []
+        out.append((g, list(replies)))
+    return out
+
+
+def build_content(settings: ScoreSettings) -> ContentScorer:
+    """The content scorer of ``settings`` (importing the module that registers it if needed)."""
+    if settings.content == "label":
+        return get_content_scorer("label", fallback=_build_named(settings.open_content, settings))
+    return _build_named(settings.content, settings)
+
+
+def _build_named(name: str, settings: ScoreSettings) -> ContentScorer:
+    try:
+        if name in SCORER_MODULES:
+            module = importlib.import_module(SCORER_MODULES[name])
+            return get_content_scorer(name, **module.config_from_args(settings))
+        return get_content_scorer(name)
+    except (KeyError, ValueError, OSError) as exc:
+        raise RecordError(f"cannot build the {name!r} content scorer: {exc}") from None
+
+
+class UnscorablePairs:
+    """Counts unscorable pairs and the samples they left out."""
+
+    def __init__(self) -> None:
+        self.pairs = 0
+        self.samples: list[str] = []
+
+    def add(self, sample_id: str) -> None:
+        self.pairs += 1
+        self.samples.append(sample_id)
+
+    def report(self) -> dict:
+        return {"pairs": self.pairs, "samples_left_out": len(self.samples), "ids": self.samples[:20]}
+
+    def add_to(self, result: dict, protocol_name: str, settings: ScoreSettings) -> dict:
+        """``result`` with ``unscorable`` (when any pair was) and, with the judge, ``unrated``."""
+        if self.pairs:
+            result["unscorable"] = self.report()
+        if uses_judge(protocol_name, settings):
+            result["unrated"] = self.pairs
+        return result
+
+
+def reply_texts(replies: Sequence[Reply]) -> list[str]:
+    """The scored text of each reply (its leading ``[tag]`` removed)."""
+    return [split_category(r.text)[1] for r in replies]
+
+
+def prepared_content(settings: ScoreSettings, paired: Paired) -> ContentScorer:
+    """The content scorer of ``settings``; a batching one (embedding) has encoded every text of
+    ``paired`` at once."""
+    content = build_content(settings)
+    prepare = getattr(content, "prepare", None)
+    if prepare is not None:
+        prepare(
+            [t.content for g, _ in paired for t in g.targets] + [x for _, r in paired for x in reply_texts(r)]
+        )
+    return content
+
+
+Scorer = Callable[[Paired, ScoreSettings], tuple[dict, list[dict]]]
+PROTOCOLS: dict[str, Scorer] = {}
+#: Per protocol, whether its settings ask the LLM judge (protocols not here: :func:`default_uses_judge`).
+JUDGED: dict[str, Callable[[ScoreSettings], bool]] = {}
+
+
+def protocol(
+    name: str, *, judged: Callable[[ScoreSettings], bool] | None = None
+) -> Callable[[Scorer], Scorer]:
+    """Register ``fn(paired, settings) -> (metrics, per-sample rows)`` as protocol ``name``'s scoring;
+    ``judged(settings)`` says when it asks the LLM judge (default: :func:`default_uses_judge`)."""
+
+    def deco(fn: Scorer) -> Scorer:
+        if name in PROTOCOLS and PROTOCOLS[name] is not fn:
+            raise ValueError(f"protocol {name!r} is registered twice")
+        PROTOCOLS[name] = fn
+        if judged is not None:
+            JUDGED[name] = judged
+        return fn
+
+    return deco
+
+
+def score(
+    protocol_name: str, paired: Paired, settings: ScoreSettings | None = None
+) -> tuple[dict, list[dict]]:
+    """Metrics (0-100, as ``eval.score`` prints them, with ``protocol`` and ``content``) and one row
+    per sample."""
+    settings = settings or ScoreSettings()
+    if protocol_name not in PROTOCOLS:
+        raise KeyError(f"unknown protocol {protocol_name!r} (known: {', '.join(sorted(PROTOCOLS))})")
+    result, rows = PROTOCOLS[protocol_name](paired, settings)
+    return {"protocol": protocol_name, "content": settings.content, **result}, rows
+
+
+def default_uses_judge(settings: ScoreSettings) -> bool:
+    """The judge scores content: ``content`` is ``judge``, or ``label`` with ``open_content`` ``judge``."""
+    return settings.content == "judge" or (settings.content == "label" and settings.open_content == "judge")
+
+
+def uses_judge(protocol_name: str, settings: ScoreSettings) -> bool:
+    """Whether scoring protocol ``protocol_name`` with ``settings`` asks the LLM judge."""
+    return JUDGED.get(protocol_name, default_uses_judge)(settings)
+
+
+# Last: the protocol modules import this one (and eval.runners) to register their scorers.
+importlib.import_module("eval.protocols")

@@ -1,0 +1,531 @@
+"""The GRPO update loop over streaming rollouts (docs/grpo.md; ``train/grpo/loss.py`` for the loss).
+
+Each update: the next ``windows_per_step`` windows of a seeded shuffle are drawn (one pass over the
+windows per epoch; a resumed run draws the same ones), each gets ``num_generations`` sampled streaming rollouts (each window with its own seed),
+the configured weighted reward (``rewards.grpo.build_reward``), advantages centred within the group
+(``scale_rewards``), and one loss forward with the window's frames; the update's loss weights each
+generated token by ``loss_type``, gradients are clipped, and the optimizer steps. A group whose
+advantages are all zero gives no gradient and is counted (``zero_std_groups``).
+
+Processes (``train.grpo.parallel``): under ``accelerate launch`` with a DeepSpeed config each rank
+rolls out its share of the draw; rewards, advantages and the loss are computed per group on its
+rank, and the update equals the one-process update over the same windows (the figures in
+docs/grpo.md). Every logged row is the same on every rank; rank 0 writes it.
+
+Credit (``credit``): ``sequence`` gives every token of a rollout its rollout's advantage (GRPO as
+published); ``decision`` splits each rollout's reward into per-step rewards that sum to it
+(``rewards.grpo.step_rewards``) and normalizes each step's discounted return (``gamma``) against
+the group's at the same step (``train.grpo.rollout.decision_advantages``). Under sequence credit an
+over-firing policy learns to fire less everywhere, its first, right reply included, and collapses
+to silence; decision credit charges each repeat at its own step and credits the first reply.
+
+Checkpoints are ordinary HF directories (``checkpoint-<step>``: model + processor, safetensors)
+plus ``grpo_state.pt`` (the step and, for one process, the optimizer state, read back with
+``torch.load(weights_only=True)`` and the step checked; under DeepSpeed each rank's optimizer
+partition is in ``deepspeed/``, read back with ``weights_only=True`` too: ``train.safe_load``) and
+the ``COMPLETE`` marker, written once every rank has saved. ``resume=auto`` restarts from the
+newest complete one. SIGUSR1 / SIGTERM to any rank: after the current update
+every rank saves its part and stops with ``Preempted``; a non-finite loss skips the update, and
+``max_nonfinite_steps`` of them in a row stop the run with a clear error.
+
+``keep_best``: every held-out evaluation (before the first update, every ``eval_every``, after the
+last; on rank 0) that beats the best so far saves the weights to ``best/`` (model + processor,
+then ``best.json`` with the update and its PRS-B); a resumed run reads ``best.json`` back.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import shutil
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from eval.engine.checkpoints import COMPLETE_MARKER, checkpoint_name, named_step, write_render
+from eval.engine.render import TurnRenderer
+from eval.engine.streaming import compiled_graphs
+from eval.tracking import flatten
+from infra.progress import Progress
+from rewards.grpo import step_rewards
+from train.grpo.config import check_choices
+from train.grpo.loss import (
+    PolicyBatch,
+    UpdateCounts,
+    grpo_loss,
+    policy_batch,
+    token_advantages,
+    token_logprobs,
+    token_weights,
+)
+from train.grpo.parallel import Single, rank_share
+from train.grpo.rollout import (
+    Rollout,
+    Window,
+    batch_std,
+    decision_advantages,
+    group_advantages,
+    moments,
+    rollout_group,
+    step_returns,
+)
+from train.run_dir import (
+    CheckpointWriteError,
+    NonFiniteLoss,
+    Preempted,
+    SignalFlag,
+    is_write_failure,
+    rotate_checkpoints,
+)
+from train.safe_load import load_weights_only
+
+log = logging.getLogger(__name__)
+STATE_FILE = "grpo_state.pt"
+BEST_DIR, BEST_FILE = "best", "best.json"
+
+
+def best_value(metrics: dict, path: str) -> float:
+    """The figure at ``path`` (``a/b``) of a held-out evaluation's metrics, as ``keep_best`` compares it."""
+    value: object = metrics
+    for key in path.split("/"):
+        if not isinstance(value, dict) or key not in value:
+            raise ValueError(
+                f"grpo.best_metric={path}: the held-out metrics have no {key!r} "
+                f"(top-level keys: {', '.join(sorted(metrics))})"
+            )
+        value = value[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"grpo.best_metric={path}: {value!r} is not a number")
+    return float(value)
+
+
+def kept_best(path: Path, metric: str) -> dict:
+    """The ``best.json`` of a resumed run; one kept by another metric cannot be compared with."""
+    best = json.loads(path.read_text())
+    if "metric" not in best and "prs_b" in best:  # written before best_metric existed
+        best = {"step": best["step"], "metric": "with_negatives/prs_b", "value": best["prs_b"]}
+    if best.get("metric") != metric:
+        raise ValueError(
+            f"{path} kept the best by {best.get('metric')!r}, this run maximizes grpo.best_metric={metric}: "
+            f"set grpo.best_metric={best.get('metric')} or move {path.parent} away"
+        )
+    return best
+
+
+#: Per-window sums the update's logged row adds up over windows and ranks.
+SUMS = ("tokens", "clipped_sum", "ratio_sum", "kl_sum")
+
+
+@dataclass
+class Group:
+    """One window of the update on this rank: its rollouts, rewards and advantages."""
+
+    index: int  # position in the update's draw (its seed); -1 for a padding window
+    rollouts: list[Rollout]
+    rewards: list[float]
+    parts: list[dict]
+    advantages: list[list[float]]
+    batch: PolicyBatch | None = None
+    token_adv: torch.Tensor | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.token_adv is not None and bool(self.token_adv.abs().gt(0).any())
+
+
+class GRPOLoop:
+    """Rollouts, rewards and clipped-ratio updates; ``cfg`` is the ``grpo`` block of ``conf/grpo.yaml``,
+    ``parallel`` a ``train.grpo.parallel`` runner (default: one process)."""
+
+    def __init__(
+        self,
+        cfg,
+        model,
+        processor,
+        renderer: TurnRenderer,
+        reward_fn,
+        windows: list[Window],
+        run_dir: str | Path,
+        ref_model=None,
+        evaluate: Callable[[object], dict] | None = None,
+        on_log: Callable[[dict, int], None] | None = None,
+        parallel: Single | None = None,
+    ):
+        check_choices(cfg)
+        if cfg.keep_best and not (evaluate and cfg.eval_every):
+            raise ValueError(
+                "grpo.keep_best needs held-out evaluations: set grpo.eval_every and grpo.eval_split"
+            )
+        self.cfg = cfg
+        self.processor = processor
+        self.renderer = renderer
+        self.reward_fn = reward_fn
+        self.windows = windows
+        self.run_dir = Path(run_dir)
+        self.ref_model = ref_model
+        self.evaluate = evaluate
+        self.on_log = on_log or (lambda row, step: None)
+        self.parallel = parallel or Single()
+        self.parallel.setup(model, cfg.learning_rate, cfg.weight_decay, cfg.max_grad_norm)
+        self.model = self.parallel.module  # rollouts, evaluation, saving
+        self.forward_model = self.parallel.model  # the loss forward (DeepSpeed's engine under DeepSpeed)
+        self.best_dir = self.run_dir / BEST_DIR
+        tmp = self.best_dir.with_name(f"{BEST_DIR}.tmp")
+        if (
+            self.parallel.is_main
+            and cfg.keep_best
+            and not self.best_dir.exists()
+            and (tmp / BEST_FILE).exists()
+        ):  # crashed mid-swap
+            tmp.rename(self.best_dir)
+        self.parallel.barrier()
+        best = self.best_dir / BEST_FILE
+        self.best: dict | None = kept_best(best, cfg.best_metric) if cfg.keep_best and best.exists() else None
+        self.step = 0
+        self._orders: dict[int, list[int]] = {}  # epoch -> window order (the current one only)
+        self.history: list[dict] = []
+        self.nonfinite = 0  # updates in a row with a non-finite loss
+        self.stopped_by: str | None = None  # why the last train() ended: max_steps, time_budget, signal
+
+    @property
+    def optimizer(self):
+        return self.parallel.optimizer
+
+    # -- checkpoints --------------------------------------------------------------------------
+
+    def save(self) -> Path:
+        """Every rank saves its part of ``checkpoint-<step>``; rank 0 marks it complete last."""
+        par = self.parallel
+        path = self.run_dir / checkpoint_name(self.step)
+        try:
+            if par.is_main:
+                path.mkdir(parents=True, exist_ok=True)
+            par.barrier()
+            par.save_weights(path)
+            state = par.optimizer_state(path)
+            if par.is_main:
+                self.processor.save_pretrained(path)
+                write_render(path, self.renderer.cfg)
+                torch.save({"step": self.step, **state}, path / STATE_FILE)
+        except (OSError, RuntimeError) as exc:
+            if not is_write_failure(exc):
+                raise
+            raise CheckpointWriteError(path, exc) from exc
+        par.barrier()
+        if not par.is_main:
+            return path
+        if self.nonfinite:
+            log.warning("%s saved during a run of non-finite losses: not marked complete", path)
+            return path
+        (path / COMPLETE_MARKER).write_text(f"{self.step}\n")
+        rotate_checkpoints(self.run_dir, self.cfg.save_total_limit)
+        return path
+
+    def load_state(self, checkpoint: str | Path) -> None:
+        """Optimizer state and step of a checkpoint (the weights were loaded with the model). The
+        step is checked first: a whole number of updates within ``[0, grpo.max_steps]``, and the
+        ``<step>`` of a ``checkpoint-<step>`` directory (both come from the same counter in :meth:`save`)."""
+        file = Path(checkpoint) / STATE_FILE
+        state = load_weights_only(file)
+        step = state.get("step") if isinstance(state, dict) else None
+        if type(step) is not int:
+            raise ValueError(f"{file}: 'step' is {step!r}, not a whole number of updates")
+        if not 0 <= step <= self.cfg.max_steps:
+            raise ValueError(
+                f"{file}: step {step} is outside [0, grpo.max_steps={self.cfg.max_steps}]"
+                + (": raise grpo.max_steps to continue this run" if step > self.cfg.max_steps else "")
+            )
+        named = named_step(file.parent)
+        if named is not None and named != step:
+            raise ValueError(f"{file}: step {step}, but its directory is {file.parent.name}")
+        self.parallel.load_optimizer(Path(checkpoint), state)
+        self.step = step
+
+    # -- one update ---------------------------------------------------------------------------
+
+    def _windows_for(self, step: int) -> list[Window]:
+        """Update ``step``'s windows: the next ``windows_per_step`` of a seeded shuffle of all the
+        windows, epoch after epoch (a new shuffle each pass), so ``n / windows_per_step`` updates see
+        every window once (``train.steps.grpo_updates``) and a resumed run draws the same ones."""
+        n = len(self.windows)
+        per = min(self.cfg.windows_per_step, n)
+        out = []
+        for pos in range(step * per, (step + 1) * per):
+            epoch, i = divmod(pos, n)
+            if epoch not in self._orders:
+                self._orders = {epoch: random.Random(self.cfg.seed * 1_000_003 + epoch).sample(range(n), n)}
+            out.append(self.windows[self._orders[epoch][i]])
+        return out
+
+    def _seed(self, j: int) -> int:
+        return (self.cfg.seed * 7919 + self.step) * 1009 + j
+
+    def _rollouts(self, draw: list[Window]) -> list[tuple[int, list[Rollout]]]:
+        """This rank's windows of the draw, rolled out; a rank without one rolls out a padding
+        window (index -1), so that it can take part in the update's collectives."""
+        cfg, par = self.cfg, self.parallel
+        mine = rank_share(len(draw), par.rank, par.world) or [-1]
+        out = []
+        self.model.eval()
+        with par.full_weights(), par.autocast(), torch.no_grad():
+            for j in mine:
+                window = draw[j if j >= 0 else par.rank % len(draw)]
+                seed = self._seed(j if j >= 0 else par.rank % len(draw))
+                rollouts, _ = rollout_group(
+                    self.model,
+                    self.renderer,
+                    window,
+                    cfg.num_generations,
+                    cfg.temperature,
+                    cfg.max_new_tokens,
+                    seed,
+                    compile=cfg.compile_rollouts,
+                )
+                out.append((j, rollouts))
+        return out
+
+    def _scored(self, rolled: list[tuple[int, list[Rollout]]]) -> list[Group]:
+        """Rewards, their parts, and the advantages under the configured credit and scale."""
+        cfg = self.cfg
+        groups, returns, per_steps = [], [], []
+        for j, rollouts in rolled:
+            scored = [self.reward_fn(*r.reward_input) for r in rollouts]
+            rewards = [float(x.value) for x in scored]
+            per_step = (
+                [step_rewards(self.reward_fn, *r.reward_input) for r in rollouts]
+                if cfg.credit == "decision"
+                else [[x] for x in rewards]
+            )
+            per_steps.append(per_step)
+            returns.append(step_returns(per_step, cfg.gamma))
+            groups.append(Group(j, rollouts, rewards, [x.parts for x in scored], []))
+        std = None
+        if cfg.scale_rewards == "batch":
+            values = [
+                x for g, ret in zip(groups, returns, strict=True) if g.index >= 0 for row in ret for x in row
+            ]
+            std = batch_std(*self.parallel.sum(list(moments(values))))
+        elif cfg.scale_rewards == "none":
+            std = 1.0 - 1e-4  # divided by std + eps: the centred values as they are
+        for g, per_step in zip(groups, per_steps, strict=True):
+            if cfg.credit == "decision":
+                g.advantages = decision_advantages(per_step, cfg.gamma, std=std)
+            else:
+                adv = group_advantages(g.rewards, std=std)
+                g.advantages = [[a] * len(r.turns) for a, r in zip(adv, g.rollouts, strict=True)]
+            g.batch = policy_batch(g.rollouts, self.renderer)
+            g.token_adv = token_advantages(g.batch, g.advantages)
+        return groups
+
+    def update(self) -> dict:
+        """One update: rollouts, rewards, the loss over this rank's groups (padded to the most any
+        rank has), the optimizer step; returns the logged row."""
+        cfg, par = self.cfg, self.parallel
+        t0 = time.perf_counter()
+        rolled = self._rollouts(self._windows_for(self.step))
+        t_rollout = time.perf_counter() - t0
+        groups = self._scored(rolled)
+        t_reward = time.perf_counter() - t0 - t_rollout
+        live, plan, counts = self._loss_plan(groups)
+        total, sums, window_loss = self._backward(plan, len(live), counts)
+        total, nonfinite, *summed = par.sum(
+            [total, float(not torch.isfinite(torch.tensor(total))), *sums.values()]
+        )
+        records = [(g.index, g.rewards, g.parts, g.index in window_loss) for g in groups if g.index >= 0]
+        records = sorted(r for rank in par.gather(records) for r in rank)
+        row = self._row(records)
+        if plan:
+            row.update(loss=total, **self._ratios(dict(zip(SUMS, summed, strict=True))))
+            if nonfinite:
+                par.discard()
+                row["nonfinite"] = 1
+            else:
+                row["grad_norm"] = par.step()
+        row.update(
+            rollout_s=t_rollout, reward_s=t_reward, update_s=time.perf_counter() - t0 - t_rollout - t_reward
+        )
+        if cfg.compile_rollouts:
+            row["rollout_graphs"] = compiled_graphs()
+        return row
+
+    def _loss_plan(self, groups: list[Group]) -> tuple[list[Group], list[Group], UpdateCounts]:
+        """This rank's groups with a signal, the loss forwards it runs, and the update-wide counts
+        the token weights divide by. Every rank runs as many forwards as the rank with the most
+        live groups (DeepSpeed's collectives need the same calls on every rank): a rank with fewer
+        pads with one of its own groups, at weight 0."""
+        cfg, par = self.cfg, self.parallel
+        live = [g for g in groups if g.index >= 0 and g.live]
+        max_tokens = cfg.window_steps * (cfg.max_new_tokens + 2)
+        n_rollouts, n_groups, n_tokens, n_max = (
+            *par.sum(
+                [
+                    sum(len(g.rollouts) for g in live),
+                    len(live),
+                    sum(int(g.batch.targets.numel()) for g in live),
+                ]
+            ),
+            par.max([len(live)])[0],
+        )
+        counts = UpdateCounts(int(n_rollouts), int(n_groups), int(n_tokens), max_tokens)
+        return live, live + [groups[0]] * (int(n_max) - len(live)), counts
+
+    def _backward(self, plan: list[Group], n_live: int, counts: UpdateCounts) -> tuple[float, dict, dict]:
+        """The loss forward and backward of each planned group (the first ``n_live`` count; the rest
+        are padding); returns the summed loss, the per-token sums of ``SUMS`` and each window's parts."""
+        cfg, par = self.cfg, self.parallel
+        total, sums, window_loss = 0.0, dict.fromkeys(SUMS, 0.0), {}
+        self.model.train()
+        for k, g in enumerate(plan):
+            with par.autocast():
+                new = token_logprobs(self.forward_model, self.renderer, g.rollouts, g.batch, cfg.temperature)
+                ref = None
+                if cfg.beta > 0:
+                    with torch.no_grad():
+                        ref = token_logprobs(
+                            self.ref_model, self.renderer, g.rollouts, g.batch, cfg.temperature
+                        )
+            weights = token_weights(g.batch, cfg.loss_type, counts) * (k < n_live)
+            loss, lp = grpo_loss(
+                new,
+                g.batch,
+                g.token_adv,
+                cfg.epsilon,
+                cfg.beta,
+                ref,
+                epsilon_high=cfg.epsilon_high,
+                weights=weights,
+            )
+            if k < n_live:
+                total += float(loss.detach())
+                window_loss[g.index] = lp
+                for key in SUMS:
+                    sums[key] += lp[key]
+            par.backward(loss * par.world, last=k == len(plan) - 1)  # the ranks' gradients are averaged
+        self.model.eval()
+        return total, sums, window_loss
+
+    @staticmethod
+    def _row(records: list[tuple]) -> dict:
+        """The logged row of an update from every window's (index, rewards, parts, had signal)."""
+        flat = [x for _, rewards, _, _ in records for x in rewards]
+        parts = [p for _, _, ps, _ in records for p in ps]
+        row = {
+            "reward/mean": sum(flat) / len(flat),
+            "reward/group_std": sum(statistics.pstdev(r) for _, r, _, _ in records) / len(records),
+            "zero_std_groups": sum(not live for *_, live in records),
+        }
+        for key in sorted({k for p in parts for k in p}):
+            vals = [float(p[key]) for p in parts if key in p]
+            row[f"reward/{key}"] = sum(vals) / len(vals)
+        return row
+
+    @staticmethod
+    def _ratios(sums: dict) -> dict:
+        n = max(sums["tokens"], 1.0)
+        return {
+            "clip_fraction": sums["clipped_sum"] / n,
+            "ratio_mean": sums["ratio_sum"] / n,
+            "kl": sums["kl_sum"] / n,
+            "generated_tokens": int(sums["tokens"]),
+        }
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def train(self, signals: SignalFlag | None = None) -> Path:
+        """Updates from ``self.step`` to ``max_steps`` (or the time budget); returns the last
+        checkpoint. ``signals`` is the stage's flag, installed before the model loaded (else one is
+        installed here); a signal to any rank saves a checkpoint on every rank after the current
+        update and raises :class:`Preempted`."""
+        cfg, par = self.cfg, self.parallel
+        flag = signals or SignalFlag()
+        start = time.perf_counter()
+        bar = Progress(cfg.max_steps, "grpo", unit="update", initial=self.step) if par.is_main else None
+        self.stopped_by = "max_steps"
+        try:
+            if self.evaluate and self.step == 0 and cfg.eval_every:
+                self._log_eval()
+            while self.step < cfg.max_steps:
+                over = bool(cfg.time_budget_s and time.perf_counter() - start > cfg.time_budget_s)
+                if par.max([float(over)])[0]:  # rank 0's clock is everyone's
+                    log.warning(
+                        "time budget of %ss reached: stopping at update %d of %d",
+                        cfg.time_budget_s,
+                        self.step,
+                        cfg.max_steps,
+                    )
+                    self.stopped_by = "time_budget"
+                    break
+                row = self.update()
+                self.nonfinite = self.nonfinite + 1 if row.get("nonfinite") else 0
+                if self.nonfinite >= cfg.max_nonfinite_steps:
+                    raise NonFiniteLoss(
+                        f"{self.nonfinite} updates in a row had a non-finite loss (last at update "
+                        f"{self.step}); stopping. Lower the learning rate or check the data."
+                    )
+                self.step += 1
+                self.history.append({"step": self.step, **row})
+                if par.is_main:
+                    self.on_log(row, self.step)
+                if self.evaluate and cfg.eval_every and self.step % cfg.eval_every == 0:
+                    self._log_eval()
+                if bar is not None:
+                    bar.update(1, reward=row["reward/mean"], **self._last_eval())
+                if par.max([float(flag.received is not None)])[0]:  # every rank stops at the same update
+                    self.stopped_by = "signal"
+                    raise Preempted(self.save(), cfg.requeue_exit_code)
+                if cfg.save_every and self.step % cfg.save_every == 0:
+                    self.save()
+            if cfg.keep_best and not (self.history and "eval" in self.history[-1]):
+                self._log_eval()  # the last update is a candidate too
+            return self.save()
+        finally:
+            if bar is not None:
+                bar.close()
+            if signals is None:
+                flag.restore()
+
+    def _last_eval(self) -> dict:
+        for h in reversed(self.history):
+            if "eval" in h:
+                return {self.cfg.best_metric: best_value(h["eval"], self.cfg.best_metric)}
+        return {}
+
+    def _log_eval(self) -> None:
+        """Rank 0 evaluates (under ZeRO-3 with the weights gathered on every rank); all ranks get
+        the metrics and agree on the best."""
+        par = self.parallel
+        with par.full_weights(), par.autocast(), torch.no_grad():
+            metrics = self.evaluate(self.model) if par.is_main else None
+        metrics = par.broadcast(metrics)
+        self.history.append({"step": self.step, "eval": metrics})
+        if par.is_main:
+            self.on_log(flatten(metrics, "eval"), self.step)
+        if self.cfg.keep_best:
+            score = best_value(metrics, self.cfg.best_metric)
+            if self.best is None or score > self.best["value"]:
+                self._save_best({"step": self.step, "metric": self.cfg.best_metric, "value": score})
+
+    def _save_best(self, best: dict) -> None:
+        """Weights to ``best.tmp``, then swapped in for ``best`` (a crash leaves one whole copy)."""
+        par = self.parallel
+        path, tmp = self.best_dir, self.best_dir.with_name(f"{BEST_DIR}.tmp")
+        if par.is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        par.barrier()
+        par.save_weights(tmp)
+        if par.is_main:
+            self.processor.save_pretrained(tmp)
+            write_render(tmp, self.renderer.cfg)
+            (tmp / BEST_FILE).write_text(json.dumps(best) + "\n")
+            shutil.rmtree(path, ignore_errors=True)
+            tmp.rename(path)
+            log.info(
+                "best held-out %s so far: %.2f at update %d", best["metric"], best["value"], best["step"]
+            )
+        par.barrier()
+        self.best = best

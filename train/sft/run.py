@@ -1,0 +1,245 @@
+"""SFT stage: Qwen3-VL on silence/response streams with a focal, frequency-balanced decision loss.
+
+    python -m train.sft model=tiny data=toy experiment=toy_sft                  # the demo's settings, CPU
+    python -m train.sft model=qwen3_vl_4b data=mix_p3i data.dir=/data/mix_p3i   # the recipe (lr 1e-5, 1 epoch)
+    accelerate launch --config_file conf/accelerate/zero2.yaml -m train.sft model=qwen3_vl_4b ...
+    sbatch --gpus-per-node=8 slurm/sft.sh model=qwen3_vl_4b data=mix_p3i data.dir=/data/mix_p3i
+
+Assembles the parts and hands them to the Trainer: the model (``eval.engine.model``; vision tower frozen,
+merger and language model trained, or LoRA adapters), the training split of a built mixture as
+rendered windows (``train.sft.data``), the decision loss (``train.sft.losses``) inside a narrow Trainer
+subclass (``train.sft.trainer``). Checkpoints are HF directories (model + processor, safetensors);
+``train.resume=auto`` continues from the newest complete one. On SIGUSR1 / SIGTERM the run saves and
+exits with ``train.requeue_exit_code`` (75) for the sbatch script to requeue. The final weights go to
+``<train.output_dir>/final``, which ``train(cfg)`` returns.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import hydra
+import torch
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from data_builders.config import RenderConfig
+from data_builders.video import FrameCache
+from eval.config import quiet_libraries
+from eval.engine.checkpoints import checkpoint_name, checkpoint_step, write_render
+from eval.engine.model import count_parameters, load_model_and_processor
+from eval.engine.render import TurnRenderer
+from infra.files import OutputLock
+from infra.progress import console
+from infra.schema import CONF_DIR, compose, validate
+from train.run_dir import (
+    CheckpointWriteError,
+    NonFiniteLoss,
+    Preempted,
+    is_rank_zero,
+    is_write_failure,
+    resolve_resume,
+    retire_nonfinite,
+    set_aside_previous_run,
+    write_progress,
+    write_run_info,
+)
+from train.sft.config import SFTConfig
+from train.sft.data import StreamWindowDataset, WindowCollator
+from train.sft.losses import class_weights, counts_from_stats
+from train.sft.trainer import (
+    CheckpointCallback,
+    DecisionTrainer,
+    PreemptionCallback,
+    StepProgressCallback,
+    TimeBudgetCallback,
+    WandbRunCallback,
+    logger_report_to,
+    training_arguments,
+)
+
+log = logging.getLogger("train.sft")
+
+
+def apply_lora(model, lora_cfg, decision_ids: list[int]):
+    """Wrap the language model's projections in LoRA adapters; the decision-token embedding rows
+    (new tokens) and, by default, the vision merger stay trainable."""
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(
+        r=lora_cfg.r,
+        lora_alpha=lora_cfg.alpha,
+        lora_dropout=lora_cfg.dropout,
+        target_modules=lora_cfg.target_modules,
+        trainable_token_indices={"embed_tokens": list(decision_ids)},
+        modules_to_save=["merger"] if lora_cfg.train_merger else None,
+    )
+    return get_peft_model(model, config)
+
+
+def build_trainer(cfg: DictConfig) -> tuple[DecisionTrainer, PreemptionCallback]:
+    """The Trainer of a validated config (model, data, loss, callbacks), ready to ``train()``."""
+    preemption = PreemptionCallback()  # first: a signal while the model loads is caught too
+    quiet_libraries()
+    t = cfg.train
+    if t.num_threads:
+        torch.set_num_threads(t.num_threads)
+    out = Path(t.output_dir)
+    if is_rank_zero():
+        write_run_info(out, cfg)
+    torch.manual_seed(t.seed)
+    model, processor = load_model_and_processor(cfg.model, cache_dir=cfg.paths.cache_dir)
+    render = RenderConfig(**OmegaConf.to_container(cfg.render, resolve=True))
+    renderer = TurnRenderer(processor, render, cfg.data.steps_per_second)
+    decision_ids = (renderer.silence_id, renderer.response_id)
+    if cfg.lora.enabled:
+        model = apply_lora(model, cfg.lora, list(decision_ids))
+    model.config.use_cache = False
+    cache = FrameCache(cfg.paths.frame_cache_dir)
+    split_dir = Path(cfg.data.dir) / t.train_split
+    train_set = StreamWindowDataset.from_split(
+        split_dir, renderer, cache, keep_rendered=t.keep_rendered, window_steps=t.window_steps
+    )
+    eval_set = None
+    if t.eval_split:
+        eval_set = StreamWindowDataset.from_split(
+            Path(cfg.data.dir) / t.eval_split, renderer, cache, window_steps=t.window_steps
+        )
+    static = None
+    if cfg.loss.balance == "static":
+        static = class_weights(counts_from_stats(split_dir / "stats.json"), cfg.loss.balance_power)
+    params = count_parameters(model)
+    log.info("model %s: %s parameters, %s trainable", cfg.model.name, params["total"], params["trainable"])
+    log.info("train windows: %d from %s; class weights %s", len(train_set), split_dir, static)
+    checkpoints = CheckpointCallback(render, t.save_total_limit)
+    callbacks = [preemption, checkpoints, StepProgressCallback()]
+    if cfg.logger.name == "wandb":
+        callbacks.append(WandbRunCallback(OmegaConf.to_container(cfg, resolve=True)))
+    if t.time_budget_s:
+        callbacks.append(TimeBudgetCallback(t.time_budget_s))
+    trainer = DecisionTrainer(
+        model=model,
+        args=training_arguments(cfg, logger_report_to(cfg)),
+        data_collator=WindowCollator(processor.tokenizer.pad_token_id),
+        train_dataset=train_set,
+        eval_dataset=eval_set,
+        processing_class=processor,
+        callbacks=callbacks,
+        decision_ids=decision_ids,
+        gamma=cfg.loss.gamma,
+        balance=cfg.loss.balance,
+        balance_power=cfg.loss.balance_power,
+        static_weights=static,
+        decision_weight=cfg.loss.decision_weight,
+        text_weight=cfg.loss.text_weight,
+        max_nonfinite_steps=t.max_nonfinite_steps,
+    )
+    checkpoints.trainer = trainer
+    return trainer, preemption
+
+
+def train(cfg: DictConfig) -> Path:
+    """Run the SFT stage of a validated config; returns the final checkpoint dir (model + processor)."""
+    t = cfg.train
+    out = Path(t.output_dir)
+    resume = resolve_resume(t.resume, out)
+    lock = OutputLock(out, "train.sft").acquire() if is_rank_zero() else None
+    if lock is not None and resume is None:
+        set_aside_previous_run(out, keep=cfg.model.get("path"))
+    try:
+        if resume and _finished(out, resume, t.max_steps):
+            log.info(
+                "%s: %s already reached train.max_steps=%d and final/ is saved: nothing to train "
+                "(raise train.max_steps to train on, or train.resume=none to start over)",
+                out,
+                Path(resume).name,
+                t.max_steps,
+            )
+            return out / "final"
+        return _train(cfg, out, resume)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _finished(out: Path, resume: str, max_steps: int) -> bool:
+    """Whether the run in ``out`` is done: the checkpoint to resume from is at ``max_steps`` and
+    ``final/`` was saved after it (the Trainer, resumed there, would train one step more)."""
+    step = checkpoint_step(resume)
+    return step is not None and step >= max_steps and (out / "final" / "config.json").is_file()
+
+
+def _train(cfg: DictConfig, out: Path, resume: str | None) -> Path:
+    t = cfg.train
+    trainer, preemption = build_trainer(cfg)
+    processor = trainer.processing_class
+    if preemption.received is not None:  # during start-up: nothing trained, nothing to save
+        preemption.flag.restore()
+        raise Preempted(None, t.requeue_exit_code)
+    if resume:
+        log.info("resuming from %s", resume)
+    try:
+        trainer.train(resume_from_checkpoint=resume)
+    except NonFiniteLoss:
+        if trainer.is_world_process_zero():
+            retire_nonfinite(out)
+        raise
+    except (OSError, RuntimeError) as exc:
+        if not is_write_failure(exc):
+            raise
+        raise CheckpointWriteError(out / checkpoint_name(trainer.state.global_step), exc) from exc
+    if preemption.received is not None:
+        ckpt = out / checkpoint_name(trainer.state.global_step)
+        raise Preempted(ckpt if ckpt.is_dir() else None, t.requeue_exit_code)
+    if trainer.is_world_process_zero():
+        budget = any(
+            isinstance(c, TimeBudgetCallback) and c.fired for c in trainer.callback_handler.callbacks
+        )
+        stopped_by = "time_budget" if budget else "max_steps"
+        write_progress(out, trainer.state.global_step, trainer.state.max_steps, stopped_by)
+    final = out / "final"
+    if cfg.lora.enabled and cfg.lora.merge_on_save:
+        if trainer.is_world_process_zero():
+            trainer.accelerator.unwrap_model(trainer.model).merge_and_unload().save_pretrained(final)
+            processor.save_pretrained(final)
+    else:
+        trainer.save_model(str(final))
+    if trainer.is_world_process_zero():
+        write_render(final, cfg.render)
+    trainer.accelerator.wait_for_everyone()
+    if "wandb" in trainer.args.report_to and trainer.is_world_process_zero():
+        import wandb
+
+        # ends the run before the demo's evaluation starts; W&B's service writes and closes the
+        # offline run's file after this returns (tests wait for its exit record: offline_run)
+        wandb.finish()
+    return final
+
+
+def compose_config(overrides: list[str] | None = None) -> DictConfig:
+    """``conf/sft.yaml`` composed with command-line style ``overrides`` and validated (for the demo
+    and tests: ``train(compose_config(["experiment=toy_sft", "train.seed=1"]))``)."""
+    return compose("sft", overrides or [], SFTConfig)
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="sft", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    try:
+        cfg = validate(cfg, SFTConfig)
+    except (ValueError, OmegaConfBaseException) as exc:
+        print(f"train.sft: {exc}", file=sys.stderr)
+        sys.exit(2)
+    console(str(Path(cfg.train.output_dir) / "sft.log") if is_rank_zero() else None)
+    try:
+        final = train(cfg)
+    except Preempted as exc:
+        log.warning("%s", exc)
+        sys.exit(exc.exit_code)
+    print(json.dumps({"final_checkpoint": str(final)}))
+
+
+if __name__ == "__main__":
+    main()
