@@ -24,7 +24,9 @@ Adding a benchmark ``<name>`` is one module and one YAML: write ``eval/protocols
 the registrations it needs and ``conf/benchmark/<name>.yaml`` with ``name: <name>`` and
 ``protocol: <name>`` (then ``eval.run benchmark=<name>`` and ``eval.score --protocol <name>``).
 Nothing else is edited: importing this package imports every module in it
-(:func:`import_protocols`; a name starting with ``_`` is skipped), and ``eval.scoring`` and
+(:func:`import_protocols`; a name starting with ``_`` is skipped; a helper module that registers
+nothing, such as ``egoserve_files`` and ``egoserve_preds``, EgoServe's release and prediction
+files, is imported to no effect), and ``eval.scoring`` and
 ``eval.runners`` import this package, so the registrations are there whenever either is imported.
 A protocol module imports ``eval.runners`` and ``eval.scoring`` at its top: they import this
 package last, after their own names are defined. tests/eval/test_protocols.py adds one this way.
