@@ -11,7 +11,7 @@ import transformers.integrations.sdpa_attention as hf_sdpa
 from data_builders.config import RenderConfig
 from data_builders.frames import stream_frames
 from data_builders.records import load_streams
-from eval import attention
+from eval.engine import attention
 from eval.engine.render import TurnRenderer
 from eval.engine.streaming import EngineConfig, StreamingEngine
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from data_builders.records import HistoryEntry, Target, load_streams, write_jsonl
-from eval import score, streaming
+from eval import score
+from eval.engine import streaming
 from eval.engine.streaming import StepDecision, StreamResult, compiled_forward
 from eval.run import evaluate, load_config
 from eval.runners import get_runner
