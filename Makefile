@@ -37,6 +37,11 @@ $(VENV)/.torch:
 $(STAMP): $(VENV)/.torch pyproject.toml
 	DS_BUILD_OPS=0 $(PY) -m pip install -q -e '.[dev]'
 	$(PY) -c "import torch, torchvision, transformers, peft, accelerate, deepspeed, datasets, decord, av, hydra, wandb"
+	@# DeepSpeed builds its CPU shared-memory comm op at its first multi-process start (about a minute
+	@# on 2 cores, cached under ~/.cache/torch_extensions): built here, once, not inside a test or a run
+	$(PY) -c "import deepspeed.ops; from deepspeed.accelerator import get_accelerator; \
+	  b = get_accelerator().create_op_builder('ShareMemCommBuilder'); \
+	  b is None or not deepspeed.ops.__compatible_ops__.get(b.NAME) or b.load()"
 	touch $@
 
 test: setup

@@ -25,7 +25,8 @@ def test_bench_gpu_on_tiny_cpu(capsys, compiled):
             "--stream-steps",
             "8",
             "--batch",
-            "2",
+            # compiled: one stream (the batch's graphs are test_streaming's compiled-engine test's)
+            "1" if compiled else "2",
             "--window-steps",
             "40",
             "--repeats",
