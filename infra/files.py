@@ -6,6 +6,8 @@
 - :func:`id_file_name`: a record id as a file name that cannot climb out of its folder.
 - :class:`OutputLock`: an exclusive lock on an output folder; a second run on the same folder stops
   at once, naming the process that holds it.
+- :func:`waiting_lock`: an exclusive lock a process waits for, for work that runs once however many
+  processes ask for it at the same time (building a shared cache entry).
 - :class:`WriterLock` / :func:`remove_dead_writes`: a writer holds a lock on the temporary file or
   folder it fills, so what a killed writer left behind (its lock is free) can be told from, and
   removed without touching, what a live one is still writing (its lock is held).
@@ -128,6 +130,20 @@ class OutputLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+@contextlib.contextmanager
+def waiting_lock(path: str | Path) -> Iterator[None]:
+    """Hold an exclusive lock on the file ``path`` (created if missing), waiting while another
+    process holds it. The OS drops it when the holder dies, so a crash never leaves it taken."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
 class WriterLock:

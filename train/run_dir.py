@@ -93,6 +93,17 @@ def is_rank_zero() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
+def end_process_group() -> None:
+    """Destroy the launch's default process group, if one was made, while the interpreter is still
+    whole. A gloo process left to interpreter teardown can die of SIGABRT after its work is done (its
+    worker threads free tensors once Python is gone): a 2-node GRPO job on CPU once ended with rank 1
+    killed by signal 6 and rank 0 waiting five minutes on the launcher's exit barrier."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def is_write_failure(exc: BaseException) -> bool:
     """Whether an exception raised while training is a failed file write (a full disk)."""
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):

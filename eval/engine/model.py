@@ -26,7 +26,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -34,10 +36,13 @@ from typing import Any
 import torch
 
 from eval.engine.checkpoints import check_loaded_weights, check_model_files
+from infra.files import waiting_lock, write_text_atomic
 from rewards.turns import RESPONSE, SILENCE
 
 log = logging.getLogger(__name__)
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
+#: The file a tiny checkpoint folder holds its config's fingerprint in, written last when it is built.
+TINY_STAMP = "tiny_fingerprint.txt"
 
 #: Chat and vision markers of the Qwen3-VL vocabulary that the tiny tokenizer must also have.
 CHAT_TOKENS = [
@@ -165,15 +170,38 @@ def _plain(value: Any) -> Any:
 def build_tiny_checkpoint(cfg: Mapping[str, Any], out_dir: str | Path) -> Path:
     """Build the tiny Qwen3-VL (seeded random weights), its tokenizer and processor, and save them
     as a Hugging Face checkpoint directory (safetensors). Reuses ``out_dir`` when it holds a
-    checkpoint built from the same config."""
-    from transformers import Qwen3VLForConditionalGeneration
+    checkpoint built from the same config.
 
+    Safe when several processes ask for the same directory at once (the points of a sweep, the ranks
+    of a job): one builds while the others wait on a lock beside it, and the files are written in a
+    temporary folder and renamed into place one by one, the fingerprint last, so no reader ever
+    sees a cut file."""
     cfg = _plain(cfg)
     out_dir = Path(out_dir)
-    stamp = out_dir / "tiny_fingerprint.txt"
     fp = _fingerprint(cfg)
-    if stamp.exists() and stamp.read_text().strip() == fp and (out_dir / "model.safetensors").exists():
+    if _holds_tiny(out_dir, fp):
         return out_dir
+    with waiting_lock(out_dir.parent / f".{out_dir.name}.lock"):
+        if _holds_tiny(out_dir, fp):  # built by the process that held the lock before
+            return out_dir
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / TINY_STAMP).unlink(missing_ok=True)  # an older build's files are replaced below
+        with tempfile.TemporaryDirectory(prefix=f".{out_dir.name}.", dir=out_dir.parent) as tmp:
+            _save_tiny(cfg, Path(tmp))
+            for file in sorted(Path(tmp).iterdir()):
+                os.replace(file, out_dir / file.name)
+        write_text_atomic(out_dir / TINY_STAMP, fp + "\n")
+    return out_dir
+
+
+def _holds_tiny(out_dir: Path, fp: str) -> bool:
+    stamp = out_dir / TINY_STAMP
+    return stamp.exists() and stamp.read_text().strip() == fp and (out_dir / "model.safetensors").exists()
+
+
+def _save_tiny(cfg: Mapping[str, Any], out_dir: Path) -> None:
+    from transformers import Qwen3VLForConditionalGeneration
+
     tokenizer = build_tokenizer(int(cfg["tokenizer"]["vocab_size"]))
     add_decision_tokens(tokenizer)
     processor = build_processor(tokenizer, cfg["image_processor"])
@@ -181,11 +209,8 @@ def build_tiny_checkpoint(cfg: Mapping[str, Any], out_dir: str | Path) -> Path:
     config.text_config.vocab_size = len(tokenizer)
     torch.manual_seed(int(cfg.get("seed", 0)))
     model = Qwen3VLForConditionalGeneration(config)
-    out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir, safe_serialization=True)
     processor.save_pretrained(out_dir)
-    stamp.write_text(fp + "\n")
-    return out_dir
 
 
 def freeze_vision_tower(model: torch.nn.Module, train_merger: bool = True) -> None:

@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForImageTextToText
 
 from eval.engine.model import freeze_vision_tower, vision_tower_parameters
+from tests.conftest import tiny_model_config
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_tiny_checkpoint_loads_offline_with_auto_classes(tiny_checkpoint):
@@ -96,3 +100,50 @@ def test_python_m_eval_model_sizes_the_4b_without_its_weights(capsys):
     assert (card["parameters"], card["trainable"]) == (4_437_815_808, 4_131_573_248)  # docs: 4.44B, 4.13B
     assert (card["text"]["layers"], card["text"]["kv_heads"], card["vision"]["layers"]) == (36, 8, 24)
     assert (card["dtype"], card["path"], card["random_init"]) == ("bfloat16", None, True)
+
+
+def test_processes_asking_for_one_tiny_checkpoint_at_once_build_it_once(tmp_path):
+    """The points of a sweep build the same cache entry at the same moment: one builds, the others
+    wait and load what it wrote (a second build rewriting config.json under a reader once made a
+    sweep point fail with 'not a valid JSON file')."""
+    out_dir = tmp_path / "cache" / "tiny-x"
+    code = f"""
+import json, sys, time
+from pathlib import Path
+from tests.conftest import tiny_model_config
+from eval.engine.model import build_tiny_checkpoint
+cfg = tiny_model_config()
+while time.time() < {time.time() + 20}:  # the three start together, imports done
+    time.sleep(0.01)
+path = build_tiny_checkpoint(cfg, {str(out_dir)!r})
+mtime = (path / "model.safetensors").stat().st_mtime_ns
+for _ in range(20):  # read while the others finish
+    json.loads((path / "config.json").read_text())
+    json.loads((path / "tokenizer_config.json").read_text())
+print(mtime)
+"""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(3)
+    ]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], [err[-1500:] for _, err in outs]
+    assert len({out.split()[-1] for out, _ in outs}) == 1, "the weights were written more than once"
+    assert sorted(p.name for p in out_dir.parent.iterdir()) == [
+        ".tiny-x.lock",
+        "tiny-x",
+    ]  # no temp folder left
+
+
+def test_a_tiny_checkpoint_of_another_config_is_replaced(tmp_path):
+    from eval.engine.model import TINY_STAMP, _fingerprint, build_tiny_checkpoint
+
+    cfg = tiny_model_config()
+    out = build_tiny_checkpoint(cfg, tmp_path / "ckpt")
+    first = json.loads((out / "config.json").read_text())["text_config"]["num_hidden_layers"]
+    cfg["architecture"]["text_config"]["num_hidden_layers"] = first + 1
+    assert build_tiny_checkpoint(cfg, out) == out
+    assert json.loads((out / "config.json").read_text())["text_config"]["num_hidden_layers"] == first + 1
+    assert (out / TINY_STAMP).read_text().strip() == _fingerprint(cfg)

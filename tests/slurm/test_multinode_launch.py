@@ -73,6 +73,14 @@ def kill_job(pid: int) -> None:
             os.kill(each, signal.SIGKILL)
 
 
+def failure_lines(out: str) -> str:
+    """What a failed job's log says about the failure: every line that names an error, a signal or a
+    traceback (from any rank, however early), then the log's end."""
+    said = re.compile(r"Error|error:|Traceback|terminate|what\(\)|Signal|signal|Abort|Killed")
+    found = [line for line in out.splitlines() if said.search(line) and "FutureWarning" not in line]
+    return "\n".join(found[:60]) + "\n--- the log's end:\n" + out[-3000:]
+
+
 def files_holding(text: str, *roots: Path) -> list[str]:
     found = []
     for root in roots:
@@ -141,8 +149,8 @@ def test_two_nodes_form_one_job_and_write_no_secret(
     except subprocess.TimeoutExpired:
         kill_job(proc.pid)
         out = proc.communicate()[0]
-        raise AssertionError(f"the 2-node {stage} job did not finish:\n{out[-4000:]}") from None
-    tail = out[-4000:]
+        raise AssertionError(f"the 2-node {stage} job did not finish:\n{failure_lines(out)}") from None
+    tail = failure_lines(out)
 
     # No secret anywhere the job could write, and no environment file.
     for name, value in secrets.items():

@@ -55,6 +55,7 @@ from train.run_dir import (
     NonFiniteLoss,
     Preempted,
     SignalFlag,
+    end_process_group,
     is_rank_zero,
     resolve_resume,
     retire_nonfinite,
@@ -341,7 +342,9 @@ def _main(cfg: DictConfig) -> None:
         selected = run(cfg, out)
     except Preempted as exc:
         log.warning("%s", exc)
+        end_process_group()
         sys.exit(exc.exit_code)
+    end_process_group()
     key = "best_checkpoint" if cfg.grpo.keep_best else "final_checkpoint"
     if main:
         print(json.dumps({key: str(selected)}))

@@ -39,6 +39,7 @@ from train.run_dir import (
     CheckpointWriteError,
     NonFiniteLoss,
     Preempted,
+    end_process_group,
     is_rank_zero,
     is_write_failure,
     resolve_resume,
@@ -237,7 +238,9 @@ def main(cfg: DictConfig) -> None:
         final = train(cfg)
     except Preempted as exc:
         log.warning("%s", exc)
+        end_process_group()
         sys.exit(exc.exit_code)
+    end_process_group()
     print(json.dumps({"final_checkpoint": str(final)}))
 
 
