@@ -50,7 +50,7 @@ from data_builders.records import RecordError, Stream, load_streams, write_jsonl
 from data_builders.video import FrameCache
 from eval.config import EvalConfig, quiet_libraries, records_path
 from eval.engine.checkpoints import (
-    CheckpointError,
+    add_render_to_command_line,
     check_checkpoint,
     check_render,
     checkpoint_step,
@@ -394,11 +394,7 @@ def main() -> None:
     of the process): ``slurm/eval.sh`` starts ranks under a launcher told to ignore it, and a
     resumable evaluation has nothing to save before the requeue."""
     signal.signal(signal.SIGUSR1, signal.SIG_DFL)
-    try:
-        sys.argv[1:] = render_overrides(sys.argv[1:])
-    except CheckpointError as exc:  # a damaged render.json: its name and why, not a traceback
-        print(f"eval.run: {exc}", file=sys.stderr)
-        sys.exit(2)
+    add_render_to_command_line("eval.run")
     _main()
 
 

@@ -55,7 +55,7 @@ from omegaconf import DictConfig, OmegaConf
 from eval.config import EvalConfig
 from eval.engine.checkpoints import (
     COMPLETE_MARKER,
-    CheckpointError,
+    add_render_to_command_line,
     complete_checkpoints,
     fingerprint_dir,
     named_step,
@@ -338,11 +338,7 @@ def main() -> None:
         except (FileNotFoundError, ValueError) as exc:
             print(f"eval.watch: {exc}", file=sys.stderr)
             sys.exit(2)
-    try:
-        sys.argv[1:] = render_overrides(sys.argv[1:], key="run_dir")
-    except CheckpointError as exc:  # a damaged render block: its file and why, not a traceback
-        print(f"eval.watch: {exc}", file=sys.stderr)
-        sys.exit(2)
+    add_render_to_command_line("eval.watch", key="run_dir")
     _main()
 
 

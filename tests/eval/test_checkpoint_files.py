@@ -144,3 +144,26 @@ def test_the_command_line_names_the_damaged_file_without_a_traceback(tiny_checkp
     assert done.returncode == 2, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
     assert f"eval.run: {path}: not valid JSON" in done.stderr
+
+
+@pytest.mark.parametrize(("prog", "key"), [("eval.watch", "run_dir"), ("train.grpo", "init")])
+def test_each_command_reads_the_render_of_the_checkpoint_it_names(
+    prog, key, tiny_checkpoint, tmp_path, monkeypatch, capsys
+):
+    """The helper eval.run, eval.watch and train.grpo share: the checkpoint's render block added to the
+    command line, and a damaged one a one-line exit 2 naming the command and the file."""
+    from eval.engine.checkpoints import add_render_to_command_line
+
+    ckpt = copy_checkpoint(tiny_checkpoint, tmp_path / "ckpt", render={"max_pixels": 8192})
+    monkeypatch.setattr(sys, "argv", [prog, f"{key}={ckpt}", "limit=2"])
+    add_render_to_command_line(prog, key=key)
+    added = sys.argv[2:-1]
+    assert sys.argv[1] == f"{key}={ckpt}" and sys.argv[-1] == "limit=2"
+    assert "render.max_pixels=8192" in added and all(a.startswith("render.") for a in added), added
+
+    path = _damage(ckpt, "render.json")
+    monkeypatch.setattr(sys, "argv", [prog, f"{key}={ckpt}"])
+    with pytest.raises(SystemExit) as stop:
+        add_render_to_command_line(prog, key=key)
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.startswith(f"{prog}: {path}: not valid JSON")

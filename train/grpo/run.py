@@ -37,7 +37,7 @@ from data_builders.splits import split_records
 from data_builders.video import FrameCache
 from eval.config import BenchmarkConfig, LoggerConfig, quiet_libraries
 from eval.engine.checkpoints import (
-    CheckpointError,
+    add_render_to_command_line,
     check_checkpoint,
     check_render,
     model_dir,
@@ -379,11 +379,7 @@ def main() -> None:
         print("train.grpo: " + "; ".join(renamed), file=sys.stderr)
         sys.exit(2)
     note_swept_keys(sys.argv[1:])
-    try:
-        sys.argv[1:] = render_overrides(sys.argv[1:], key="init")
-    except CheckpointError as exc:  # a damaged render.json: its name and why, not a traceback
-        print(f"train.grpo: {exc}", file=sys.stderr)
-        sys.exit(2)
+    add_render_to_command_line("train.grpo", key="init")
     _main()
 
 
