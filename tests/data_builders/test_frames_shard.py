@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -92,7 +93,7 @@ def test_shards_running_at_once_leave_the_cache_one_run_leaves(tmp_path):
     assert all(got[k] == want[k] for k in want)  # same bytes
 
 
-# Runs shard 0/2 of the frames stage and kills its whole process group by SIGKILL (the node died)
+# Runs one shard of the frames stage and kills its whole process group by SIGKILL (the node died)
 # in the middle of its second entry's write, after part of it is on disk.
 KILLED_SHARD = """
 import os, signal, sys
@@ -106,7 +107,7 @@ def write_npy(tmp, frames, n):
         os.killpg(0, signal.SIGKILL)
     real(tmp, frames, n)
 video._write_npy = write_npy
-cache_frames(sys.argv[1], sys.argv[2], workers=1, progress=False, shard="0/2")
+cache_frames(sys.argv[1], sys.argv[2], workers=1, progress=False, shard=sys.argv[3])
 """
 
 
@@ -114,19 +115,25 @@ def test_a_shard_killed_part_way_is_redone_and_nothing_else_is_lost(tmp_path):
     out, ref, shared = tmp_path / "toy", tmp_path / "ref", tmp_path / "shared"
     build_source("toy", out, options={"n": 10, "seed": 0}, workers=1)
     cache_frames(out, ref, workers=1, progress=False)
-    other = cache_frames(out, shared, workers=1, progress=False, shard="1/2")
+    # the shards hash the videos' absolute paths (tmp_path's name too): the killed one is the one with
+    # more clips, so that it has the two entries it is killed at, whatever the paths hash to
+    per_shard = Counter(clip_shard(path, stream, 2) for _, path, stream in clip_jobs(out))
+    killed_shard, other_shard = sorted((0, 1), key=lambda i: -per_shard[i])
+    other = cache_frames(out, shared, workers=1, progress=False, shard=f"{other_shard}/2")
     kept = {p: p.stat() for p in shared.rglob("*.npy")}
     assert len(kept) == other["clips"]
     killed = subprocess.Popen(
-        [sys.executable, "-c", KILLED_SHARD, str(out), str(shared)], env=env(), start_new_session=True
+        [sys.executable, "-c", KILLED_SHARD, str(out), str(shared), f"{killed_shard}/2"],
+        env=env(),
+        start_new_session=True,
     )
     assert killed.wait(timeout=120) == -signal.SIGKILL
     assert len(list(shared.rglob("*.tmp"))) == 1  # its cut entry, under a temp name
     done = set(shared.rglob("*.npy")) - kept.keys()
-    assert len(done) == 1  # one entry of shard 0 was whole before the kill
+    assert len(done) == 1  # one entry of the killed shard was whole before the kill
     (first,) = done
     before = first.stat()
-    again = cache_frames(out, shared, workers=1, progress=False, shard="0/2")
+    again = cache_frames(out, shared, workers=1, progress=False, shard=f"{killed_shard}/2")
     assert again["clips"] + other["clips"] == 10 and again["failed"] == 0
     assert entries(shared) == entries(ref)  # the cut entry's temp file is gone, the rest redone
     for p, st in kept.items():  # the other shard's entries were never rewritten
