@@ -6,7 +6,9 @@ switch. A stream is an ``EventSource`` on ``GET /stream``: the current frame, th
 curve of P(</Response>) against the threshold with the targets and their windows, and the replies
 with their times (their outcomes once a record's stream ends). The webcam's frames are grabbed from
 ``getUserMedia`` into a canvas once per step and posted as JPEG (``POST /frame``); ``Stop`` posts
-``/stop``. ``document.body.dataset`` counts ``errors``, ``done`` streams and checkpoint ``loads``,
+``/stop``. The token of the page's address (``/?token=...``) is taken from it (the address bar
+then shows ``/``) and sent with each ``fetch`` as ``Authorization: token ...``; the event stream
+carries the cookie the page's answer set. ``document.body.dataset`` counts ``errors``, ``done`` streams and checkpoint ``loads``,
 and ``S`` holds the stream's events (each step with ``arrived``: seconds since the request), for
 the browser tests."""
 
@@ -40,10 +42,15 @@ body{font:14px/1.4 system-ui,sans-serif;margin:14px;color:#222}
 const $=id=>document.getElementById(id);
 const C={hit:'#2ca02c',early:'#ff7f0e',late:'#9467bd',redundant:'#8c8c8c',false_alarm:'#d62728',wrong:'#e377c2',unclassified:'#1f77b4'};
 let es=null,S=null,cam=null;
+const TOKEN=new URLSearchParams(location.search).get('token')||'';
+if(TOKEN)history.replaceState(null,'',location.pathname);
+function post(path,body,type,name){const h={'Content-Type':type||'application/json'};if(name)h['X-Filename']=encodeURIComponent(name);if(TOKEN)h.Authorization='token '+TOKEN;
+  return fetch(path,{method:'POST',headers:h,body:body===undefined?'{}':body});}
+function get(path){return fetch(path,TOKEN?{headers:{Authorization:'token '+TOKEN}}:{});}
 function count(k){document.body.dataset[k]=String(Number(document.body.dataset[k]||0)+1);}
 function fail(m){$('err').textContent=m;$('status').textContent='';count('errors');}
 function model(c){$('model').textContent=c==null?'no model loaded':'model: '+c;}
-fetch('/state').then(r=>r.json()).then(st=>{model(st.checkpoint);if(st.error)fail(st.error);
+get('/state').then(r=>r.json()).then(st=>{model(st.checkpoint);if(st.error)fail(st.error);
   for(const i of st.records){const o=document.createElement('option');o.textContent=i;$('record').appendChild(o);}});
 function esc(s){return String(s==null?'':s).replace(/[&<>]/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;'}[c]));}
 function draw(){const cv=$('curve'),g=cv.getContext('2d'),w=cv.width,h=cv.height;g.clearRect(0,0,w,h);if(!S)return;
@@ -71,16 +78,16 @@ function follow(params){
 function run(video){follow({video:video||'',record:$('record').value,instruction:$('instruction').value,realtime:$('realtime').checked?'1':'0'});}
 $('go').addEventListener('click',()=>{const f=$('file').files[0];stopCam(true);
   if(!f)return run($('video').value);
-  fetch('/upload',{method:'POST',headers:{'X-Filename':f.name},body:f}).then(r=>r.json()).then(j=>j.error?fail(j.error):run(j.path));});
+  post('/upload',f,'application/octet-stream',f.name).then(r=>r.json()).then(j=>j.error?fail(j.error):run(j.path));});
 $('load').addEventListener('click',()=>{const c=$('checkpoint').value;$('err').textContent='';$('model').textContent='loading '+c+' (after a running stream)';
-  fetch('/checkpoint',{method:'POST',headers:{'Content-Type':'application/json'},body:JSON.stringify({checkpoint:c})}).then(r=>r.json())
+  post('/checkpoint',JSON.stringify({checkpoint:c})).then(r=>r.json())
     .then(j=>{model(j.checkpoint);if(j.error)fail(j.error);count('loads');});});
 function grab(){const v=$('camvideo'),c=$('grab');if(!cam||!S||!S.session||!v.videoWidth)return;
   c.width=320;c.height=Math.round(320*v.videoHeight/v.videoWidth);c.getContext('2d').drawImage(v,0,0,c.width,c.height);
-  const session=S.session;c.toBlob(b=>{S.posted++;fetch('/frame?session='+session,{method:'POST',body:b});},'image/jpeg',0.85);}
+  const session=S.session;c.toBlob(b=>{S.posted++;post('/frame?session='+session,b,'image/jpeg');},'image/jpeg',0.85);}
 function grabEvery(ms){if(!cam)return;grab();cam.timer=setInterval(grab,ms);}
 function stopCam(tell){if(!cam)return;clearInterval(cam.timer);cam.media.getTracks().forEach(t=>t.stop());cam=null;$('cam').textContent='Webcam';
-  if(!tell)return;if(S&&S.session)fetch('/stop?session='+S.session,{method:'POST'});else if(es)es.close();}
+  if(!tell)return;if(S&&S.session)post('/stop?session='+S.session);else if(es)es.close();}
 $('cam').addEventListener('click',async()=>{if(cam)return stopCam(true);$('err').textContent='';
   try{cam={media:await navigator.mediaDevices.getUserMedia({video:true,audio:false}),timer:null};}
   catch(e){cam=null;return fail('webcam: '+e.name+': '+e.message);}

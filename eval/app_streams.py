@@ -1,15 +1,25 @@
 """The demo's streams (``eval.app`` serves them): one model and one lock, a request streamed
 through the engine as server-sent events, a checkpoint loaded in place of the model held, and a
-webcam's frames as the engine reads them (:class:`LiveFrames`). See ``eval.app`` for the whole."""
+webcam's frames as the engine reads them (:class:`LiveFrames`). See ``eval.app`` for the whole.
+
+A request names only what the server was started with: a video in the records' video folders, the
+upload folder or ``allow_dirs``; a checkpoint (a plain folder path, never Hydra override syntax) in
+the start checkpoint's folder or ``allow_dirs`` (:mod:`eval.app_guard`). An upload is deleted once
+its stream ends, and the upload folder when the server stops (:meth:`Demo.close`). Whatever the
+engine raises ends the stream with an ``error`` event and frees the lock."""
 
 from __future__ import annotations
 
 import base64
 import io
+import logging
+import os
+import shutil
 import tempfile
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -21,7 +31,10 @@ from omegaconf import OmegaConf
 from data_builders.config import RenderConfig
 from data_builders.frames import stream_frames
 from data_builders.records import RecordError, Stream, load_streams, resolve_video
-from data_builders.video import VideoError, decode_frame, fit_pixels, probe_video
+from data_builders.video import MAX_ASPECT_RATIO, VideoError, fit_pixels, probe_video
+from eval.app_guard import inside, plain_path, resolved_dirs
+
+log = logging.getLogger("eval.app")
 
 #: The longest webcam stream (s): its step clock is laid out up to here.
 WEBCAM_LIMIT_S = 3600.0
@@ -29,6 +42,17 @@ WEBCAM_LIMIT_S = 3600.0
 WEBCAM_IDLE_S = 30.0
 #: While the engine waits for a webcam frame, the page is pinged this often (s): one gone stops the stream.
 PING_S = 1.0
+
+#: Frames posted and not yet read that a webcam stream keeps: a page posting faster than the engine
+#: steps has its oldest waiting frame dropped (the stream stays live; ``LiveFrames.dropped`` counts).
+MAX_QUEUED_FRAMES = 8
+#: The largest webcam frame (pixels), read from the image's header before anything is decoded.
+MAX_FRAME_PIXELS = 3840 * 2160
+#: The shortest side (px) of a webcam frame once sized to the render's pixel budget: the image
+#: processor takes a side of 1 or 3 px for the colour channels.
+MIN_FRAME_SIDE = 8
+#: The image formats a webcam frame may come in (the page posts JPEG).
+FRAME_FORMATS = ("JPEG", "PNG")
 
 #: ``send(event, data)``: one server-sent event to the page; raises :class:`ClientGone` once it left.
 Send = Callable[[str, dict], None]
@@ -40,6 +64,11 @@ class ClientGone(Exception):
 
 class WebcamStopped(Exception):
     """A webcam stream's end: the page said stop, or sent no frame for :data:`WEBCAM_IDLE_S`."""
+
+
+class FrameRefused(ValueError):
+    """A posted webcam frame the checks refuse (not an image, too many pixels, an aspect ratio or a
+    side the model cannot take): the poster gets a 400 and the stream ends with it as its error."""
 
 
 @dataclass(frozen=True)
@@ -64,42 +93,81 @@ class Request:
 
 
 class LiveFrames:
-    """A webcam's frames as the engine reads them: step k's frame is the k-th one posted, and reading
-    it waits until it has come (the engine, with ``frame_chunk=1``, asks for one frame at a time). Its
-    length is the step limit. While it waits it calls ``ping`` every :data:`PING_S` (a page gone
-    raises :class:`ClientGone` there); after :meth:`stop` a read past the posted frames raises
-    :class:`WebcamStopped`. Frames before the one read are dropped."""
+    """A webcam's frames as the engine reads them: step k's frame is the k-th one read from the
+    queue of posted frames, and reading it waits until one has come (the engine, with
+    ``frame_chunk=1``, asks for one frame at a time; asking again for the frame just read returns
+    it). Its length is the step limit. At most :data:`MAX_QUEUED_FRAMES` wait: past that the oldest
+    is dropped. While it waits it calls ``ping`` every :data:`PING_S` (a page gone raises
+    :class:`ClientGone` there); after :meth:`stop` a read past the posted frames raises
+    :class:`WebcamStopped`, and after a refused frame :class:`FrameRefused`."""
 
     def __init__(self, limit: int, max_pixels: int, ping: Callable[[], None]):
         self.limit = limit
         self.max_pixels = max_pixels
         self.ping = ping
-        self.frames: list[np.ndarray | None] = []
-        self.dropped = 0  # frames before this one are None
+        self.pending: deque[np.ndarray] = deque()
+        self.read = -1  # the index of ``current``, the frame read last
+        self.current: np.ndarray | None = None
+        self.posted = self.dropped = 0
         self.stopped = False
+        self.refused: str | None = None
         self.changed = threading.Condition()
 
     def __len__(self) -> int:
         return self.limit
 
-    def push(self, jpeg: bytes) -> int:
-        """Add a posted frame (any image PIL reads), sized to the render's pixel budget; returns the
-        frames posted so far. A bad image raises ``ValueError``, a stopped stream :class:`WebcamStopped`."""
+    def push(self, blob: bytes) -> int:
+        """Add a posted frame (JPEG or PNG), sized to the render's pixel budget; returns the frames
+        posted so far. A frame the checks refuse raises :class:`FrameRefused` (and ends the stream),
+        a stopped stream :class:`WebcamStopped`."""
+        if self.stopped or self.refused:
+            raise WebcamStopped("the webcam stream has ended")
         try:
-            frame = decode_frame(jpeg)
-        except Exception as exc:  # PIL's errors for bytes that are no image vary by format
-            raise ValueError(f"webcam frame of {len(jpeg)} bytes is not an image ({exc})") from None
-        h, w = fit_pixels(*frame.shape[:2], self.max_pixels)
-        if (h, w) != frame.shape[:2]:
-            from PIL import Image
-
-            frame = np.asarray(Image.fromarray(frame).resize((w, h), Image.BILINEAR))
+            frame = self.checked(blob)
+        except FrameRefused as exc:
+            with self.changed:
+                self.refused = str(exc)
+                self.changed.notify_all()
+            raise
         with self.changed:
             if self.stopped:
                 raise WebcamStopped("the webcam stream has ended")
-            self.frames.append(frame)
+            if len(self.pending) >= MAX_QUEUED_FRAMES:
+                self.pending.popleft()
+                self.dropped += 1
+            self.pending.append(frame)
+            self.posted += 1
             self.changed.notify_all()
-            return len(self.frames)
+            return self.posted
+
+    def checked(self, blob: bytes) -> np.ndarray:
+        """The ``(H, W, 3)`` frame of ``blob`` sized to the pixel budget, or :class:`FrameRefused`:
+        its size is read from the header and checked before the pixels are decoded, then its sized
+        shape gets the checks a video's frames get (aspect ratio, shortest side)."""
+        from PIL import Image
+
+        what = f"webcam frame of {len(blob)} bytes"
+        try:
+            img = Image.open(io.BytesIO(blob), formats=FRAME_FORMATS)
+        except Exception as exc:  # PIL's errors for bytes that are no image vary by format
+            raise FrameRefused(f"{what} is not a JPEG or PNG image ({exc})") from None
+        with img:
+            w, h = img.size
+            if w * h > MAX_FRAME_PIXELS:
+                raise FrameRefused(f"{what}: {w} x {h} px is over the {MAX_FRAME_PIXELS} pixel limit")
+            sh, sw = fit_pixels(h, w, self.max_pixels)
+            if max(sw, sh) > MAX_ASPECT_RATIO * min(sw, sh) or min(sw, sh) < MIN_FRAME_SIDE:
+                raise FrameRefused(
+                    f"{what}: {w} x {h} px (sized to {sw} x {sh}); the model takes an aspect ratio up to "
+                    f"{MAX_ASPECT_RATIO}:1 and sides of {MIN_FRAME_SIDE} px or more"
+                )
+            try:
+                rgb = img.convert("RGB")
+            except Exception as exc:
+                raise FrameRefused(f"{what}: {w} x {h} px does not decode ({exc})") from None
+        if (sh, sw) != (h, w):
+            rgb = rgb.resize((sw, sh), Image.BILINEAR)
+        return np.asarray(rgb)
 
     def stop(self) -> None:
         with self.changed:
@@ -115,12 +183,18 @@ class LiveFrames:
         idle = time.monotonic() + WEBCAM_IDLE_S
         while True:
             with self.changed:
-                self.changed.wait_for(lambda: len(self.frames) > k or self.stopped, timeout=PING_S)
-                if len(self.frames) > k:
-                    for j in range(self.dropped, k):
-                        self.frames[j] = None
-                    self.dropped = max(self.dropped, k)
-                    return self.frames[k]
+                if k == self.read:
+                    return self.current
+                if k != self.read + 1:
+                    raise IndexError(
+                        f"webcam frame {k} asked after frame {self.read}: frames are read in order"
+                    )
+                self.changed.wait_for(lambda: self.pending or self.stopped or self.refused, timeout=PING_S)
+                if self.refused:
+                    raise FrameRefused(self.refused)
+                if self.pending:
+                    self.current, self.read = self.pending.popleft(), k
+                    return self.current
                 if self.stopped:
                     raise WebcamStopped("stopped")
             if time.monotonic() > idle:
@@ -133,29 +207,60 @@ class Demo:
     :meth:`load` swaps the model. Counters for the page and the tests: ``running`` (streams in the
     engine now), ``most_running`` (the most at once, ever), ``steps_run`` (engine steps, all streams)."""
 
-    def __init__(self, overrides: list[str]):
-        from eval.config import records_path
+    def __init__(self, overrides: list[str], allow_dirs: tuple[str, ...] = ()):
         from eval.run import load_config
 
         self.overrides = [o for o in overrides if _key(o) != "checkpoint"]
         asked = [o.split("=", 1)[1] for o in overrides if _key(o) == "checkpoint"]
         cfg = load_config(self.overrides)  # all but the checkpoint: a bad value stops the start
         self.cfg = cfg
-        self.records = records_path(cfg) if cfg.records is not None or cfg.data.dir is not None else None
-        self.streams = {s.id: s for s in load_streams(self.records)} if self.records else {}
+        self.note: str | None = None  # why no records were read (none were named)
+        self.records, self.streams = self._records(cfg)
         self.lock = threading.Lock()
-        self.uploads = Path(tempfile.mkdtemp(prefix="eval-app-"))
+        self.uploads = Path(tempfile.mkdtemp(prefix="eval-app-")).resolve()
+        self.allow_dirs = resolved_dirs(list(allow_dirs))
+        videos = {resolve_video(s, self.records, cfg.video_root).parent for s in self.streams.values()}
+        self.video_dirs = resolved_dirs([*sorted(videos), self.uploads, *self.allow_dirs])
+        start = asked[-1].strip() if asked else "null"
+        parent = [] if start in ("null", "") or "${" in start else [Path(start).expanduser().parent]
+        self.checkpoint_dirs = resolved_dirs([*parent, *self.allow_dirs])
         self.model = self.renderer = self.render = None
         self.checkpoint: str | None = None
         self.error: str | None = None  # why no model is held
         self.webcams: dict[str, LiveFrames] = {}
         self.running = self.most_running = self.steps_run = 0
-        self.load(asked[-1] if asked else "null")
+        self.load(start, page=False)
 
-    def load(self, checkpoint: str) -> str | None:
+    def _records(self, cfg) -> tuple[Path | None, dict[str, Stream]]:
+        """The records and their streams. Records are optional: when no ``records=``, ``data``,
+        ``data.*`` or ``split=`` override names them and the default split was not built, the demo
+        starts without (:attr:`note` says why); a named set that does not load stops the start."""
+        from eval.config import records_path
+
+        named = any(
+            _key(o) in ("records", "split", "data") or _key(o).startswith("data.") for o in self.overrides
+        )
+        try:
+            path = records_path(cfg)
+            return path, {s.id: s for s in load_streams(path)}
+        except (FileNotFoundError, ValueError) as exc:
+            if named or isinstance(exc, RecordError):
+                raise
+            self.note = f"no records ({exc}); a video path, an upload and the webcam need none"
+            return None, {}
+
+    def close(self) -> int:
+        """Delete the upload folder (the server stops); returns the uploads it held."""
+        held = sum(1 for _ in self.uploads.glob("*")) if self.uploads.is_dir() else 0
+        shutil.rmtree(self.uploads, ignore_errors=True)
+        return held
+
+    def load(self, checkpoint: str, page: bool = True) -> str | None:
         """Load ``checkpoint`` (a dir, or ``null``: the tiny model) in place of the model held, under
         the stream lock (a running stream finishes first). Returns None, or why it did not load
-        (``<dir>: <reason>``): the model held stays; with none held, every request is told why."""
+        (``<dir>: <reason>``): the model held stays; with none held, every request is told why.
+        It must be a plain path (:func:`~eval.app_guard.plain_path`) and, asked by the ``page``, in
+        :attr:`checkpoint_dirs`."""
         from eval.engine.render import TurnRenderer
         from eval.run import load_config, load_model
 
@@ -164,6 +269,9 @@ class Demo:
             try:
                 if not checkpoint:
                     raise ValueError("give a checkpoint dir, or null for the tiny model")
+                checkpoint = plain_path("checkpoint", checkpoint)
+                if page and checkpoint != "null":
+                    inside("checkpoint", checkpoint, self.checkpoint_dirs)
                 cfg = load_config([*self.overrides, f"checkpoint={checkpoint}"])
                 model, processor = load_model(cfg)
                 render = RenderConfig(**OmegaConf.to_container(cfg.render, resolve=True))
@@ -203,6 +311,8 @@ class Demo:
             raise ValueError("give an instruction: a video has none of its own")
         if not video:
             raise ValueError("give a video path, an upload or a record id")
+        if not inside("video", video, self.video_dirs).is_file():
+            raise ValueError(f"video {video}: not a file")
         info = probe_video(video)
         s = Stream(
             id=Path(video).name,
@@ -216,27 +326,40 @@ class Demo:
         return s, Path(video)
 
     def stream(self, send: Send, request: Request) -> None:
-        """Run one request, calling ``send(event, data)``: ``error`` (the reason) for bad input or no
-        model, ``queued`` while another stream runs, then ``start``, one ``step`` per engine step and
-        ``done``. Requests queue on the lock; a ``send`` that raises :class:`ClientGone` stops it."""
+        """Run one request, calling ``send(event, data)``: ``error`` (the reason) for bad input, no
+        model or whatever the engine raised, ``queued`` while another stream runs, then ``start``, one
+        ``step`` per engine step and ``done``. Requests queue on the lock; a ``send`` that raises
+        :class:`ClientGone` stops it. An upload it names is deleted once it ends."""
         try:
-            if self.model is None:
-                raise ValueError(self.error)
-            if request.webcam:
-                s, path = _webcam_stream(request.instruction), None
-            else:
-                s, path = self.stream_of(request.video, request.record, request.instruction)
-        except (ValueError, VideoError, RecordError, OSError) as exc:
-            return send("error", {"message": str(exc)})
-        if not self.lock.acquire(blocking=False):
-            send("queued", {"message": "another stream is running: queued"})
-            self.lock.acquire()
-        try:
-            self._run(send, s, path, request)
-        except ClientGone:
-            pass
+            try:
+                if self.model is None:
+                    raise ValueError(self.error)
+                if request.webcam:
+                    s, path = _webcam_stream(request.instruction), None
+                else:
+                    s, path = self.stream_of(request.video, request.record, request.instruction)
+            except (ValueError, VideoError, RecordError, OSError) as exc:
+                return send("error", {"message": str(exc)})
+            if not self.lock.acquire(blocking=False):
+                send("queued", {"message": "another stream is running: queued"})
+                self.lock.acquire()
+            try:
+                self._run(send, s, path, request)
+            except ClientGone:
+                pass
+            except Exception as exc:  # the engine's failure, whatever it is, is the page's message
+                log.error("eval.app: stream %s failed", s.id, exc_info=True)
+                message = str(exc) if isinstance(exc, FrameRefused) else f"{s.id}: the engine failed ({exc})"
+                _tell(send, "error", {"message": message})
+            finally:
+                self.lock.release()
         finally:
-            self.lock.release()
+            self._drop_upload(request.video)
+
+    def _drop_upload(self, video: str) -> None:
+        """Delete ``video`` if it is one of the upload folder's files (its stream has ended)."""
+        if video and Path(os.path.realpath(video)).parent == self.uploads:
+            Path(os.path.realpath(video)).unlink(missing_ok=True)
 
     def _run(self, send: Send, s: Stream, path: Path | None, request: Request) -> None:
         """Stream ``s`` (the lock held): its frames (the webcam's when ``path`` is None), then the steps."""
@@ -346,6 +469,14 @@ class Demo:
 
 def _key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
+
+
+def _tell(send: Send, event: str, data: dict) -> None:
+    """``send`` for a last event: a page already gone is no error."""
+    try:
+        send(event, data)
+    except ClientGone:
+        pass
 
 
 def _webcam_stream(instruction: str) -> Stream:

@@ -15,7 +15,10 @@
 from __future__ import annotations
 
 import http.client
+import io
 import json
+import secrets
+import socket
 import threading
 import time
 from pathlib import Path
@@ -26,7 +29,7 @@ import pytest
 
 from data_builders.records import load_streams
 from data_builders.synthetic.toy import write_mp4
-from eval.app import Demo, serve
+from eval.app import AppConfig, Demo, serve
 from eval.run import evaluate, load_config
 from eval.store import PredictionLog
 
@@ -90,14 +93,16 @@ def predicted(tiny_checkpoint, overrides, tmp_path_factory) -> dict:
 
 
 @pytest.fixture(scope="module")
-def served(tiny_checkpoint, overrides):
-    """(demo, port) of a server holding the tiny checkpoint."""
-    demo = Demo([f"checkpoint={tiny_checkpoint}", *overrides])
-    server = serve(demo, "127.0.0.1", 0)
-    host, port = server.server_address[:2]
-    assert host == "127.0.0.1"
-    yield demo, port
+def served(tiny_checkpoint, overrides, short_video):
+    """(demo, server) of a server holding the tiny checkpoint, reading videos from the short
+    video's folder too, whose streams end after 1 s without progress."""
+    demo = Demo([f"checkpoint={tiny_checkpoint}", *overrides], allow_dirs=(str(short_video.parent),))
+    server = serve(demo, AppConfig(port=0, send_timeout_s=1.0))
+    assert server.server_address[0] == "127.0.0.1"
+    assert server.url == f"http://127.0.0.1:{server.server_address[1]}/?token={server.guard.token}"
+    yield demo, server
     server.shutdown()
+    demo.close()
 
 
 @pytest.fixture(scope="module")
@@ -111,10 +116,13 @@ def short_video(tmp_path_factory) -> Path:
     return path
 
 
-def events(port: int, **query: str):
-    """A raw client of ``GET /stream``: (event, data, arrival time.monotonic()) as they come."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    conn.request("GET", "/stream?" + urlencode(query))
+def events(server, **query: str):
+    """A raw client of ``GET /stream`` (with the token): (event, data, arrival time.monotonic()) as
+    they come."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=60)
+    conn.request(
+        "GET", "/stream?" + urlencode(query), headers={"Authorization": f"token {server.guard.token}"}
+    )
     event = None
     try:
         for raw in conn.getresponse():
@@ -135,9 +143,9 @@ def wait_until(check, timeout: float = 30.0) -> None:
 
 
 @pytest.mark.slow  # the demo served to headless chromium
-def test_demo_in_chromium(served, predicted, tmp_path, page):
-    demo, port = served
-    page.goto(f"http://127.0.0.1:{port}/")
+def test_demo_in_chromium(served, predicted, short_video, page):
+    demo, server = served
+    page.goto(server.url)
     page.wait_for_function("document.querySelectorAll('#record option').length > 1")
     page.select_option("#record", predicted["id"])
     page.click("#go")
@@ -150,14 +158,14 @@ def test_demo_in_chromium(served, predicted, tmp_path, page):
     assert page.locator("#replies .tag").count() == len(predicted["replies"])  # outcomes at the end
     assert page.inner_text("#steps") == f"{len(predicted['fired'])} steps"
 
-    bad = tmp_path / "bad.mp4"
+    bad = short_video.parent / "bad.mp4"  # in a folder the server reads videos from
     bad.write_bytes(b"not a video")
     page.select_option("#record", "")
     page.fill("#video", str(bad))
     page.fill("#instruction", SAY)
     page.click("#go")
     page.wait_for_selector("body[data-errors='1']")
-    assert str(bad) in page.inner_text("#err")
+    assert str(bad) in page.inner_text("#err") and "outside the folders" not in page.inner_text("#err")
 
     page.fill("#video", "")
     page.fill("#instruction", "")
@@ -165,16 +173,17 @@ def test_demo_in_chromium(served, predicted, tmp_path, page):
     page.click("#go")
     page.wait_for_selector("body[data-done='2']")
     assert page.inner_text("#replies .reply .text") == reply["text"]
-    page.screenshot(path=str(tmp_path / "app.png"))
-    assert (tmp_path / "app.png").stat().st_size > 5000
+    shot = short_video.parent / "app.png"
+    page.screenshot(path=str(shot))
+    assert shot.stat().st_size > 5000
 
 
 @pytest.mark.slow  # the demo served to headless chromium
 def test_upload_and_real_time(served, predicted, toy_dir, short_video, page):
-    demo, port = served
+    demo, server = served
     [record] = [s for s in load_streams(toy_dir / "records.jsonl") if s.id == predicted["id"]]
     assert (record.clip_start, record.clip_end) == (0.0, 20.0)  # the whole video: what an upload streams
-    page.goto(f"http://127.0.0.1:{port}/")
+    page.goto(server.url)
     page.set_input_files("#file", str(toy_dir / record.video))
     page.fill("#instruction", record.instruction)
     page.click("#go")
@@ -204,11 +213,14 @@ def test_checkpoint_that_does_not_load(tiny_checkpoint, overrides, short_video, 
     weightless = tmp_path / "weightless"
     weightless.mkdir()
     (weightless / "config.json").write_text((tiny_checkpoint / "config.json").read_text())
-    demo = Demo([f"checkpoint={broken}", *overrides])
+    demo = Demo(
+        [f"checkpoint={broken}", *overrides],
+        allow_dirs=(str(tiny_checkpoint.parent), str(short_video.parent)),
+    )
     assert demo.model is None and demo.error.startswith(f"{broken / 'config.json'}: not valid JSON")
-    server = serve(demo, "127.0.0.1", 0)
+    server = serve(demo, AppConfig(port=0))
     try:
-        page.goto(f"http://127.0.0.1:{server.server_address[1]}/")
+        page.goto(server.url)
         page.wait_for_selector("body[data-errors='1']")  # on load
         assert page.inner_text("#err") == demo.error
         assert page.inner_text("#model") == "no model loaded"
@@ -243,15 +255,16 @@ def test_checkpoint_that_does_not_load(tiny_checkpoint, overrides, short_video, 
         assert page.inner_text("#err") == ""
     finally:
         server.shutdown()
+        demo.close()
 
 
 @pytest.mark.slow  # the demo served to headless chromium
 def test_queue_and_a_page_that_goes_away(served, predicted, short_video, page):
     """A record in real time on the page; a raw client's request meanwhile is queued; the page
     closes mid-stream: its stream stops at a next step and the queued one starts after its last."""
-    demo, port = served
+    demo, server = served
     total = len(predicted["fired"])
-    page.goto(f"http://127.0.0.1:{port}/")
+    page.goto(server.url)
     page.wait_for_function("document.querySelectorAll('#record option').length > 1")
     page.select_option("#record", predicted["id"])
     page.check("#realtime")
@@ -261,7 +274,7 @@ def test_queue_and_a_page_that_goes_away(served, predicted, short_video, page):
     second: list[tuple[str, dict, int]] = []  # (event, data, engine steps run when it came)
 
     def client() -> None:
-        for event, data, _ in events(port, video=str(short_video), instruction=SAY):
+        for event, data, _ in events(server, video=str(short_video), instruction=SAY):
             second.append((event, data, demo.steps_run))
 
     raw = threading.Thread(target=client)
@@ -280,7 +293,7 @@ def test_queue_and_a_page_that_goes_away(served, predicted, short_video, page):
     assert demo.most_running == 1
 
     wait_until(lambda: not demo.lock.locked())
-    after = events(port, video=str(short_video), instruction=SAY)
+    after = events(server, video=str(short_video), instruction=SAY)
     assert next(after)[0] == "start"  # the lock is free: not queued
     after.close()
     wait_until(lambda: not demo.lock.locked())
@@ -289,8 +302,8 @@ def test_queue_and_a_page_that_goes_away(served, predicted, short_video, page):
 
 @pytest.mark.slow  # the demo served to headless chromium
 def test_webcam(served, page):
-    demo, port = served
-    page.goto(f"http://127.0.0.1:{port}/")
+    demo, server = served
+    page.goto(server.url)
     page.click("#cam")
     page.wait_for_selector("body[data-errors='1']")  # no instruction: the webcam has none of its own
     assert page.inner_text("#err") == "give an instruction: the webcam has none of its own"
@@ -314,31 +327,33 @@ def test_webcam(served, page):
     wait_until(lambda: not demo.lock.locked() and not demo.webcams)
 
 
+def image(width: int, height: int, kind: str = "JPEG") -> bytes:
+    """A red image of ``width`` x ``height`` px in ``kind``'s format."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (width, height), (200, 30, 30)).save(buf, format=kind)
+    return buf.getvalue()
+
+
 def test_webcam_frames(monkeypatch):
     """LiveFrames without a browser: frames sized to the pixel budget, a read that waits pings the
     page, and a stop, a silent page or a page gone end the read; a bad image is refused."""
-    import io
-
-    from PIL import Image
-
     from eval import app_streams
-    from eval.app_streams import ClientGone, LiveFrames, WebcamStopped
+    from eval.app_streams import ClientGone, FrameRefused, LiveFrames, WebcamStopped
 
     monkeypatch.setattr(app_streams, "PING_S", 0.02)
     monkeypatch.setattr(app_streams, "WEBCAM_IDLE_S", 0.2)
     pings = []
     frames = LiveFrames(limit=3600, max_pixels=4096, ping=lambda: pings.append(1))
-    jpeg = io.BytesIO()
-    Image.new("RGB", (640, 480), (200, 30, 30)).save(jpeg, format="JPEG")
-    assert len(frames) == 3600 and frames.push(jpeg.getvalue()) == 1 and frames.push(jpeg.getvalue()) == 2
+    jpeg = image(640, 480)
+    assert len(frames) == 3600 and frames.push(jpeg) == 1 and frames.push(jpeg) == 2
     assert frames[0:1].shape == (1, 55, 73, 3) and frames[1].shape == (
         55,
         73,
         3,
     )  # fit_pixels(480, 640, 4096)
-    assert frames.frames[0] is None  # read past: dropped
-    with pytest.raises(ValueError, match="webcam frame of 4 bytes is not an image"):
-        frames.push(b"junk")
+    assert frames[1].shape == (55, 73, 3) and not frames.pending  # the frame just read, again
     with pytest.raises(WebcamStopped, match="no frame for 0.2 s"):
         frames[2]
     assert len(pings) >= 3
@@ -353,4 +368,232 @@ def test_webcam_frames(monkeypatch):
     with pytest.raises(WebcamStopped, match="stopped"):
         frames[2]
     with pytest.raises(WebcamStopped):
-        frames.push(jpeg.getvalue())
+        frames.push(jpeg)
+    junk = LiveFrames(limit=10, max_pixels=4096, ping=page_gone)
+    with pytest.raises(FrameRefused, match="webcam frame of 4 bytes is not a JPEG or PNG image"):
+        junk.push(b"junk")
+    with pytest.raises(FrameRefused, match="not a JPEG or PNG"):  # the stream ends with the reason
+        junk[0]
+
+
+def test_the_webcam_queue_is_bounded_and_keeps_the_newest_frames():
+    """1500 frames posted while the engine reads none: 8 are held (the newest), the others dropped;
+    Python's memory grows by what 8 frames take, not 1500 (issue: +900 MB)."""
+    import tracemalloc
+
+    from eval.app_streams import MAX_QUEUED_FRAMES, LiveFrames
+
+    frames = LiveFrames(limit=3600, max_pixels=320 * 250, ping=lambda: None)
+    blobs = [image(320, 240 + k % 2) for k in range(2)]  # 240 or 241 rows: which one was kept shows
+    tracemalloc.start()
+    try:
+        for k in range(1500):
+            frames.push(blobs[k % 2])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert (frames.posted, frames.dropped, len(frames.pending)) == (
+        1500,
+        1500 - MAX_QUEUED_FRAMES,
+        MAX_QUEUED_FRAMES,
+    )
+    assert peak < 40 * 320 * 241 * 3, f"{peak / 2**20:.1f} MiB traced for 8 frames of 0.22 MiB"
+    first = frames[0]  # post 1492 (even): 240 rows
+    assert first.shape[0] == 240 and frames[1].shape[0] == 241
+
+
+def test_a_webcam_frame_is_checked_before_it_is_decoded():
+    """A 5000 x 5000 PNG of 60 KB is refused from its header (its pixels never decoded), a 2 x 1000
+    frame for its aspect ratio and a 6 x 6 one for its side, as a video's frames would be."""
+    import tracemalloc
+    import zlib
+
+    from eval.app_streams import FrameRefused, LiveFrames
+
+    side = 5000
+    raw = zlib.compress(bytes(side * (side + 1)), 9)  # 25 M black grey pixels, filter byte per row
+    bomb = _png(side, side, raw)
+    assert len(bomb) < 100_000
+    frames = LiveFrames(limit=10, max_pixels=448 * 448, ping=lambda: None)
+    tracemalloc.start()
+    try:
+        with pytest.raises(FrameRefused, match="5000 x 5000 px is over the 8294400 pixel limit"):
+            frames.push(bomb)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 5 * 2**20, f"{peak / 2**20:.0f} MiB while refusing it"
+    for w, h in [(2, 1000), (1000, 2), (6, 6)]:
+        with pytest.raises(FrameRefused, match=f"{w} x {h} px .*aspect ratio up to 200:1 and sides of 8 px"):
+            LiveFrames(limit=10, max_pixels=448 * 448, ping=lambda: None).push(image(w, h, "PNG"))
+    assert LiveFrames(limit=10, max_pixels=448 * 448, ping=lambda: None).push(image(8, 1600, "PNG")) == 1
+
+
+def _png(width: int, height: int, idat: bytes) -> bytes:
+    """A greyscale 8-bit PNG of ``idat`` (its compressed rows)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    head = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", head) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+
+
+def call(server, method: str, path: str, body=None, headers: dict | None = None, token: bool = True):
+    """(status, headers, body) of one raw request; with ``token``, ``Authorization: token <it>``."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=60)
+    sent = {"Authorization": f"token {server.guard.token}"} if token else {}
+    conn.request(method, path, body=body, headers=sent | (headers or {}))
+    answer = conn.getresponse()
+    data = answer.read()
+    conn.close()
+    return answer.status, dict(answer.getheaders()), data
+
+
+JSON = {"Content-Type": "application/json"}
+
+
+def test_a_page_of_another_site_cannot_drive_the_server(served, short_video, tiny_checkpoint, tmp_path):
+    """A forged Host (DNS rebinding), another Origin, a body a form may post, no token or a wrong
+    one: 403 or 415, nothing loaded or streamed, the token in no answer. The page's own requests
+    (the token in the query once, then its cookie; or a header) are served; a video or a checkpoint
+    outside the server's folders is refused naming them, through ``..`` and symlinks too."""
+    demo, server = served
+    port, token = server.server_address[1], server.guard.token
+    held, steps = demo.checkpoint, demo.steps_run
+    load = json.dumps({"checkpoint": str(tiny_checkpoint)}).encode()
+    stream = f"/stream?video={short_video}&instruction=hi"
+    refused = [
+        ("GET", "/state", None, {"Host": "attacker.example"}, "Host 'attacker.example' is not a name"),
+        ("GET", f"/?token={token}", None, {"Host": f"attacker.example:{port}"}, "add it with allow_hosts="),
+        ("GET", stream, None, {"Host": "attacker.example"}, "is not a name this server answers to"),
+        ("POST", "/checkpoint", load, JSON | {"Host": "attacker.example"}, "is not a name"),
+        ("GET", "/state", None, {"Origin": "http://attacker.example"}, "another origin"),
+        ("POST", "/checkpoint", load, JSON | {"Origin": f"http://attacker.example:{port}"}, "another origin"),
+        ("GET", stream, None, {"Origin": "null"}, "another origin"),
+    ]
+    for method, path, body, headers, message in refused:
+        status, _, answer = call(server, method, path, body, headers)
+        assert (status, message in answer.decode(), token in answer.decode()) == (403, True, False), (
+            path,
+            answer,
+        )
+    for kind in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", ""):
+        for path in ("/checkpoint", "/upload", "/frame?session=x", "/stop?session=x"):
+            status, _, answer = call(server, "POST", path, load, {"Content-Type": kind})
+            assert (status, "takes" in answer.decode()) == (415, True), (path, kind, answer)
+    assert call(server, "GET", "/state", token=False)[:1] == (403,)
+    for path, headers in [("/state?token=nope", {}), ("/state", {"Authorization": "token nope"})]:
+        status, _, answer = call(server, "GET", path, headers=headers, token=False)
+        assert (status, "wrong token" in answer.decode()) == (403, True)
+    assert (demo.checkpoint, demo.steps_run) == (held, steps)  # nothing loaded, nothing streamed
+
+    status, headers, page = call(server, "GET", f"/?token={token}", token=False)
+    assert status == 200 and b"Proactive streaming assistant" in page
+    cookie = headers["Set-Cookie"]
+    assert cookie == f"eval-app-token-{port}={token}; HttpOnly; SameSite=Strict; Path=/"
+    jar = {"Cookie": cookie.split(";")[0]}
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", "LOCALHOST"):
+        assert call(server, "GET", "/state", headers=jar | {"Host": host}, token=False)[0] == 200, host
+    assert call(server, "GET", "/state", headers={"Origin": f"http://127.0.0.1:{port}"})[0] == 200
+
+    outside = tmp_path / "outside.mp4"
+    outside.write_bytes(short_video.read_bytes())
+    link = short_video.parent / "link.mp4"
+    link.symlink_to(outside)
+    climb = str(short_video.parent) + "/.." * len(short_video.parent.parts) + str(outside)
+    for video in (outside, link, climb, "/etc/passwd"):
+        [(event, data, _)] = list(events(server, video=str(video), instruction=SAY))
+        assert event == "error" and data["message"].startswith(f"video {video} is outside the folders"), data
+        assert str(short_video.parent) in data["message"] and str(demo.uploads) in data["message"]
+    status, _, answer = call(server, "POST", "/checkpoint", json.dumps({"checkpoint": str(tmp_path)}), JSON)
+    error = json.loads(answer)["error"]
+    assert error == (
+        f"checkpoint {tmp_path} is outside the folders this server reads checkpoints from "
+        f"({tiny_checkpoint.parent.resolve()}, {short_video.parent.resolve()}); start it with allow_dirs=[DIR,...] "
+        "to add one"
+    )
+    assert (demo.checkpoint, demo.steps_run) == (held, steps)
+
+
+def test_a_server_on_every_interface_answers_nothing_without_its_token(served):
+    """``host=0.0.0.0``: the token is required (also from 127.0.0.1); the machine's name is a Host
+    it answers to, another is not; the printed URL names the machine."""
+    demo, _ = served
+    server = serve(demo, AppConfig(host="0.0.0.0", port=0))
+    try:
+        port, name = server.server_address[1], socket.gethostname()
+        assert server.url == f"http://{name}:{port}/?token={server.guard.token}"
+        status, _, answer = call(server, "GET", "/state", token=False)
+        assert (status, "needs its token" in answer.decode()) == (403, True)
+        assert call(server, "GET", "/", token=False)[0] == 403
+        assert call(server, "GET", "/state", headers={"Host": f"{name}:{port}"})[0] == 200
+        assert call(server, "GET", "/state", headers={"Host": "attacker.example"})[0] == 403
+    finally:
+        server.shutdown()
+
+
+def test_the_checkpoint_field_is_a_path_never_an_override(served, monkeypatch):
+    """Interpolations and override syntax in the checkpoint field are refused as given: the secret
+    they name comes back in no answer (the issue: ``checkpoint <the secret> does not exist``)."""
+    demo, server = served
+    secret = "s3cret-" + secrets.token_hex(8)
+    monkeypatch.setenv("WANDB_API_KEY", secret)
+    held = demo.checkpoint
+    env = "${oc.env:WANDB_API_KEY}"
+    for field in [
+        env,
+        f"/tmp/{env}",
+        f"'{env}'",
+        f"a,{env}",
+        f"[{env}]",
+        f"\\{env}",
+        "${oc.env:WANDB_API_KEY,x}",
+    ]:
+        status, _, answer = call(server, "POST", "/checkpoint", json.dumps({"checkpoint": field}), JSON)
+        assert status == 200 and secret not in answer.decode()
+        error = json.loads(answer)["error"]
+        assert "is not a plain folder path: '${' starts an interpolation" in error, error
+    for field in ["/tmp/a,b", "[/tmp/a]", "/tmp/a=b", "'/tmp/a'"]:
+        error = json.loads(call(server, "POST", "/checkpoint", json.dumps({"checkpoint": field}), JSON)[2])[
+            "error"
+        ]
+        assert error.endswith(
+            "Hydra would read it as override syntax (, ' \" [ ] ( ) = or non-ASCII); give the folder's path"
+        )
+    for query in (f"video={env}", f"record={env}", f"instruction={env}&video=x"):
+        assert all(
+            secret not in json.dumps(d)
+            for _, d, _ in events(server, **dict(q.split("=") for q in query.split("&")))
+        )
+    assert secret not in call(server, "GET", "/state")[2].decode() and demo.checkpoint == held
+
+
+def test_a_client_that_never_reads_frees_the_lock(served, short_video):
+    """A client that opens a long stream and never reads: once its socket is full, the stream ends
+    after ``send_timeout_s`` (1 s here) without progress, and the next request runs (before: it
+    waited until that socket closed)."""
+    demo, server = served
+    rng = np.random.default_rng(0)
+    long = short_video.parent / "long.mp4"  # 300 steps of noise: ~1.4 MB of events
+    write_mp4(long, [rng.integers(0, 255, (64, 64, 3), dtype=np.uint8) for _ in range(300)], 1)
+    stuck = socket.socket()
+    stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stuck.connect(("127.0.0.1", server.server_address[1]))
+    query = urlencode({"video": str(long), "instruction": SAY})
+    stuck.sendall(
+        f"GET /stream?{query} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: token {server.guard.token}\r\n\r\n".encode()
+    )
+    try:
+        before = demo.steps_run
+        wait_until(lambda: demo.running == 1)
+        kinds = []
+        for event, _, _ in events(server, video=str(short_video), instruction=SAY):
+            kinds.append(event)
+        assert kinds[-1] == "done" and kinds.count("step") == SHORT_S, kinds
+        assert demo.steps_run - before - SHORT_S < 300  # the stuck stream ended part way
+    finally:
+        stuck.close()
+    wait_until(lambda: not demo.lock.locked())
