@@ -17,22 +17,27 @@ from __future__ import annotations
 import http.client
 import io
 import json
+import os
 import secrets
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
-from urllib.parse import urlencode
+from urllib.parse import parse_qs, urlencode, urlparse
 
 import numpy as np
 import pytest
 
-from data_builders.records import load_streams
+from data_builders.records import RecordError, load_streams
 from data_builders.synthetic.toy import write_mp4
 from eval.app import AppConfig, Demo, serve
 from eval.run import evaluate, load_config
 from eval.store import PredictionLog
 
+ROOT = Path(__file__).resolve().parents[2]
 FIRING = 0.47
 SHORT_S = 4  # the short clip's length (s): 4 steps at 1 step/s
 SAY = "Tell me when something happens."
@@ -597,3 +602,213 @@ def test_a_client_that_never_reads_frees_the_lock(served, short_video):
     finally:
         stuck.close()
     wait_until(lambda: not demo.lock.locked())
+
+
+def test_uploads_go_to_disk_in_chunks_under_a_cap_and_go_after_their_stream(served, short_video, tmp_path):
+    """An upload past ``max_upload_mb`` is a 413 and one cut short leaves nothing; a 40 MiB one is
+    written in chunks (Python's memory grows by a few MiB, not 40); each is deleted once its stream
+    ends (a video's done, a non-video's error)."""
+    import tracemalloc
+
+    demo, server = served
+    octets = {"Content-Type": "application/octet-stream", "X-Filename": "clip.mp4"}
+    capped = serve(demo, AppConfig(port=0, max_upload_mb=1))
+    try:
+        status, _, answer = call(capped, "POST", "/upload", bytes(2**20 + 1), octets)
+        assert (status, json.loads(answer)["error"]) == (
+            413,
+            f"a body of {2**20 + 1} bytes: this post takes 0 to {2**20}",
+        )
+        cut = socket.create_connection(("127.0.0.1", capped.server_address[1]))
+        head = f"POST /upload HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: token {capped.guard.token}\r\n"
+        cut.sendall(f"{head}Content-Type: video/mp4\r\nContent-Length: 500000\r\n\r\n".encode() + bytes(1000))
+        wait_until(lambda: any(demo.uploads.iterdir()))  # the server started writing
+        cut.close()
+        wait_until(lambda: not any(demo.uploads.iterdir()))  # and removed the partial file
+    finally:
+        capped.shutdown()
+
+    big = tmp_path / "big.bin"
+    big.write_bytes(bytes(40 * 2**20))
+    tracemalloc.start()
+    try:
+        with big.open("rb") as body:
+            status, _, answer = call(
+                server, "POST", "/upload", body, octets | {"Content-Length": str(40 * 2**20)}
+            )
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    uploaded = Path(json.loads(answer)["path"])
+    assert status == 200 and uploaded.parent == demo.uploads and uploaded.stat().st_size == 40 * 2**20
+    assert peak < 8 * 2**20, f"{peak / 2**20:.0f} MiB traced while uploading 40 MiB"
+    [(event, data, _)] = list(events(server, video=str(uploaded), instruction=SAY))
+    assert event == "error" and str(uploaded) in data["message"] and not uploaded.exists()
+
+    status, _, answer = call(
+        server, "POST", "/upload", short_video.read_bytes(), octets | {"X-Filename": "..%2F..%2Fa%20b.mp4"}
+    )
+    uploaded = Path(json.loads(answer)["path"])
+    assert uploaded.parent == demo.uploads and uploaded.name.endswith("-a_b.mp4")
+    kinds = [e for e, *_ in events(server, video=str(uploaded), instruction=SAY)]
+    assert kinds == ["start", *["step"] * SHORT_S, "done"] and not uploaded.exists()
+
+
+def test_a_refused_webcam_frame_or_an_engine_failure_is_an_error_event(served, short_video, monkeypatch):
+    """The webcam: a 2 x 1000 frame is a 400 naming its aspect ratio and ends the stream with that
+    message as its ``error`` event (before: the engine failed mid stream, no event); a frame too
+    big is refused from its header. Any failure of the engine is an ``error`` event too; the lock
+    is free after each, and the next stream starts at once."""
+    demo, server = served
+
+    def webcam(*frames: tuple[bytes, str]) -> tuple[list[tuple[str, dict]], list[tuple[int, dict]]]:
+        got: list[tuple[str, dict]] = []
+        reader = threading.Thread(
+            target=lambda: got.extend((e, d) for e, d, _ in events(server, source="webcam", instruction=SAY))
+        )
+        reader.start()
+        wait_until(lambda: got)
+        session = got[0][1]["session"]
+        posted = []
+        for blob, kind in frames:
+            status, _, answer = call(
+                server, "POST", f"/frame?session={session}", blob, {"Content-Type": kind}
+            )
+            posted.append((status, json.loads(answer)))
+            if status == 200:
+                wait_until(lambda: sum(e == "step" for e, _ in got) == len(posted))
+        reader.join(30)
+        wait_until(lambda: not demo.lock.locked() and not demo.webcams)
+        return got, posted
+
+    got, posted = webcam((image(320, 240), "image/jpeg"), (image(2, 1000, "PNG"), "image/png"))
+    assert [e for e, _ in got] == ["start", "step", "error"] and posted[0] == (
+        200,
+        {"frames": 1, "dropped": 0},
+    )
+    assert posted[1][0] == 400 and got[-1][1]["message"] == posted[1][1]["error"]
+    assert (
+        "2 x 1000 px (sized to 2 x 1000); the model takes an aspect ratio up to 200:1"
+        in posted[1][1]["error"]
+    )
+    got, posted = webcam((_png(5000, 5000, b""), "image/png"))
+    assert [e for e, _ in got] == [
+        "start",
+        "error",
+    ] and "5000 x 5000 px is over the 8294400 pixel limit" in got[-1][1]["message"]
+
+    def broken(*args):
+        raise RuntimeError("out of memory on the vision tower")
+
+    monkeypatch.setattr(demo.renderer, "encode_frames", broken)
+    [start, (event, data, _)] = list(events(server, video=str(short_video), instruction=SAY))
+    assert (start[0], event) == ("start", "error")
+    assert data["message"] == "short.mp4: the engine failed (out of memory on the vision tower)"
+    monkeypatch.undo()
+    wait_until(lambda: not demo.lock.locked())
+    assert [e for e, *_ in events(server, video=str(short_video), instruction=SAY)][
+        0
+    ] == "start"  # not queued
+
+
+def test_records_are_optional_and_a_named_set_must_exist(tiny_checkpoint, tmp_path):
+    """No records named and the default split not built: the demo starts without (issue 40: it
+    refused to start), and a video streams; records= naming a missing file stops the start."""
+    demo = Demo([f"checkpoint={tiny_checkpoint}", f"paths.data_dir={tmp_path / 'nodata'}"])
+    try:
+        assert (demo.streams, demo.records, demo.error) == ({}, None, None)
+        assert demo.note.startswith(f"no records (no records in {tmp_path / 'nodata' / 'toy' / 'test'}")
+    finally:
+        demo.close()
+    with pytest.raises(RecordError, match="missing.jsonl: records file does not exist"):
+        Demo([f"checkpoint={tiny_checkpoint}", f"records={tmp_path / 'missing.jsonl'}"])
+
+
+def app_process(*args: str, env: dict | None = None) -> subprocess.Popen:
+    """``python -m eval.app ARGS`` from the repository root, as the docs write it."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "eval.app", *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.slow  # a fresh process: 5 to 20 s of imports
+def test_cfg_job_prints_the_config_and_starts_nothing():
+    proc = app_process("--cfg", "job", "port=0", "threshold=0.3")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "port: 0\n" in out and "send_timeout_s: 5.0\n" in out and "threshold: 0.3\n" in out
+
+
+@pytest.mark.slow  # two fresh processes
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_the_app_starts_without_records_and_removes_its_uploads_when_stopped(
+    tiny_checkpoint, short_video, tmp_path, signum
+):
+    """docs/app.md's first command with no data built: the server starts (records 0), an upload
+    lands in its folder, a secret named in the checkpoint field never comes back, and Ctrl-C or
+    SIGTERM ends it with exit 0, a JSON line and the upload folder gone."""
+    secret = "s3cret-" + secrets.token_hex(8)
+    proc = app_process(
+        f"checkpoint={tiny_checkpoint}",
+        "port=0",
+        f"paths.data_dir={tmp_path / 'nodata'}",
+        env={"WANDB_API_KEY": secret},
+    )
+    try:
+        start = json.loads(proc.stdout.readline())
+        assert (start["records"], start["checkpoint"]) == (0, str(tiny_checkpoint)), start
+        url = urlparse(start["url"])
+        auth = {"Authorization": f"token {parse_qs(url.query)['token'][0]}"}
+        conn = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
+        conn.request("POST", "/upload", short_video.read_bytes(), auth | {"Content-Type": "video/mp4"})
+        uploaded = Path(json.loads(conn.getresponse().read())["path"])
+        assert uploaded.is_file()
+        conn = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
+        conn.request(
+            "POST", "/checkpoint", json.dumps({"checkpoint": "${oc.env:WANDB_API_KEY}"}), auth | JSON
+        )
+        assert secret not in conn.getresponse().read().decode()
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert json.loads(out.strip().splitlines()[-1]) == {
+        "stopped": signum.name,
+        "steps_run": 0,
+        "uploads_removed": 1,
+    }
+    assert not uploaded.exists() and not uploaded.parent.exists()
+    assert "a video path, an upload and the webcam need none" in err and secret not in out + err
+
+
+def test_what_a_careful_user_tries_is_refused(served):
+    """No file is served by path (``..`` in any spelling is a 404), a JSON body past 64 KiB is a
+    413, a post without ``Content-Length`` a 411, and no request value reaches a response header."""
+    demo, server = served
+    for path in ("/../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd", "/state/../../etc/passwd", "//etc/passwd"):
+        status, _, answer = call(server, "GET", path)
+        assert status == 404 and b"root:" not in answer, path
+    status, _, answer = call(server, "POST", "/checkpoint", b"{" + b" " * 2**16 + b"}", JSON)
+    assert (status, json.loads(answer)["error"]) == (
+        413,
+        f"a body of {2**16 + 2} bytes: this post takes 0 to {2**16}",
+    )
+    raw = socket.create_connection(("127.0.0.1", server.server_address[1]), timeout=30)
+    raw.sendall(
+        f"POST /checkpoint HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: token {server.guard.token}\r\nContent-Type: application/json\r\n\r\n".encode()
+    )
+    assert raw.recv(65536).startswith(b"HTTP/1.0 411 ")
+    raw.close()
+    raw = socket.create_connection(("127.0.0.1", server.server_address[1]), timeout=30)
+    raw.sendall(
+        f"GET /nowhere%0d%0aSet-Cookie:%20a=b?token={server.guard.token}%0d%0aX-A:%20b HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
+    )
+    head = raw.recv(65536).split(b"\r\n\r\n", 1)[0].decode()
+    raw.close()
+    assert head.startswith("HTTP/1.0 403 ") and "a=b" not in head and "X-A" not in head
