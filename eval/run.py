@@ -72,7 +72,7 @@ from eval.tracking import format_table, make_logger, plot_timelines
 from eval.view import write_view
 from infra.files import LOCK_FILE, OutputLock, OutputLocked, write_text_atomic
 from infra.progress import Progress, console
-from infra.schema import CONF_DIR, compose, validate
+from infra.schema import CONF_DIR, compose, load_literal, validate
 
 CONF = str(CONF_DIR)
 #: Where an output folder keeps the evaluations of weights the checkpoint no longer holds.
@@ -116,7 +116,7 @@ def _start_dir(out: Path, recorded: dict) -> None:
     that decides, and an evaluation of other weights is set aside (:func:`_set_aside`), not resumed."""
     saved = out / "config.yaml"
     if saved.exists():
-        old = OmegaConf.to_container(OmegaConf.load(saved))
+        old = OmegaConf.to_container(load_literal(saved), resolve=True)
         if _settings(old) != _settings(recorded) or old["threshold"] != recorded["threshold"]:
             raise ValueError(f"{out} holds a run with another config ({saved}); pick another out_dir")
         if old.get("weights") == recorded["weights"]:

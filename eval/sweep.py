@@ -32,6 +32,7 @@ from omegaconf import OmegaConf
 
 from data_builders.records import Stream, step_times
 from eval.store import PredictionLog
+from infra.schema import load_literal
 
 #: Probabilities closer than this to the threshold are not trusted to decide the same way twice
 #: (batch composition moves logits by ~1e-7).
@@ -66,7 +67,7 @@ def sibling_passes(base: Path, own: Path, cfg: Any) -> list[tuple[float, dict[st
     for d in sorted(base.glob("threshold_*")):
         if d.resolve() == own.resolve() or not (d / "config.yaml").exists():
             continue
-        other = OmegaConf.to_container(OmegaConf.load(d / "config.yaml"))
+        other = OmegaConf.to_container(load_literal(d / "config.yaml"), resolve=True)
         if fingerprint(other) != mine:
             continue
         rows = {r["id"]: r for r in PredictionLog(d / "predictions.jsonl").rows()}
@@ -120,7 +121,7 @@ def write_summary(base: Path) -> dict[str, Any]:
     for d in sorted(base.glob("threshold_*")):
         if (d / "metrics.json").exists():
             m = json.loads((d / "metrics.json").read_text())
-            t = float(OmegaConf.load(d / "config.yaml").threshold)
+            t = float(load_literal(d / "config.yaml").threshold)
             points[f"{t:g}"] = {k: v for k, v in m.items() if isinstance(v, (int, float))}
     summary = {"thresholds": dict(sorted(points.items(), key=lambda kv: float(kv[0])))}
     (base / "sweep.json").write_text(json.dumps(summary, indent=2) + "\n")

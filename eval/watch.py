@@ -62,7 +62,7 @@ from eval.engine.checkpoints import (
     render_overrides,
 )
 from infra.progress import console
-from infra.schema import CONF_DIR, bounded, compose, store_schema, validate
+from infra.schema import CONF_DIR, bounded, compose, literal, load_literal, store_schema, validate
 
 log = logging.getLogger("eval.watch")
 CONF = str(CONF_DIR)
@@ -154,7 +154,7 @@ def run_logger(cfg: DictConfig, run_dir: Path) -> dict:
     saved = run_dir / "config.yaml"
     if not cfg.logger_from_run or not saved.exists():
         return own
-    trained = OmegaConf.to_container(OmegaConf.load(saved)).get("logger") or {}
+    trained = OmegaConf.to_container(load_literal(saved), resolve=True).get("logger") or {}
     if trained.get("name") != "wandb":
         return own
     mode = os.environ.get("WANDB_MODE") or trained.get("mode") or own["mode"]
@@ -175,7 +175,7 @@ def checkpoint_config(cfg: DictConfig, run_dir: Path, checkpoint: Path) -> DictC
         "out_dir": str(base / checkpoint.name),
         "logger": run_logger(cfg, run_dir),
     }
-    return validate(OmegaConf.create(plain), EvalConfig)
+    return validate(OmegaConf.create(literal(plain)), EvalConfig)  # resolved once: read as text now
 
 
 def _run_evaluate(cfg: DictConfig) -> dict:
@@ -192,7 +192,8 @@ def launch_command(point: DictConfig, config_dir: Path, num_processes: int) -> l
     hydra = {"output_subdir": None, "run": {"dir": "."}, "job": {"chdir": False}}
     quiet = [{"override hydra/job_logging": "none"}, {"override hydra/hydra_logging": "none"}]
     OmegaConf.save(
-        OmegaConf.create({"defaults": ["_self_", *quiet], **plain, "hydra": hydra}), config_dir / "eval.yaml"
+        OmegaConf.create({"defaults": ["_self_", *quiet], **literal(plain), "hydra": hydra}),
+        config_dir / "eval.yaml",
     )
     with socket.socket() as sock:  # a port of its own: two watchers on one node must not meet
         sock.bind(("127.0.0.1", 0))
