@@ -38,6 +38,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import hydra
@@ -64,10 +65,11 @@ from eval.engine.memory import build_memory
 from eval.engine.model import load_model_and_processor
 from eval.engine.render import TurnRenderer
 from eval.engine.streaming import EngineConfig
+from eval.provenance import RECORD_FIELD, decides, describe_difference, record_fingerprint
 from eval.ranks import RankGroup, Ranks, adopt, check_manifests, merge, shard_path, split, write_manifest
 from eval.runners import get_runner
 from eval.store import PredictionLog, PredictionWriteError
-from eval.sweep import fingerprint, point_dir, reuse_rows, sibling_passes, write_summary
+from eval.sweep import point_dir, reuse_rows, sibling_passes, write_summary
 from eval.tracking import format_table, make_logger, plot_timelines
 from eval.view import write_view
 from infra.files import LOCK_FILE, OutputLock, OutputLocked, write_text_atomic
@@ -107,18 +109,15 @@ def training_step(cfg: DictConfig) -> int:
     return (checkpoint_step(cfg.checkpoint) if cfg.checkpoint is not None else None) or 0
 
 
-def _settings(plain: dict) -> dict:
-    return fingerprint({k: v for k, v in plain.items() if k != "weights"})
-
-
 def _start_dir(out: Path, recorded: dict) -> None:
     """Write the resolved config (with the weights' sha256) once; a resume must not change anything
     that decides, and an evaluation of other weights is set aside (:func:`_set_aside`), not resumed."""
     saved = out / "config.yaml"
     if saved.exists():
         old = OmegaConf.to_container(load_literal(saved), resolve=True)
-        if _settings(old) != _settings(recorded) or old["threshold"] != recorded["threshold"]:
-            raise ValueError(f"{out} holds a run with another config ({saved}); pick another out_dir")
+        why = describe_difference(decides(recorded, None), decides(old, None), "now", str(saved))
+        if why:  # the weights aside: an evaluation of other weights is set aside below
+            raise ValueError(f"{out} holds a run with another config ({why}); pick another out_dir")
         if old.get("weights") == recorded["weights"]:
             return
         _set_aside(out, old.get("weights"), recorded)
@@ -205,12 +204,38 @@ def _run_streams(
         skip=done,
     )
     bar = Progress(len(streams) - len(done), "eval", unit="record")
+    by_id = {s.id: s for s in streams}
     for row in rows:
-        log.append(row)
+        log.append(row | {RECORD_FIELD: record_fingerprint(by_id[row["id"]])})
         n += 1
         bar.update(1, fired=sum(row["fired"]))
     bar.close()
     return n
+
+
+def fresh_ids(predictions: PredictionLog, streams: list[Stream]) -> set[str]:
+    """The ids of ``predictions`` whose line belongs to the record as it is now (``eval.provenance``'s
+    fingerprint). The lines of records rebuilt since (same id, another fingerprint; or a line with
+    none, from an older version) are moved to ``<out>/superseded/records-<time>/`` and redone."""
+    done = predictions.done_ids()
+    want = {s.id: record_fingerprint(s) for s in streams}
+    stale = {r["id"] for r in predictions.rows() if r["id"] in want and r.get(RECORD_FIELD) != want[r["id"]]}
+    if stale:
+        dest = predictions.path.parent / SUPERSEDED / f"records-{time.strftime('%Y%m%dT%H%M%S')}"
+        while (dest / predictions.path.name).exists():  # set aside twice in one second
+            dest = dest.with_name(dest.name + "+")
+        dest = dest / predictions.path.name
+        predictions.set_aside(stale, dest)
+        first = sorted(stale)[0]
+        log.warning(
+            "%s: %d prediction line(s) were made for other contents of their record (first: %s; "
+            "the records were rebuilt in place): moved to %s, streaming those records again",
+            predictions.path,
+            len(stale),
+            first,
+            dest,
+        )
+    return done - stale
 
 
 def evaluate(cfg: DictConfig, sweep: bool = False, echo: bool = True) -> dict:
@@ -278,7 +303,7 @@ def _evaluate_into(
     write_jsonl(out / "gt.jsonl", [runner.gt_row(s) for s in streams])
     adopt(out, [streams])  # the shards of a multi-process run into predictions.jsonl, if any
     log = PredictionLog(out / "predictions.jsonl")
-    done = log.done_ids()
+    done = fresh_ids(log, streams)
     reused = 0
     if sweep:
         passes = sibling_passes(base, out, recorded)  # points of these weights only
@@ -314,7 +339,7 @@ def _evaluate_ranks(
         group.barrier()
         check_manifests(out, ranks.world)
         shard = PredictionLog(shard_path(out, ranks.rank, ranks.world))
-        done = shard.done_ids()
+        done = fresh_ids(shard, mine)
         ran = (
             _run_streams(cfg, mine, done, path, shard) if len(done & {s.id for s in mine}) < len(mine) else 0
         )

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from data_builders.records import RecordError, iter_jsonl
+from infra.files import write_text_atomic
 
 
 def _size(n: int) -> str:
@@ -104,6 +105,19 @@ class PredictionLog:
         """Ids with a complete line (after :meth:`repair`)."""
         self.repair()
         return {row["id"] for row in self.rows()}
+
+    def set_aside(self, ids: set[str], dest: Path) -> int:
+        """Move the lines of ``ids`` to ``dest`` (written and synced first), then rewrite this file
+        without them (atomically); returns the lines moved. A crash between the two leaves the lines
+        in both places, never in neither."""
+        rows = self.rows()
+        moved = [row for row in rows if row["id"] in ids]
+        if not moved:
+            return 0
+        write_text_atomic(dest, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in moved))
+        kept = [row for row in rows if row["id"] not in ids]
+        write_text_atomic(self.path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in kept))
+        return len(moved)
 
     def append(self, row: dict[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
