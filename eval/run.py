@@ -327,15 +327,15 @@ def _evaluate_ranks(
     mine = shares[ranks.rank]
     group = RankGroup(ranks)
     lock = None
+    recorded = _recorded(cfg)  # every rank hashes the weights it will load
     try:
         if ranks.main:  # the output folder is set up once, before any rank writes into it
             lock = OutputLock(out, "eval.run").acquire()
-            recorded = _recorded(cfg)
             _start_dir(out, recorded)
             write_jsonl(out / "gt.jsonl", [runner.gt_row(s) for s in streams])
             adopt(out, shares)
         group.barrier()
-        write_manifest(out, ranks, streams, mine, path)
+        write_manifest(out, ranks, streams, mine, path, decides(recorded, recorded["weights"]))
         group.barrier()
         check_manifests(out, ranks.world)
         shard = PredictionLog(shard_path(out, ranks.rank, ranks.world))
