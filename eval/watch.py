@@ -61,6 +61,7 @@ from eval.engine.checkpoints import (
     named_step,
     render_overrides,
 )
+from eval.provenance import decides, digest
 from infra.progress import console
 from infra.schema import CONF_DIR, bounded, compose, literal, load_literal, store_schema, validate
 
@@ -124,17 +125,24 @@ def record(run_dir: Path, key: str, entry: dict) -> None:
     os.replace(tmp, run_dir / LEDGER)
 
 
-def ledger_key(cfg: DictConfig, checkpoint: Path) -> str:
-    return f"{cfg.benchmark.name}/{checkpoint.name}"
+def config_sha256(point: DictConfig) -> str:
+    """sha256 of what decides one checkpoint's evaluation but its weights (``eval.provenance``)."""
+    return digest(decides(point, None))
+
+
+def ledger_key(point: DictConfig) -> str:
+    """``<benchmark>/<checkpoint-N>@<config sha256[:12]>``: a watcher with another evaluation config
+    (threshold, limit, render, ...) keeps entries of its own; the weights are checked per entry."""
+    return f"{point.benchmark.name}/{Path(point.checkpoint).name}@{config_sha256(point)[:12]}"
 
 
 def pending(cfg: DictConfig, run_dir: Path) -> list[Path]:
-    """Complete checkpoints of ``run_dir`` not yet in the ledger for this benchmark with the weights
-    they hold now, oldest first."""
+    """Complete checkpoints of ``run_dir`` not yet in the ledger for this evaluation config with the
+    weights they hold now, oldest first."""
     done = read_ledger(run_dir)
     todo = []
     for checkpoint in complete_checkpoints(run_dir):
-        key = ledger_key(cfg, checkpoint)
+        key = ledger_key(checkpoint_config(cfg, run_dir, checkpoint))
         entry = done.get(key)
         known = (entry or {}).get("weights")
         if not known or entry.get("status") != "done":  # never evaluated (or recorded no weights)
@@ -168,14 +176,25 @@ def checkpoint_config(cfg: DictConfig, run_dir: Path, checkpoint: Path) -> DictC
     plain = OmegaConf.to_container(cfg, resolve=True)
     for key in WATCH_KEYS:
         plain.pop(key)
-    base = Path(cfg.out_dir) if cfg.out_dir else run_dir / "eval" / cfg.benchmark.name
-    plain |= {
-        "checkpoint": str(checkpoint),
-        "step": checkpoint_step(checkpoint),
-        "out_dir": str(base / checkpoint.name),
-        "logger": run_logger(cfg, run_dir),
-    }
+    plain |= {"checkpoint": str(checkpoint), "step": checkpoint_step(checkpoint)}
+    plain |= {"out_dir": str(_out_dir(cfg, run_dir, checkpoint, plain)), "logger": run_logger(cfg, run_dir)}
     return validate(OmegaConf.create(literal(plain)), EvalConfig)  # resolved once: read as text now
+
+
+def _out_dir(cfg: DictConfig, run_dir: Path, checkpoint: Path, plain: dict) -> Path:
+    """``<out_dir or run_dir/eval/<benchmark>>/<checkpoint-N>``; when that folder holds an evaluation
+    of another config (another watcher's), ``<run_dir>/eval/<benchmark>@<config sha256[:12]>/...``."""
+    if cfg.out_dir:
+        return Path(cfg.out_dir) / checkpoint.name
+    folder = run_dir / "eval" / cfg.benchmark.name / checkpoint.name
+    saved = folder / "config.yaml"
+    if not saved.is_file():
+        return folder
+    theirs = OmegaConf.to_container(load_literal(saved), resolve=True)
+    if decides(theirs, None) == decides(validate(OmegaConf.create(literal(plain)), EvalConfig), None):
+        return folder
+    sha = digest({k: v for k, v in decides(plain, None).items() if k != "checkpoint"})[:12]
+    return run_dir / "eval" / f"{cfg.benchmark.name}@{sha}" / checkpoint.name
 
 
 def _run_evaluate(cfg: DictConfig) -> dict:
@@ -234,10 +253,11 @@ def evaluate_checkpoint(
 ) -> dict:
     """Evaluate one checkpoint and record it; returns the ledger entry."""
     point = checkpoint_config(cfg, run_dir, checkpoint)
-    key = ledger_key(cfg, checkpoint)
+    key = ledger_key(point)
     before = read_ledger(run_dir).get(key)
     weights = fingerprint_dir(checkpoint, (before or {}).get("weights"))
     entry = {"checkpoint": str(checkpoint), "step": point.step, "out_dir": point.out_dir, "weights": weights}
+    entry["config_sha256"] = config_sha256(point)
     if before is not None:  # an evaluation of other weights under this name (a retrain): kept
         entry["superseded"] = [
             {k: v for k, v in before.items() if k != "superseded"},
@@ -303,7 +323,7 @@ def watch(cfg: DictConfig, evaluate: Callable[[DictConfig], dict] = _run_evaluat
             if not (checkpoint / COMPLETE_MARKER).exists():  # rotated away since the listing
                 continue
             evaluate_checkpoint(cfg, run_dir, checkpoint, evaluate)
-            evaluated.append(ledger_key(cfg, checkpoint))
+            evaluated.append(ledger_key(checkpoint_config(cfg, run_dir, checkpoint)))
         if todo:
             continue  # new checkpoints may have landed while evaluating
         if cfg.once or (cfg.stop_after_final and (run_dir / "final").exists()):
