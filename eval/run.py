@@ -48,7 +48,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from data_builders.config import RenderConfig
 from data_builders.records import RecordError, Stream, load_streams, write_jsonl
-from data_builders.video import FrameCache
+from data_builders.video import FrameCache, FrameCacheError
 from eval.config import EvalConfig, quiet_libraries, records_path
 from eval.engine.checkpoints import (
     add_render_to_command_line,
@@ -66,13 +66,23 @@ from eval.engine.model import load_model_and_processor
 from eval.engine.render import TurnRenderer
 from eval.engine.streaming import EngineConfig
 from eval.provenance import RECORD_FIELD, decides, describe_difference, record_fingerprint
-from eval.ranks import RankGroup, Ranks, adopt, check_manifests, merge, shard_path, split, write_manifest
+from eval.ranks import (
+    PREDICTIONS,
+    RankGroup,
+    Ranks,
+    adopt,
+    check_manifests,
+    merge,
+    shard_path,
+    split,
+    write_manifest,
+)
 from eval.runners import get_runner
 from eval.store import PredictionLog, PredictionWriteError
 from eval.sweep import point_dir, reuse_rows, sibling_passes, write_summary
 from eval.tracking import format_table, make_logger, plot_timelines
 from eval.view import write_view
-from infra.files import LOCK_FILE, OutputLock, OutputLocked, write_text_atomic
+from infra.files import LOCK_FILE, DiskFullError, OutputLock, OutputLocked, write_text_atomic
 from infra.progress import Progress, console
 from infra.schema import CONF_DIR, compose, load_literal, validate
 
@@ -121,8 +131,7 @@ def _start_dir(out: Path, recorded: dict) -> None:
         if old.get("weights") == recorded["weights"]:
             return
         _set_aside(out, old.get("weights"), recorded)
-    out.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(OmegaConf.create(recorded), saved)
+    write_text_atomic(saved, OmegaConf.to_yaml(OmegaConf.create(recorded)))  # whole or not at all
 
 
 def _set_aside(out: Path, old: str | None, recorded: dict) -> Path:
@@ -269,14 +278,21 @@ def evaluate(cfg: DictConfig, sweep: bool = False, echo: bool = True) -> dict:
         / (bench.name + ("_memory" if cfg.memory.enabled else ""))
     )
     out = point_dir(base, cfg.threshold) if sweep else base
-    if ranks.world > 1:
-        result = _evaluate_ranks(out, cfg, streams, path, ranks)
-        if result is None:
-            return {}
-        metrics, columns, table, counts = result
-    else:
-        with OutputLock(out, "eval.run"):
-            metrics, columns, table, counts = _evaluate_into(out, base, cfg, streams, path, sweep)
+    try:
+        if ranks.world > 1:
+            result = _evaluate_ranks(out, cfg, streams, path, ranks)
+        else:
+            with OutputLock(out, "eval.run"):
+                result = _evaluate_into(out, base, cfg, streams, path, sweep)
+    except OSError as exc:
+        if not DiskFullError.is_disk_full(exc) or isinstance(exc, PredictionWriteError):
+            raise
+        raise DiskFullError(
+            out, exc, f"{PREDICTIONS} holds whole lines only, every other file is whole"
+        ) from None
+    if result is None:  # a rank other than 0
+        return {}
+    metrics, columns, table, counts = result
     if echo:
         ran, reused = counts
         launch = f", {ranks.world} ranks" if ranks.world > 1 else ""
@@ -400,13 +416,25 @@ def _score_and_log(
     return metrics, columns, table
 
 
+#: What the command reports as one line, exit 2 (a RecordError is a ValueError; a full disk while
+#: writing predictions or any other file, or the frame cache, names the folder).
+USER_ERRORS = (
+    ValueError,
+    OutputLocked,
+    FileNotFoundError,
+    PredictionWriteError,
+    DiskFullError,
+    FrameCacheError,
+)
+
+
 @hydra.main(config_path=CONF, config_name="eval", version_base="1.3")
 def _main(cfg: DictConfig) -> None:
     console()
     try:
         cfg = validate(cfg, EvalConfig)
         metrics = evaluate(cfg, sweep=HydraConfig.get().mode == RunMode.MULTIRUN)
-    except (ValueError, OutputLocked, FileNotFoundError, PredictionWriteError) as exc:  # RecordError too
+    except USER_ERRORS as exc:
         print(f"eval.run: {exc}", file=sys.stderr)
         sys.exit(2)
     if Ranks.from_env().main:  # the other ranks of a launch print nothing: rank 0's line comes last

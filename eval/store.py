@@ -21,30 +21,18 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 from data_builders.records import RecordError, iter_jsonl
-from infra.files import write_text_atomic
-
-
-def _size(n: int) -> str:
-    """Bytes as GiB, MiB or KiB (one decimal)."""
-    for unit, power in (("GiB", 30), ("MiB", 20)):
-        if n >= 2**power:
-            return f"{n / 2**power:.1f} {unit}"
-    return f"{n / 2**10:.1f} KiB"
+from infra.files import free_space, write_text_atomic
 
 
 class PredictionWriteError(OSError):
     """A prediction line could not be written (a full disk, mostly); the file was left as it was."""
 
     def __init__(self, path: Path, record: str, kept: int, cause: OSError):
-        try:
-            free = f"{_size(shutil.disk_usage(path.parent).free)} free in {path.parent}"
-        except OSError:
-            free = f"free space in {path.parent} unknown"
+        free = free_space(path.parent)
         super().__init__(
             f"cannot append record {record} to {path} ({free}; is the disk full?): {cause}. "
             f"The {kept} record(s) before it are kept; free some space and rerun the same command to resume"

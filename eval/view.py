@@ -49,7 +49,7 @@ from data_builders.video import VideoError, read_frames
 from eval.config import BenchmarkConfig, records_path
 from eval.runners import get_runner
 from eval.store import PredictionLog
-from infra.files import id_file_name, write_text_atomic
+from infra.files import atomic_writer, id_file_name, write_text_atomic
 from infra.schema import load_literal, validate
 from rewards.outcomes import FIRE_OUTCOMES, StreamOutcomes
 
@@ -308,8 +308,8 @@ def timeline_png(row: dict, path: Path, width: int = 800, height: int = 56) -> P
     for f in row["fires"]:
         cx = x(f["t"])
         d.polygon([(cx - 4, 2), (cx + 4, 2), (cx, 12)], fill=COLOURS[f["o"]])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    img.save(path, format="PNG")
+    with atomic_writer(path, "wb") as fh:  # whole or not at all
+        img.save(fh, format="PNG")
     return path
 
 
