@@ -18,11 +18,14 @@ the one process it always was, writing ``predictions.jsonl`` itself. With ``WORL
    another world size) are copied, each into the shard of the rank that owns its id now, then the old
    shards are removed. So a resume with another world size re-splits safely: nothing finished is
    redone, nothing is lost (copy before delete: a crash part way redoes only the copy).
-3. **Manifests**: each rank writes ``predictions.rank-R-of-W.manifest.json`` (the records file, how
-   many records, their sha256 over the whole records, its share). After a barrier every rank reads
-   all ``W`` of them (:func:`check_manifests`): ranks that read different record sets (another file
-   on another node, a records file rewritten between node starts) stop at once with an error naming
-   both manifests, before anything is streamed.
+3. **Manifests**: each rank writes ``predictions.rank-R-of-W.manifest.json`` (a layout version, the
+   records file, how many records, their sha256 over the whole records, its share, and what decides
+   its predictions: ``eval.provenance.decides``, the config and the weights' sha256). After a
+   barrier every rank reads all ``W`` of them (:func:`check_manifests`): ranks that read different
+   record sets (another file on another node, a records file rewritten between node starts), run
+   with another config (``threshold=0.5`` on one, ``0.05`` on another) or other weights, or write
+   another manifest version stop at once with an error naming both manifests (and the key and both
+   values), before anything is streamed.
 4. **Streaming**: each rank appends its share to ``predictions.rank-R-of-W.jsonl``
    (``eval.store.PredictionLog``: fsynced per record, a torn last line cut on resume), skipping ids
    already there. A rank killed part way (its launcher then ends the others) leaves its shard with

@@ -7,7 +7,10 @@
 Every ``poll_s`` seconds the watcher lists the run's complete checkpoints
 (``eval.engine.checkpoints.complete_checkpoints``: ``checkpoint-<step>`` dirs holding ``COMPLETE``, so a
 checkpoint still being written is never read) and runs ``eval.run.evaluate`` on each one not yet in
-``<run_dir>/eval_watch.json`` with the weights it holds now, with ``checkpoint=<that dir>`` and
+``<run_dir>/eval_watch.json`` for this evaluation config with the weights it holds now (the key
+``<benchmark>/<checkpoint-N>@<config sha256[:12]>``, :func:`ledger_key`: a watcher with another
+threshold or limit keeps its own entries, and evaluates into ``<benchmark>@<sha>/`` when the default
+folder holds the other config's evaluation), with ``checkpoint=<that dir>`` and
 ``step=<its training step>``, into ``<run_dir>/eval/<benchmark>/<checkpoint-N>/`` (or
 ``<out_dir>/<checkpoint-N>/``). A ``run_dir`` that does not exist yet (the watcher submitted
 with the training job, which is still queued) is waited for up to ``run_dir_wait_s`` (default 24 h;
