@@ -120,6 +120,7 @@ def mix_main(cfg: DictConfig) -> None:
 def frames_main(cfg: DictConfig) -> None:
     """``python -m data_builders frames data=mix_p3i data.dir=DIR`` or ``... frames records=DIR``."""
     from data_builders.frames import cache_frames
+    from data_builders.video import FrameCacheError
 
     _logging()
     plain = OmegaConf.to_container(cfg, resolve=True)
@@ -146,6 +147,9 @@ def frames_main(cfg: DictConfig) -> None:
                     shard=c.shard,
                 )
             )
+    except FrameCacheError as exc:  # the disk is full: the folder named, the entries there whole
+        print(f"frames failed: {exc}", file=sys.stderr)
+        sys.exit(2)
     except (RuntimeError, ValueError) as exc:  # ValueError: a bad option, before any work
         print(f"frames failed: {exc}", file=sys.stderr)
         sys.exit(1)

@@ -241,7 +241,7 @@ def cache_frames(
     if bar is not None:
         bar.close()
     if full is not None:
-        raise RuntimeError(
+        raise FrameCacheError(
             f"{full}. {cached} of {len(jobs)} clips are cached; make room and run the frames stage "
             "again: it decodes only the clips not cached yet"
         )

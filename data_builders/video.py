@@ -52,6 +52,7 @@ import os
 import re
 import secrets
 import socket
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -460,7 +461,10 @@ _PIL_NAMES = {"png": "PNG", "jpeg": "JPEG", "webp": "WEBP"}
 #: A compressed entry (``<key>.frames``): this magic, the format (16 bytes, ASCII, NUL-padded) and the
 #: frame count, height and width (little-endian int64); then one (offset, length) int64 pair per
 #: frame, offsets counted from the end of that table; then the encoded frames.
-ENCODED_MAGIC = b"FRMCACHE"
+#: Version 2: the frame table holds each frame's crc32 (version 1, ``FRMCACHE``, held none: dropped).
+ENCODED_MAGIC = b"FRMCACH2"
+#: Columns of an entry's frame table: offset, length, crc32 of the stored bytes.
+_TABLE_COLS = 3
 _HEADER = 8 + 16 + 3 * 8
 
 
@@ -506,7 +510,7 @@ def _write_encoded(
 ) -> None:
     """Write ``n`` frames to ``tmp`` as one compressed entry, each frame encoded as it comes (a frame
     serving several times is stored once)."""
-    table = np.full((n, 2), -1, dtype="<i8")
+    table = np.full((n, _TABLE_COLS), -1, dtype="<i8")
     shape = (0, 0)
     with tmp.open("wb") as fh:
         fh.write(bytes(_HEADER + table.nbytes))
@@ -514,13 +518,35 @@ def _write_encoded(
         for idx, frame in frames:
             shape = frame.shape[:2]
             blob = encode_frame(frame, frame_format)
-            table[idx] = (fh.tell() - start, len(blob))
+            table[idx] = (fh.tell() - start, len(blob), zlib.crc32(blob))
             fh.write(blob)
         if (table[:, 0] < 0).any():  # every reader serves every time; a gap would be a bug
             raise RuntimeError(f"{tmp}: {int((table[:, 0] < 0).sum())} of {n} frames were not written")
         fh.seek(0)
         fh.write(ENCODED_MAGIC + frame_format.encode().ljust(16, b"\0"))
         fh.write(np.array([n, *shape], dtype="<i8").tobytes() + table.tobytes())
+
+
+def _read_table(fh, n: int) -> np.ndarray:
+    """The frame table of ``n`` frames (offset, length, crc32 per row), read from ``fh``'s position."""
+    return np.frombuffer(fh.read(8 * _TABLE_COLS * n), dtype="<i8").reshape(-1, _TABLE_COLS)
+
+
+def _bad_frame(fh, table: np.ndarray, size: int) -> int | None:
+    """The first frame whose stored bytes fail their crc32 (or lie past the file's ``size``), else None.
+    Each distinct stored frame is read once (a frame serving several times is stored once)."""
+    start = _HEADER + table.nbytes
+    seen = set()
+    for k, (offset, length, crc) in enumerate(table.tolist()):
+        if (offset, length) in seen:
+            continue
+        seen.add((offset, length))
+        if offset < 0 or length < 0 or start + offset + length > size:
+            return k
+        fh.seek(start + offset)
+        if zlib.crc32(fh.read(length)) != crc:
+            return k
+    return None
 
 
 class EncodedFrames:
@@ -548,13 +574,17 @@ class EncodedFrames:
             os.close(fd)
 
     def _frame(self, k: int) -> np.ndarray:
-        offset, length = (int(v) for v in self.table[k])
+        offset, length, crc = (int(v) for v in self.table[k])
         blob = os.pread(self._fd, length, self._start + offset)
         try:
+            if zlib.crc32(blob) != crc:
+                raise ValueError(f"its bytes fail their crc32 ({zlib.crc32(blob):08x}, stored {crc:08x})")
             frame = decode_frame(blob)
         except Exception as exc:  # PIL raises several types for a damaged image
+            self.path.unlink(missing_ok=True)  # damaged since it was checked: never a hit again
             raise FrameCacheError(
-                f"frame cache entry {self.path}: frame {k} does not decode: {exc}"
+                f"frame cache entry {self.path}: frame {k} does not decode ({exc}); the entry is "
+                "deleted, run again to decode the clip afresh"
             ) from None
         if frame.shape != self.shape[1:]:
             raise FrameCacheError(
@@ -697,7 +727,8 @@ class FrameCache:
                 ok = len(head) == _HEADER and head[:8] == ENCODED_MAGIC
                 stored = head[8:24].rstrip(b"\0").decode("ascii", "replace") if ok else ""
                 count, h, w = (int(v) for v in np.frombuffer(head[24:], dtype="<i8")) if ok else (-1, 0, 0)
-                table = np.frombuffer(fh.read(16 * n), dtype="<i8").reshape(-1, 2) if count == n else None
+                table = _read_table(fh, n) if count == n else None
+                bad = _bad_frame(fh, table, size) if table is not None and len(table) == n else None
         except FileNotFoundError:  # another worker dropped it a moment ago
             return None
         reason = None
@@ -705,8 +736,12 @@ class FrameCache:
             reason = "is not a compressed frame-cache entry (cut short or damaged)"
         elif stored != frame_format or count != n or h * w > max_pixels or (n and min(h, w) < 1):
             reason = f"holds {count} {stored} frames of {h} x {w} px, not {n} {frame_format} frames of at most {max_pixels} px"
-        elif len(table) != n or (n and ((table < 0).any() or (table.sum(1) > size - _HEADER - 16 * n).any())):
+        elif len(table) != n or (
+            n and ((table < 0).any() or (table[:, :2].sum(1) > size - _HEADER - table.nbytes).any())
+        ):
             reason = f"is cut short: its frame table points past its {size} bytes"
+        elif bad is not None:
+            reason = f"holds a damaged frame {bad} (its bytes fail their crc32)"
         if reason is None:
             return EncodedFrames(target, frame_format, (n, h, w), table)
         if fresh:  # just written by this process: never the disk's fault

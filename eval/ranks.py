@@ -18,11 +18,14 @@ the one process it always was, writing ``predictions.jsonl`` itself. With ``WORL
    another world size) are copied, each into the shard of the rank that owns its id now, then the old
    shards are removed. So a resume with another world size re-splits safely: nothing finished is
    redone, nothing is lost (copy before delete: a crash part way redoes only the copy).
-3. **Manifests**: each rank writes ``predictions.rank-R-of-W.manifest.json`` (the records file, how
-   many records, their sha256 over the whole records, its share). After a barrier every rank reads
-   all ``W`` of them (:func:`check_manifests`): ranks that read different record sets (another file
-   on another node, a records file rewritten between node starts) stop at once with an error naming
-   both manifests, before anything is streamed.
+3. **Manifests**: each rank writes ``predictions.rank-R-of-W.manifest.json`` (a layout version, the
+   records file, how many records, their sha256 over the whole records, its share, and what decides
+   its predictions: ``eval.provenance.decides``, the config and the weights' sha256). After a
+   barrier every rank reads all ``W`` of them (:func:`check_manifests`): ranks that read different
+   record sets (another file on another node, a records file rewritten between node starts), run
+   with another config (``threshold=0.5`` on one, ``0.05`` on another) or other weights, or write
+   another manifest version stop at once with an error naming both manifests (and the key and both
+   values), before anything is streamed.
 4. **Streaming**: each rank appends its share to ``predictions.rank-R-of-W.jsonl``
    (``eval.store.PredictionLog``: fsynced per record, a torn last line cut on resume), skipping ids
    already there. A rank killed part way (its launcher then ends the others) leaves its shard with
@@ -56,6 +59,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from data_builders.records import RecordError, Stream
+from eval.provenance import describe_difference, digest, record_fingerprint
 from eval.store import PredictionLog
 from infra.files import write_text_atomic
 
@@ -64,6 +68,8 @@ PREDICTIONS = "predictions.jsonl"
 #: How long a barrier waits for the slowest rank (seconds), from the environment.
 TIMEOUT_ENV = "EVAL_RANK_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 7 * 24 * 3600
+#: The manifest layout: a rank that writes another one runs other code, and the launch stops.
+MANIFEST_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -104,7 +110,7 @@ def records_fingerprint(streams: list[Stream]) -> str:
     """sha256 of the records, whole and in order (what every rank must agree on)."""
     h = hashlib.sha256()
     for s in streams:
-        h.update(json.dumps(s.to_dict(), sort_keys=True, ensure_ascii=False).encode("utf-8") + b"\n")
+        h.update(record_fingerprint(s).encode() + b"\n")
     return h.hexdigest()
 
 
@@ -122,10 +128,12 @@ def split(
 
 
 def write_manifest(
-    out: Path, ranks: Ranks, streams: list[Stream], share: list[Stream], records: Path
+    out: Path, ranks: Ranks, streams: list[Stream], share: list[Stream], records: Path, decision: dict
 ) -> dict:
-    """This rank's manifest (written atomically); returns it."""
+    """This rank's manifest (written atomically); returns it. ``decision`` is what decides this rank's
+    predictions (``eval.provenance.decides``: the config and the weights' sha256)."""
     manifest = {
+        "manifest": MANIFEST_VERSION,
         "rank": ranks.rank,
         "world": ranks.world,
         "records_file": str(records),
@@ -133,19 +141,36 @@ def write_manifest(
         "records_sha256": records_fingerprint(streams),
         "share": len(share),
         "host": os.uname().nodename,
+        "decides_sha256": digest(decision),
+        "decides": decision,
     }
     write_text_atomic(manifest_path(out, ranks.rank, ranks.world), json.dumps(manifest, indent=1) + "\n")
     return manifest
 
 
+def _read_manifest(path: Path, rank: int, world: int) -> dict:
+    if not path.exists():
+        raise RecordError(f"rank {rank} of {world} wrote no manifest (did it start?)", file=path)
+    try:
+        manifest = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RecordError(f"rank {rank}'s manifest is not JSON: {exc}", file=path) from None
+    if not isinstance(manifest, dict) or manifest.get("manifest") != MANIFEST_VERSION:
+        version = manifest.get("manifest") if isinstance(manifest, dict) else None
+        raise RecordError(
+            f"rank {rank}'s manifest is of version {version!r}, this eval.run writes {MANIFEST_VERSION}: "
+            "every rank must run the same code",
+            file=path,
+        )
+    return manifest
+
+
 def check_manifests(out: Path, world: int) -> list[dict]:
-    """Every rank's manifest, all of the same record set, else a RecordError naming both files."""
-    manifests = []
-    for rank in range(world):
-        path = manifest_path(out, rank, world)
-        if not path.exists():
-            raise RecordError(f"rank {rank} of {world} wrote no manifest (did it start?)", file=path)
-        manifests.append((path, json.loads(path.read_text())))
+    """Every rank's manifest, all of the same record set, config and weights (``eval.provenance``),
+    else a RecordError naming both files and, for the config, the first key that differs and both
+    values."""
+    manifests = [(manifest_path(out, r, world), None) for r in range(world)]
+    manifests = [(path, _read_manifest(path, r, world)) for r, (path, _) in enumerate(manifests)]
     first_path, first = manifests[0]
     for path, m in manifests[1:]:
         if m["records_sha256"] != first["records_sha256"]:
@@ -154,6 +179,18 @@ def check_manifests(out: Path, world: int) -> list[dict]:
                 f"{m['records_file']} on {m['host']} (sha256 {m['records_sha256'][:12]}), rank 0 read "
                 f"{first['records']} from {first['records_file']} on {first['host']} (sha256 "
                 f"{first['records_sha256'][:12]}, {first_path}); give every rank the same records file",
+                file=path,
+            )
+        if m["decides_sha256"] != first["decides_sha256"]:
+            why = describe_difference(
+                m["decides"],
+                first["decides"],
+                f"rank {m['rank']} on {m['host']}",
+                f"rank 0 on {first['host']}",
+            )
+            raise RecordError(
+                f"the ranks would predict differently: {why} ({first_path}); give every rank the same "
+                "config and the same checkpoint files",
                 file=path,
             )
     return [m for _, m in manifests]

@@ -38,6 +38,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import hydra
@@ -47,7 +48,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from data_builders.config import RenderConfig
 from data_builders.records import RecordError, Stream, load_streams, write_jsonl
-from data_builders.video import FrameCache
+from data_builders.video import FrameCache, FrameCacheError
 from eval.config import EvalConfig, quiet_libraries, records_path
 from eval.engine.checkpoints import (
     add_render_to_command_line,
@@ -64,15 +65,26 @@ from eval.engine.memory import build_memory
 from eval.engine.model import load_model_and_processor
 from eval.engine.render import TurnRenderer
 from eval.engine.streaming import EngineConfig
-from eval.ranks import RankGroup, Ranks, adopt, check_manifests, merge, shard_path, split, write_manifest
+from eval.provenance import RECORD_FIELD, decides, describe_difference, record_fingerprint
+from eval.ranks import (
+    PREDICTIONS,
+    RankGroup,
+    Ranks,
+    adopt,
+    check_manifests,
+    merge,
+    shard_path,
+    split,
+    write_manifest,
+)
 from eval.runners import get_runner
 from eval.store import PredictionLog, PredictionWriteError
-from eval.sweep import fingerprint, point_dir, reuse_rows, sibling_passes, write_summary
+from eval.sweep import point_dir, reuse_rows, sibling_passes, write_summary
 from eval.tracking import format_table, make_logger, plot_timelines
 from eval.view import write_view
-from infra.files import LOCK_FILE, OutputLock, OutputLocked, write_text_atomic
+from infra.files import LOCK_FILE, DiskFullError, OutputLock, OutputLocked, write_text_atomic
 from infra.progress import Progress, console
-from infra.schema import CONF_DIR, compose, validate
+from infra.schema import CONF_DIR, compose, load_literal, validate
 
 CONF = str(CONF_DIR)
 #: Where an output folder keeps the evaluations of weights the checkpoint no longer holds.
@@ -107,23 +119,19 @@ def training_step(cfg: DictConfig) -> int:
     return (checkpoint_step(cfg.checkpoint) if cfg.checkpoint is not None else None) or 0
 
 
-def _settings(plain: dict) -> dict:
-    return fingerprint({k: v for k, v in plain.items() if k != "weights"})
-
-
 def _start_dir(out: Path, recorded: dict) -> None:
     """Write the resolved config (with the weights' sha256) once; a resume must not change anything
     that decides, and an evaluation of other weights is set aside (:func:`_set_aside`), not resumed."""
     saved = out / "config.yaml"
     if saved.exists():
-        old = OmegaConf.to_container(OmegaConf.load(saved))
-        if _settings(old) != _settings(recorded) or old["threshold"] != recorded["threshold"]:
-            raise ValueError(f"{out} holds a run with another config ({saved}); pick another out_dir")
+        old = OmegaConf.to_container(load_literal(saved), resolve=True)
+        why = describe_difference(decides(recorded, None), decides(old, None), "now", str(saved))
+        if why:  # the weights aside: an evaluation of other weights is set aside below
+            raise ValueError(f"{out} holds a run with another config ({why}); pick another out_dir")
         if old.get("weights") == recorded["weights"]:
             return
         _set_aside(out, old.get("weights"), recorded)
-    out.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(OmegaConf.create(recorded), saved)
+    write_text_atomic(saved, OmegaConf.to_yaml(OmegaConf.create(recorded)))  # whole or not at all
 
 
 def _set_aside(out: Path, old: str | None, recorded: dict) -> Path:
@@ -205,12 +213,38 @@ def _run_streams(
         skip=done,
     )
     bar = Progress(len(streams) - len(done), "eval", unit="record")
+    by_id = {s.id: s for s in streams}
     for row in rows:
-        log.append(row)
+        log.append(row | {RECORD_FIELD: record_fingerprint(by_id[row["id"]])})
         n += 1
         bar.update(1, fired=sum(row["fired"]))
     bar.close()
     return n
+
+
+def fresh_ids(predictions: PredictionLog, streams: list[Stream]) -> set[str]:
+    """The ids of ``predictions`` whose line belongs to the record as it is now (``eval.provenance``'s
+    fingerprint). The lines of records rebuilt since (same id, another fingerprint; or a line with
+    none, from an older version) are moved to ``<out>/superseded/records-<time>/`` and redone."""
+    done = predictions.done_ids()
+    want = {s.id: record_fingerprint(s) for s in streams}
+    stale = {r["id"] for r in predictions.rows() if r["id"] in want and r.get(RECORD_FIELD) != want[r["id"]]}
+    if stale:
+        dest = predictions.path.parent / SUPERSEDED / f"records-{time.strftime('%Y%m%dT%H%M%S')}"
+        while (dest / predictions.path.name).exists():  # set aside twice in one second
+            dest = dest.with_name(dest.name + "+")
+        dest = dest / predictions.path.name
+        predictions.set_aside(stale, dest)
+        first = sorted(stale)[0]
+        log.warning(
+            "%s: %d prediction line(s) were made for other contents of their record (first: %s; "
+            "the records were rebuilt in place): moved to %s, streaming those records again",
+            predictions.path,
+            len(stale),
+            first,
+            dest,
+        )
+    return done - stale
 
 
 def evaluate(cfg: DictConfig, sweep: bool = False, echo: bool = True) -> dict:
@@ -244,14 +278,21 @@ def evaluate(cfg: DictConfig, sweep: bool = False, echo: bool = True) -> dict:
         / (bench.name + ("_memory" if cfg.memory.enabled else ""))
     )
     out = point_dir(base, cfg.threshold) if sweep else base
-    if ranks.world > 1:
-        result = _evaluate_ranks(out, cfg, streams, path, ranks)
-        if result is None:
-            return {}
-        metrics, columns, table, counts = result
-    else:
-        with OutputLock(out, "eval.run"):
-            metrics, columns, table, counts = _evaluate_into(out, base, cfg, streams, path, sweep)
+    try:
+        if ranks.world > 1:
+            result = _evaluate_ranks(out, cfg, streams, path, ranks)
+        else:
+            with OutputLock(out, "eval.run"):
+                result = _evaluate_into(out, base, cfg, streams, path, sweep)
+    except OSError as exc:
+        if not DiskFullError.is_disk_full(exc) or isinstance(exc, PredictionWriteError):
+            raise
+        raise DiskFullError(
+            out, exc, f"{PREDICTIONS} holds whole lines only, every other file is whole"
+        ) from None
+    if result is None:  # a rank other than 0
+        return {}
+    metrics, columns, table, counts = result
     if echo:
         ran, reused = counts
         launch = f", {ranks.world} ranks" if ranks.world > 1 else ""
@@ -278,7 +319,7 @@ def _evaluate_into(
     write_jsonl(out / "gt.jsonl", [runner.gt_row(s) for s in streams])
     adopt(out, [streams])  # the shards of a multi-process run into predictions.jsonl, if any
     log = PredictionLog(out / "predictions.jsonl")
-    done = log.done_ids()
+    done = fresh_ids(log, streams)
     reused = 0
     if sweep:
         passes = sibling_passes(base, out, recorded)  # points of these weights only
@@ -302,19 +343,19 @@ def _evaluate_ranks(
     mine = shares[ranks.rank]
     group = RankGroup(ranks)
     lock = None
+    recorded = _recorded(cfg)  # every rank hashes the weights it will load
     try:
         if ranks.main:  # the output folder is set up once, before any rank writes into it
             lock = OutputLock(out, "eval.run").acquire()
-            recorded = _recorded(cfg)
             _start_dir(out, recorded)
             write_jsonl(out / "gt.jsonl", [runner.gt_row(s) for s in streams])
             adopt(out, shares)
         group.barrier()
-        write_manifest(out, ranks, streams, mine, path)
+        write_manifest(out, ranks, streams, mine, path, decides(recorded, recorded["weights"]))
         group.barrier()
         check_manifests(out, ranks.world)
         shard = PredictionLog(shard_path(out, ranks.rank, ranks.world))
-        done = shard.done_ids()
+        done = fresh_ids(shard, mine)
         ran = (
             _run_streams(cfg, mine, done, path, shard) if len(done & {s.id for s in mine}) < len(mine) else 0
         )
@@ -375,13 +416,25 @@ def _score_and_log(
     return metrics, columns, table
 
 
+#: What the command reports as one line, exit 2 (a RecordError is a ValueError; a full disk while
+#: writing predictions or any other file, or the frame cache, names the folder).
+USER_ERRORS = (
+    ValueError,
+    OutputLocked,
+    FileNotFoundError,
+    PredictionWriteError,
+    DiskFullError,
+    FrameCacheError,
+)
+
+
 @hydra.main(config_path=CONF, config_name="eval", version_base="1.3")
 def _main(cfg: DictConfig) -> None:
     console()
     try:
         cfg = validate(cfg, EvalConfig)
         metrics = evaluate(cfg, sweep=HydraConfig.get().mode == RunMode.MULTIRUN)
-    except (ValueError, OutputLocked, FileNotFoundError, PredictionWriteError) as exc:  # RecordError too
+    except USER_ERRORS as exc:
         print(f"eval.run: {exc}", file=sys.stderr)
         sys.exit(2)
     if Ranks.from_env().main:  # the other ranks of a launch print nothing: rank 0's line comes last

@@ -21,29 +21,18 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 from data_builders.records import RecordError, iter_jsonl
-
-
-def _size(n: int) -> str:
-    """Bytes as GiB, MiB or KiB (one decimal)."""
-    for unit, power in (("GiB", 30), ("MiB", 20)):
-        if n >= 2**power:
-            return f"{n / 2**power:.1f} {unit}"
-    return f"{n / 2**10:.1f} KiB"
+from infra.files import free_space, write_text_atomic
 
 
 class PredictionWriteError(OSError):
     """A prediction line could not be written (a full disk, mostly); the file was left as it was."""
 
     def __init__(self, path: Path, record: str, kept: int, cause: OSError):
-        try:
-            free = f"{_size(shutil.disk_usage(path.parent).free)} free in {path.parent}"
-        except OSError:
-            free = f"free space in {path.parent} unknown"
+        free = free_space(path.parent)
         super().__init__(
             f"cannot append record {record} to {path} ({free}; is the disk full?): {cause}. "
             f"The {kept} record(s) before it are kept; free some space and rerun the same command to resume"
@@ -104,6 +93,19 @@ class PredictionLog:
         """Ids with a complete line (after :meth:`repair`)."""
         self.repair()
         return {row["id"] for row in self.rows()}
+
+    def set_aside(self, ids: set[str], dest: Path) -> int:
+        """Move the lines of ``ids`` to ``dest`` (written and synced first), then rewrite this file
+        without them (atomically); returns the lines moved. A crash between the two leaves the lines
+        in both places, never in neither."""
+        rows = self.rows()
+        moved = [row for row in rows if row["id"] in ids]
+        if not moved:
+            return 0
+        write_text_atomic(dest, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in moved))
+        kept = [row for row in rows if row["id"] not in ids]
+        write_text_atomic(self.path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in kept))
+        return len(moved)
 
     def append(self, row: dict[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -31,23 +31,13 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from data_builders.records import Stream, step_times
+from eval.provenance import RECORD_FIELD, decides, record_fingerprint
 from eval.store import PredictionLog
+from infra.schema import load_literal
 
 #: Probabilities closer than this to the threshold are not trusted to decide the same way twice
 #: (batch composition moves logits by ~1e-7).
 MARGIN = 1e-6
-#: Config keys that do not change a record's decisions, left out when matching sweep points.
-NOT_DECISIVE = (
-    "threshold",
-    "out_dir",
-    "step",
-    "logger",
-    "timelines",
-    "view",
-    "sweep_mode",
-    "batch_size",
-    "paths",
-)
 
 
 def point_dir(base: Path, threshold: float) -> Path:
@@ -55,8 +45,10 @@ def point_dir(base: Path, threshold: float) -> Path:
 
 
 def fingerprint(cfg: Any) -> dict[str, Any]:
+    """What decides a point's predictions but its threshold (``eval.provenance.decides``): points with
+    the same fingerprint differ only in the threshold, and their weights are the same."""
     plain = cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg, resolve=True)
-    return {k: v for k, v in plain.items() if k not in NOT_DECISIVE}
+    return {k: v for k, v in decides(plain, plain.get("weights")).items() if k != "threshold"}
 
 
 def sibling_passes(base: Path, own: Path, cfg: Any) -> list[tuple[float, dict[str, dict]]]:
@@ -66,7 +58,7 @@ def sibling_passes(base: Path, own: Path, cfg: Any) -> list[tuple[float, dict[st
     for d in sorted(base.glob("threshold_*")):
         if d.resolve() == own.resolve() or not (d / "config.yaml").exists():
             continue
-        other = OmegaConf.to_container(OmegaConf.load(d / "config.yaml"))
+        other = OmegaConf.to_container(load_literal(d / "config.yaml"), resolve=True)
         if fingerprint(other) != mine:
             continue
         rows = {r["id"]: r for r in PredictionLog(d / "predictions.jsonl").rows()}
@@ -93,16 +85,15 @@ def reuse_rows(
         raise ValueError(f"sweep_mode must be exact or reuse, got {mode!r}")
     out: dict[str, dict] = {}
     for s in streams:
-        exact = next(
-            (rows[s.id] for _, rows in passes if s.id in rows and _same_decisions(rows[s.id], threshold)),
-            None,
-        )
+        own = record_fingerprint(s)  # a pass made for other contents of the record is no pass of it
+        mine = [(t0, rows) for t0, rows in passes if rows.get(s.id, {}).get(RECORD_FIELD) == own]
+        exact = next((rows[s.id] for _, rows in mine if _same_decisions(rows[s.id], threshold)), None)
         if exact is not None:
             out[s.id] = {**exact, "reused": "exact"}
             continue
         if mode == "exact":
             continue
-        lower = [rows[s.id] for t0, rows in passes if t0 <= threshold and s.id in rows]
+        lower = [rows[s.id] for t0, rows in mine if t0 <= threshold]
         if not lower:
             continue
         src = lower[0]
@@ -120,7 +111,7 @@ def write_summary(base: Path) -> dict[str, Any]:
     for d in sorted(base.glob("threshold_*")):
         if (d / "metrics.json").exists():
             m = json.loads((d / "metrics.json").read_text())
-            t = float(OmegaConf.load(d / "config.yaml").threshold)
+            t = float(load_literal(d / "config.yaml").threshold)
             points[f"{t:g}"] = {k: v for k, v in m.items() if isinstance(v, (int, float))}
     summary = {"thresholds": dict(sorted(points.items(), key=lambda kv: float(kv[0])))}
     (base / "sweep.json").write_text(json.dumps(summary, indent=2) + "\n")

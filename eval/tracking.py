@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from data_builders.records import Stream, step_times
-from infra.files import id_file_name, write_text_atomic
+from infra.files import atomic_writer, id_file_name, write_text_atomic
 
 STEP_KEY = "train/global_step"
 RUN_FILE = "wandb.json"
@@ -236,9 +236,11 @@ def plot_timeline(
     ax.set_title(f"{stream.id} ({stream.task}, {kind}): {sum(fired)} fire(s)", fontsize=9)
     ax.legend(fontsize=6, loc="upper left", ncol=5)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
-    plt.close(fig)
+    try:
+        with atomic_writer(path, "wb") as fh:  # whole or not at all (a full disk leaves no cut PNG)
+            fig.savefig(fh, format="png")
+    finally:
+        plt.close(fig)
     return path
 
 

@@ -44,15 +44,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from data_builders.records import RecordError, Stream, iter_jsonl, load_streams, resolve_video
 from data_builders.video import VideoError, read_frames
 from eval.config import BenchmarkConfig, records_path
 from eval.runners import get_runner
 from eval.store import PredictionLog
-from infra.files import id_file_name, write_text_atomic
-from infra.schema import validate
+from infra.files import atomic_writer, id_file_name, write_text_atomic
+from infra.schema import load_literal, validate
 from rewards.outcomes import FIRE_OUTCOMES, StreamOutcomes
 
 #: Most curve bins per stream (the maximum P(</Response>) of each bin), and characters per reply.
@@ -62,7 +60,7 @@ TEXT_CHARS = 300
 THUMB_PIXELS = 96 * 72
 THUMB_QUALITY = 70
 DEFAULT_THUMBNAILS = 6
-#: 64 levels of the curve, one character each (0 = ``0``, 1 = ``~``).
+#: 64 levels of the curve, one character each (0 = ``0``, 1 = ``o``).
 LEVELS = "0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~"[:64]
 COLOURS = {
     "hit": "#2ca02c",
@@ -81,7 +79,7 @@ def encode_curve(p: list[float], bins: int = CURVE_BINS) -> str:
     quantised to 64 levels (so a single step above the threshold still shows).
 
     >>> encode_curve([0.0, 1.0, 0.5]), len(encode_curve([0.1] * 28800))
-    ('0~W', 600)
+    ('0oP', 600)
     """
     n = len(p)
     if n == 0:
@@ -206,11 +204,12 @@ def view_rows(
 
 def load_run(out_dir: Path) -> tuple[Any, BenchmarkConfig, list[Stream], list[dict], Path]:
     """The config, benchmark, streams (those with a prediction line) and prediction rows of an
-    ``eval.run`` folder."""
+    ``eval.run`` folder. The folder is data: its ``config.yaml`` is read with nothing resolved
+    (``infra.schema.load_literal``), so a ``${oc.env:...}`` in it stays that text."""
     saved = out_dir / "config.yaml"
     if not saved.is_file():
         raise RecordError("no config.yaml: not an eval.run folder", file=out_dir)
-    cfg = OmegaConf.load(saved)
+    cfg = load_literal(saved)
     bench = validate(cfg.benchmark, BenchmarkConfig)
     rows = PredictionLog(out_dir / "predictions.jsonl").rows()
     if not rows:
@@ -252,11 +251,27 @@ def build_view(out_dir: str | Path, thumbs: int = DEFAULT_THUMBNAILS) -> tuple[d
     return data, vrows
 
 
+#: What no text may bring into a ``<script>`` element as itself: ``</script>`` would end the element and
+#: ``<!--<script>`` would make the HTML parser read on past its end tag; JSON writes them as ``\\uXXXX``.
+SCRIPT_UNSAFE = {ord(c): f"\\u{ord(c):04x}" for c in "<>&\u2028\u2029"}
+
+
+def embed_json(data: Any) -> str:
+    """``data`` as JSON that is inert inside a ``<script>`` element: ``<``, ``>``, ``&``, U+2028 and
+    U+2029 (they only occur inside JSON strings) written as ``\\u003c`` etc.
+
+    >>> embed_json({"x": "<!--<script></script>&"})
+    '{"x":"\\\\u003c!--\\\\u003cscript\\\\u003e\\\\u003c/script\\\\u003e\\\\u0026"}'
+    """
+    return json.dumps(data, separators=(",", ":")).translate(SCRIPT_UNSAFE)
+
+
 def render_html(data: dict) -> str:
-    """The self-contained page of :func:`build_view`'s data."""
-    blob = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
-    title = data["title"].replace("&", "&amp;").replace("<", "&lt;")
-    return PAGE.replace("@@TITLE@@", title).replace("@@DATA@@", blob)
+    """The self-contained page of :func:`build_view`'s data: the title HTML-escaped, the data as
+    :func:`embed_json` in its one place (no text of either is searched for markers again)."""
+    title = data["title"].replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    page, tail = PAGE.split("@@DATA@@")
+    return page.replace("@@TITLE@@", title) + embed_json(data) + tail
 
 
 def timeline_png(row: dict, path: Path, width: int = 800, height: int = 56) -> Path:
@@ -293,8 +308,8 @@ def timeline_png(row: dict, path: Path, width: int = 800, height: int = 56) -> P
     for f in row["fires"]:
         cx = x(f["t"])
         d.polygon([(cx - 4, 2), (cx + 4, 2), (cx, 12)], fill=COLOURS[f["o"]])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    img.save(path, format="PNG")
+    with atomic_writer(path, "wb") as fh:  # whole or not at all
+        img.save(fh, format="PNG")
     return path
 
 

@@ -7,7 +7,10 @@
 Every ``poll_s`` seconds the watcher lists the run's complete checkpoints
 (``eval.engine.checkpoints.complete_checkpoints``: ``checkpoint-<step>`` dirs holding ``COMPLETE``, so a
 checkpoint still being written is never read) and runs ``eval.run.evaluate`` on each one not yet in
-``<run_dir>/eval_watch.json`` with the weights it holds now, with ``checkpoint=<that dir>`` and
+``<run_dir>/eval_watch.json`` for this evaluation config with the weights it holds now (the key
+``<benchmark>/<checkpoint-N>@<config sha256[:12]>``, :func:`ledger_key`: a watcher with another
+threshold or limit keeps its own entries, and evaluates into ``<benchmark>@<sha>/`` when the default
+folder holds the other config's evaluation), with ``checkpoint=<that dir>`` and
 ``step=<its training step>``, into ``<run_dir>/eval/<benchmark>/<checkpoint-N>/`` (or
 ``<out_dir>/<checkpoint-N>/``). A ``run_dir`` that does not exist yet (the watcher submitted
 with the training job, which is still queued) is waited for up to ``run_dir_wait_s`` (default 24 h;
@@ -61,8 +64,9 @@ from eval.engine.checkpoints import (
     named_step,
     render_overrides,
 )
+from eval.provenance import decides, digest
 from infra.progress import console
-from infra.schema import CONF_DIR, bounded, compose, store_schema, validate
+from infra.schema import CONF_DIR, bounded, compose, literal, load_literal, store_schema, validate
 
 log = logging.getLogger("eval.watch")
 CONF = str(CONF_DIR)
@@ -124,17 +128,24 @@ def record(run_dir: Path, key: str, entry: dict) -> None:
     os.replace(tmp, run_dir / LEDGER)
 
 
-def ledger_key(cfg: DictConfig, checkpoint: Path) -> str:
-    return f"{cfg.benchmark.name}/{checkpoint.name}"
+def config_sha256(point: DictConfig) -> str:
+    """sha256 of what decides one checkpoint's evaluation but its weights (``eval.provenance``)."""
+    return digest(decides(point, None))
+
+
+def ledger_key(point: DictConfig) -> str:
+    """``<benchmark>/<checkpoint-N>@<config sha256[:12]>``: a watcher with another evaluation config
+    (threshold, limit, render, ...) keeps entries of its own; the weights are checked per entry."""
+    return f"{point.benchmark.name}/{Path(point.checkpoint).name}@{config_sha256(point)[:12]}"
 
 
 def pending(cfg: DictConfig, run_dir: Path) -> list[Path]:
-    """Complete checkpoints of ``run_dir`` not yet in the ledger for this benchmark with the weights
-    they hold now, oldest first."""
+    """Complete checkpoints of ``run_dir`` not yet in the ledger for this evaluation config with the
+    weights they hold now, oldest first."""
     done = read_ledger(run_dir)
     todo = []
     for checkpoint in complete_checkpoints(run_dir):
-        key = ledger_key(cfg, checkpoint)
+        key = ledger_key(checkpoint_config(cfg, run_dir, checkpoint))
         entry = done.get(key)
         known = (entry or {}).get("weights")
         if not known or entry.get("status") != "done":  # never evaluated (or recorded no weights)
@@ -154,7 +165,7 @@ def run_logger(cfg: DictConfig, run_dir: Path) -> dict:
     saved = run_dir / "config.yaml"
     if not cfg.logger_from_run or not saved.exists():
         return own
-    trained = OmegaConf.to_container(OmegaConf.load(saved)).get("logger") or {}
+    trained = OmegaConf.to_container(load_literal(saved), resolve=True).get("logger") or {}
     if trained.get("name") != "wandb":
         return own
     mode = os.environ.get("WANDB_MODE") or trained.get("mode") or own["mode"]
@@ -168,14 +179,25 @@ def checkpoint_config(cfg: DictConfig, run_dir: Path, checkpoint: Path) -> DictC
     plain = OmegaConf.to_container(cfg, resolve=True)
     for key in WATCH_KEYS:
         plain.pop(key)
-    base = Path(cfg.out_dir) if cfg.out_dir else run_dir / "eval" / cfg.benchmark.name
-    plain |= {
-        "checkpoint": str(checkpoint),
-        "step": checkpoint_step(checkpoint),
-        "out_dir": str(base / checkpoint.name),
-        "logger": run_logger(cfg, run_dir),
-    }
-    return validate(OmegaConf.create(plain), EvalConfig)
+    plain |= {"checkpoint": str(checkpoint), "step": checkpoint_step(checkpoint)}
+    plain |= {"out_dir": str(_out_dir(cfg, run_dir, checkpoint, plain)), "logger": run_logger(cfg, run_dir)}
+    return validate(OmegaConf.create(literal(plain)), EvalConfig)  # resolved once: read as text now
+
+
+def _out_dir(cfg: DictConfig, run_dir: Path, checkpoint: Path, plain: dict) -> Path:
+    """``<out_dir or run_dir/eval/<benchmark>>/<checkpoint-N>``; when that folder holds an evaluation
+    of another config (another watcher's), ``<run_dir>/eval/<benchmark>@<config sha256[:12]>/...``."""
+    if cfg.out_dir:
+        return Path(cfg.out_dir) / checkpoint.name
+    folder = run_dir / "eval" / cfg.benchmark.name / checkpoint.name
+    saved = folder / "config.yaml"
+    if not saved.is_file():
+        return folder
+    theirs = OmegaConf.to_container(load_literal(saved), resolve=True)
+    if decides(theirs, None) == decides(validate(OmegaConf.create(literal(plain)), EvalConfig), None):
+        return folder
+    sha = digest({k: v for k, v in decides(plain, None).items() if k != "checkpoint"})[:12]
+    return run_dir / "eval" / f"{cfg.benchmark.name}@{sha}" / checkpoint.name
 
 
 def _run_evaluate(cfg: DictConfig) -> dict:
@@ -192,7 +214,8 @@ def launch_command(point: DictConfig, config_dir: Path, num_processes: int) -> l
     hydra = {"output_subdir": None, "run": {"dir": "."}, "job": {"chdir": False}}
     quiet = [{"override hydra/job_logging": "none"}, {"override hydra/hydra_logging": "none"}]
     OmegaConf.save(
-        OmegaConf.create({"defaults": ["_self_", *quiet], **plain, "hydra": hydra}), config_dir / "eval.yaml"
+        OmegaConf.create({"defaults": ["_self_", *quiet], **literal(plain), "hydra": hydra}),
+        config_dir / "eval.yaml",
     )
     with socket.socket() as sock:  # a port of its own: two watchers on one node must not meet
         sock.bind(("127.0.0.1", 0))
@@ -233,10 +256,11 @@ def evaluate_checkpoint(
 ) -> dict:
     """Evaluate one checkpoint and record it; returns the ledger entry."""
     point = checkpoint_config(cfg, run_dir, checkpoint)
-    key = ledger_key(cfg, checkpoint)
+    key = ledger_key(point)
     before = read_ledger(run_dir).get(key)
     weights = fingerprint_dir(checkpoint, (before or {}).get("weights"))
     entry = {"checkpoint": str(checkpoint), "step": point.step, "out_dir": point.out_dir, "weights": weights}
+    entry["config_sha256"] = config_sha256(point)
     if before is not None:  # an evaluation of other weights under this name (a retrain): kept
         entry["superseded"] = [
             {k: v for k, v in before.items() if k != "superseded"},
@@ -302,7 +326,7 @@ def watch(cfg: DictConfig, evaluate: Callable[[DictConfig], dict] = _run_evaluat
             if not (checkpoint / COMPLETE_MARKER).exists():  # rotated away since the listing
                 continue
             evaluate_checkpoint(cfg, run_dir, checkpoint, evaluate)
-            evaluated.append(ledger_key(cfg, checkpoint))
+            evaluated.append(ledger_key(checkpoint_config(cfg, run_dir, checkpoint)))
         if todo:
             continue  # new checkpoints may have landed while evaluating
         if cfg.once or (cfg.stop_after_final and (run_dir / "final").exists()):

@@ -8,6 +8,8 @@
   at once, naming the process that holds it.
 - :func:`waiting_lock`: an exclusive lock a process waits for, for work that runs once however many
   processes ask for it at the same time (building a shared cache entry).
+- :class:`DiskFullError`: a write that found no space, as one line naming the folder and its free
+  space (what the commands print, exit 2).
 - :class:`WriterLock` / :func:`remove_dead_writes`: a writer holds a lock on the temporary file or
   folder it fills, so what a killed writer left behind (its lock is free) can be told from, and
   removed without touching, what a live one is still writing (its lock is held).
@@ -16,6 +18,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -34,6 +37,39 @@ from typing import IO
 log = logging.getLogger("data_builders")
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 LOCK_FILE = ".lock"
+#: The errors of a write that found no room: a full disk, a quota reached.
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def free_space(folder: str | Path) -> str:
+    """``"1.2 GiB free in <folder>"`` (GiB, MiB or KiB), or that it is unknown."""
+    try:
+        n = shutil.disk_usage(folder).free
+    except OSError:
+        return f"free space in {folder} unknown"
+    for unit, power in (("GiB", 30), ("MiB", 20)):
+        if n >= 2**power:
+            return f"{n / 2**power:.1f} {unit} free in {folder}"
+    return f"{n / 2**10:.1f} KiB free in {folder}"
+
+
+class DiskFullError(OSError):
+    """A write into ``folder`` found no space (``errno`` ENOSPC or EDQUOT). The message names the
+    folder, the file when known, and the space left; what the command wrote before stays whole."""
+
+    def __init__(self, folder: str | Path, cause: OSError, what: str):
+        name = f" ({cause.filename})" if cause.filename else ""
+        super().__init__(
+            f"no space left writing in {folder}{name}; {free_space(folder)}: {what}; free some space and "
+            "rerun the same command to go on"
+        )
+        self.errno, self.folder = cause.errno, Path(folder)  # no filename: str() stays the message
+
+    @staticmethod
+    def is_disk_full(exc: BaseException) -> bool:
+        return (
+            isinstance(exc, OSError) and not isinstance(exc, DiskFullError) and exc.errno in DISK_FULL_ERRNOS
+        )
 
 
 @contextlib.contextmanager
@@ -106,16 +142,22 @@ class OutputLock:
                 f"{self.folder} is in use by another run ({holder}); wait for it to finish or pick "
                 "another output folder"
             ) from None
-        fh.seek(0)
-        fh.truncate()
         holder = {
             "pid": os.getpid(),
             "host": platform.node(),
             "what": self.what,
             "since": time.strftime("%Y-%m-%dT%H:%M:%S"),
         }
-        fh.write(json.dumps(holder) + "\n")
-        fh.flush()
+        try:
+            fh.seek(0)
+            fh.truncate()
+            fh.write(json.dumps(holder) + "\n")
+            fh.flush()
+        except OSError:  # a full disk: the lock is not taken, the next run finds it free
+            with contextlib.suppress(OSError):
+                fh.truncate(0)
+            fh.close()
+            raise
         self._fh = fh
         return self
 

@@ -16,12 +16,46 @@ way code composes a root outside ``hydra.main``.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
+
+#: ``${`` and the backslashes before it: what OmegaConf would read as an interpolation.
+_INTERPOLATION = re.compile(r"(\\*)\$\{")
+
+
+def literal(value: Any) -> Any:
+    """``value`` (plain data: dicts, lists, scalars) with every string escaped so that OmegaConf keeps
+    it as the text it is: ``${oc.env:KEY}`` stays those characters, never an environment value.
+
+    >>> OmegaConf.create(literal({"a": "${oc.env:HOME}"})).a
+    '${oc.env:HOME}'
+    """
+    if isinstance(value, str):
+        return _INTERPOLATION.sub(lambda m: m.group(1) * 2 + "\\${", value)
+    if isinstance(value, dict):
+        return {k: literal(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [literal(v) for v in value]
+    return value
+
+
+def load_literal(path: str | Path) -> DictConfig:
+    """A YAML file written by a run (a run folder's ``config.yaml``) read as data: plain YAML, every
+    ``${...}`` in it kept as text (:func:`literal`), so reading someone else's folder resolves nothing.
+    A file that is not a YAML mapping raises ``ValueError`` naming it."""
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable YAML file: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a YAML mapping, got {type(data).__name__}")
+    return OmegaConf.create(literal(data))
 
 
 def bounded(
@@ -92,7 +126,7 @@ def validate(cfg: DictConfig, schema: type) -> DictConfig:
     base = OmegaConf.structured(schema)
     OmegaConf.set_struct(base, True)
     _open_free_form(base)
-    plain = OmegaConf.to_container(cfg, resolve=True)
+    plain = literal(OmegaConf.to_container(cfg, resolve=True))  # a resolved value is final: not read again
     plain.pop("hydra", None)
     merged = OmegaConf.merge(base, plain)
     check_bounds(merged, schema)

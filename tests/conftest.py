@@ -148,3 +148,11 @@ def drop_tiny_tensors(ckpt: Path, n: int = 11) -> list[str]:
 def drop_tensors():
     """``drop_tensors(checkpoint_dir, n=11) -> names``: :func:`drop_tiny_tensors`."""
     return drop_tiny_tensors
+
+
+def by_checkpoint(keys):
+    """``eval.watch`` ledger keys (a list, or a ledger dict) without their ``@<config sha256>`` part:
+    ``p3i/checkpoint-2``. One config per test, so the names stay unique."""
+    if isinstance(keys, dict):
+        return {k.split("@")[0]: v for k, v in keys.items()}
+    return [k.split("@")[0] for k in keys]

@@ -186,3 +186,35 @@ def test_a_full_disk_in_the_frames_stage_names_the_folder_and_a_rerun_completes(
     summary = cache_frames(tmp_path / "records.jsonl", cache, render, workers=1, progress=False)
     assert (summary["clips"], summary["frames"], summary["failed"]) == (4, 24, 0)
     assert len(list(cache.rglob("*.npy"))) == 4
+
+
+def test_a_compressed_entry_with_flipped_bytes_is_dropped_and_decoded_again(tmp_path, caplog):
+    """Ten bytes flipped inside one JPEG frame of a compressed entry: the frame fails its crc32, the
+    entry is dropped naming the file and rebuilt, and the pixels served are the fresh ones. Bytes
+    damaged after an entry was opened fail when that frame is read, and the entry is deleted."""
+    from data_builders.video import FrameCacheError
+
+    video = _write(tmp_path / "twenty.mp4", 32, 32, 20)
+    times = [float(t) for t in range(10)]
+    cache = FrameCache(tmp_path / "cache")
+    first = np.asarray(cache.frames(video, times, max_pixels=4096, frame_format="jpeg90"))
+    (entry,) = (tmp_path / "cache").rglob("*.frames")
+    data = bytearray(entry.read_bytes())
+    end = len(data) - 40  # inside the last stored frame's JPEG data
+    data[end - 10 : end] = bytes(b ^ 0xFF for b in data[end - 10 : end])
+    entry.write_bytes(bytes(data))
+    with caplog.at_level("WARNING", logger="data_builders"):
+        again = np.asarray(cache.frames(video, times, max_pixels=4096, frame_format="jpeg90"))
+    assert np.array_equal(again, first) and cache.dropped == 1 and (cache.misses, cache.hits) == (2, 0)
+    assert f"frame cache entry {entry} holds a damaged frame" in caplog.text and "crc32" in caplog.text
+    served = cache.frames(video, times, max_pixels=4096, frame_format="jpeg90")
+    assert cache.hits == 1
+    data = bytearray(entry.read_bytes())
+    data[end - 10 : end] = bytes(10)
+    entry.write_bytes(bytes(data))
+    with pytest.raises(FrameCacheError, match=rf"frame cache entry {entry}: frame \d+ does not decode"):
+        np.asarray(served)
+    assert not entry.exists()  # never a hit again
+    assert np.array_equal(
+        np.asarray(cache.frames(video, times, max_pixels=4096, frame_format="jpeg90")), first
+    )

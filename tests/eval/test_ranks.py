@@ -48,14 +48,80 @@ def test_split_depends_on_the_record_set_only_and_keeps_videos_together(toy_dir)
 
 def test_ranks_that_read_other_records_stop_naming_both_manifests(toy_dir, tmp_path):
     streams = load_streams(toy_dir / "records.jsonl")
-    write_manifest(tmp_path, Ranks(0, 2), streams, streams[:4], toy_dir / "records.jsonl")
-    write_manifest(tmp_path, Ranks(1, 2), streams[:7], streams[4:7], tmp_path / "other.jsonl")
+    decision = {"threshold": 0.5, "render": {"max_pixels": 4096}, "weights": "ab" * 32}
+    write_manifest(tmp_path, Ranks(0, 2), streams, streams[:4], toy_dir / "records.jsonl", decision)
+    write_manifest(tmp_path, Ranks(1, 2), streams[:7], streams[4:7], tmp_path / "other.jsonl", decision)
     with pytest.raises(RecordError, match="disagree on the record set: rank 1 read 7 records") as exc:
         check_manifests(tmp_path, 2)
     assert exc.value.file == str(tmp_path / "predictions.rank-1-of-2.manifest.json")
     assert "rank 0 read 8" in str(exc.value) and str(tmp_path / "other.jsonl") in str(exc.value)
     with pytest.raises(RecordError, match="rank 0 of 3 wrote no manifest"):
         check_manifests(tmp_path, 3)
+
+
+def test_ranks_with_other_weights_or_another_manifest_version_stop(toy_dir, tmp_path):
+    """The same records and config, other weights at the same path (another node's copy): the key
+    and both sha256 named. A manifest of another layout (a rank running other code) is refused."""
+    streams = load_streams(toy_dir / "records.jsonl")
+    decision = {"threshold": 0.5, "render": {"max_pixels": 4096}, "weights": "ab" * 32}
+    write_manifest(tmp_path, Ranks(0, 2), streams, streams[:4], toy_dir / "records.jsonl", decision)
+    write_manifest(tmp_path, Ranks(1, 2), streams, streams[4:], toy_dir / "records.jsonl", decision)
+    assert len(check_manifests(tmp_path, 2)) == 2
+    write_manifest(
+        tmp_path,
+        Ranks(1, 2),
+        streams,
+        streams[4:],
+        toy_dir / "records.jsonl",
+        decision | {"weights": "cd" * 32},
+    )
+    host = os.uname().nodename
+    with pytest.raises(RecordError, match="the ranks would predict differently: weights") as exc:
+        check_manifests(tmp_path, 2)
+    assert f'"{"cd" * 32}" (rank 1 on {host}) vs "{"ab" * 32}" (rank 0 on {host})' in str(exc.value)
+    path = tmp_path / "predictions.rank-1-of-2.manifest.json"
+    old = json.loads(path.read_text())
+    for key in ("manifest", "decides", "decides_sha256"):
+        old.pop(key)
+    path.write_text(json.dumps(old))  # as the previous version wrote it
+    with pytest.raises(RecordError, match="rank 1's manifest is of version None, this eval.run writes 2"):
+        check_manifests(tmp_path, 2)
+    path.write_text('{"rank": 1, "wor')
+    with pytest.raises(RecordError, match="rank 1's manifest is not JSON"):
+        check_manifests(tmp_path, 2)
+
+
+@pytest.mark.slow  # two processes loading the stack (~20 s)
+def test_ranks_started_with_other_thresholds_refuse_to_merge(tiny_checkpoint, toy_dir, tmp_path):
+    """Two ranks of one launch (``python -m eval.run`` with ``RANK``/``WORLD_SIZE`` as a launcher
+    sets them), one with threshold 0.5, one with 0.05: both stop before streaming, exit 2, naming
+    the key and both values; nothing is predicted or merged."""
+    out = tmp_path / "out"
+    args = [
+        f"checkpoint={tiny_checkpoint}",
+        f"records={toy_dir / 'records.jsonl'}",
+        f"paths.cache_dir={tmp_path / 'cache'}",
+        "render.max_pixels=4096",
+        f"out_dir={out}",
+        "limit=4",
+    ]
+    port = str(_free_port())
+    procs = []
+    for rank, threshold in ((0, 0.5), (1, 0.05)):
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "RANK": str(rank), "LOCAL_RANK": str(rank)}
+        env |= {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "OMP_NUM_THREADS": "1"}
+        cmd = [sys.executable, "-m", "eval.run", *args, f"threshold={threshold}"]
+        procs.append(
+            subprocess.Popen(
+                cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        )
+    done = [p.communicate(timeout=300) for p in procs]
+    host = os.uname().nodename
+    for p, (_, err) in zip(procs, done, strict=True):
+        assert p.returncode == 2, err[-2000:]
+        assert f"threshold: 0.05 (rank 1 on {host}) vs 0.5 (rank 0 on {host})" in err.splitlines()[-1]
+    assert not list(out.glob("predictions*.jsonl")) and not (out / "metrics.json").exists()
 
 
 def test_adopt_resplits_another_layout_and_merge_checks_every_share(toy_dir, tmp_path):

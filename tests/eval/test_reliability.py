@@ -295,3 +295,95 @@ def test_eval_run_names_the_video_and_record_it_cannot_read(tiny_checkpoint, toy
     write_jsonl(tmp_path / "bad.jsonl", [bad])
     with pytest.raises(VideoError, match=rf"^{re.escape(str(video))}: {message}"):
         evaluate(load_config(overrides(tiny_checkpoint, tmp_path / "bad.jsonl", tmp_path)), echo=False)
+
+
+FULL_DISK = (
+    ROOT / "tests" / "full_disk"
+)  # its sitecustomize.py: a disk of FULL_DISK_BYTES under FULL_DISK_DIR
+
+
+def _full_disk_run(
+    module: str, args: list[str], folder: Path, budget: int | None
+) -> subprocess.CompletedProcess:
+    """``python -m <module> ARGS`` from the repo root; with ``budget``, writes under ``folder`` find
+    no space once ``budget`` bytes were written."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if budget is not None:
+        env |= {
+            "PYTHONPATH": f"{FULL_DISK}:{ROOT}",
+            "FULL_DISK_DIR": str(folder),
+            "FULL_DISK_BYTES": str(budget),
+        }
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=ROOT, env=env, capture_output=True, text=True, check=False
+    )
+
+
+def _errors(done: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in done.stderr.splitlines() if line.strip() and " INFO " not in line]
+
+
+def _all_whole(folder: Path) -> None:
+    """No temp file left, every JSON / JSON-lines / YAML / PNG file under ``folder`` whole."""
+    import yaml
+    from PIL import Image
+
+    for p in folder.rglob("*"):
+        if p.is_dir() or p.name == ".lock":
+            continue
+        assert not p.name.startswith(".") and not p.name.endswith(".tmp"), f"left behind: {p}"
+        if p.suffix == ".jsonl":
+            [json.loads(line) for line in p.read_text().splitlines()]
+        elif p.suffix == ".json":
+            json.loads(p.read_text())
+        elif p.suffix == ".yaml":
+            assert isinstance(yaml.safe_load(p.read_text()), dict) and "weights:" in p.read_text()
+        elif p.suffix == ".png":
+            Image.open(p).verify()
+
+
+@pytest.mark.slow  # four eval.run processes on the tiny model
+def test_a_full_disk_anywhere_in_eval_run_is_one_line_and_a_rerun_completes(
+    tiny_checkpoint, toy_dir, tmp_path
+):
+    """The disk fills up while ``python -m eval.run`` writes its config (1 KB in), or its timelines
+    (12 KB in, after the predictions): exit 2, one line naming the output folder and the space left,
+    no temp file and no cut file left; the same command with room again ends with the uninterrupted
+    run's metrics."""
+    common = [*overrides(tiny_checkpoint, toy_dir / "records.jsonl", tmp_path, "limit=2"), "view=false"]
+    ref = _full_disk_run("eval.run", [*common, f"out_dir={tmp_path / 'ref'}"], tmp_path, None)
+    assert ref.returncode == 0, ref.stderr
+    for budget in (1000, 12000):
+        out = tmp_path / f"out{budget}"
+        full = _full_disk_run("eval.run", [*common, f"out_dir={out}"], out, budget)
+        assert full.returncode == 2, full.stderr[-3000:]
+        (line,) = _errors(full)
+        assert line.startswith(f"eval.run: no space left writing in {out};") and f"free in {out}" in line
+        assert "Traceback" not in full.stderr
+        _all_whole(out)
+        again = _full_disk_run("eval.run", [*common, f"out_dir={out}"], out, None)
+        assert again.returncode == 0, again.stderr
+        assert json.loads(again.stdout.splitlines()[-1]) == json.loads(ref.stdout.splitlines()[-1])
+        assert (
+            PredictionLog(out / "predictions.jsonl").rows()
+            == PredictionLog(tmp_path / "ref" / "predictions.jsonl").rows()
+        )
+
+
+def test_a_full_disk_in_the_frames_command_is_one_line_naming_the_cache(toy_dir, tmp_path):
+    """``python -m data_builders frames`` (compressed entries) on a disk with room for about one
+    entry: exit 2, one line naming the cache folder, no partial entry; with room, the rerun completes."""
+    cache = tmp_path / "frames"
+    args = [f"records={toy_dir / 'records.jsonl'}", "render=toy", "render.frame_format=jpeg90"]
+    args += [f"paths.frame_cache_dir={cache}", "workers=1"]
+    full = _full_disk_run("data_builders", ["frames", *args], cache, 30_000)
+    assert full.returncode == 2, full.stderr[-3000:]
+    (line,) = _errors(full)
+    assert line.startswith(f"frames failed: no space left on device writing the frame cache in {cache} ")
+    assert re.search(r"\. [12] of 8 clips are cached", line) and "Traceback" not in full.stderr
+    left = [p for p in cache.rglob("*") if p.is_file()]
+    assert left and all(p.suffix == ".frames" for p in left)  # whole entries only
+    again = _full_disk_run("data_builders", ["frames", *args], cache, None)
+    assert again.returncode == 0, again.stderr
+    summary = json.loads(again.stdout.splitlines()[-1])
+    assert (summary["clips"], summary["failed"]) == (8, 0) and len(list(cache.rglob("*.frames"))) == 8

@@ -19,6 +19,7 @@ from eval.run import evaluate, load_config
 from eval.store import PredictionLog
 from eval.watch import load_config as watch_config
 from eval.watch import read_ledger, watch
+from tests.conftest import by_checkpoint
 from train.sft.run import compose_config, train
 
 
@@ -72,8 +73,8 @@ def test_a_retrain_into_the_same_run_dir_is_evaluated_afresh_by_eval_run_and_eva
     lines = (killed / "predictions.jsonl").read_text().splitlines(keepends=True)
     (killed / "predictions.jsonl").write_text(lines[0])
     watcher = watch_config([f"run_dir={run}", "once=true", "logger_from_run=false", *common])
-    assert watch(watcher) == ["p3i/checkpoint-2"]
-    entry_a = read_ledger(run)["p3i/checkpoint-2"]
+    assert by_checkpoint(watch(watcher)) == ["p3i/checkpoint-2"]
+    entry_a = by_checkpoint(read_ledger(run))["p3i/checkpoint-2"]
     assert entry_a["weights"]["sha256"] == weights_fingerprint(run / "checkpoint-2")["sha256"]
 
     sft(tmp_path, run, "train.resume=none", "train.seed=1")  # the restart the trainer's error suggests
@@ -97,18 +98,18 @@ def test_a_retrain_into_the_same_run_dir_is_evaluated_afresh_by_eval_run_and_eva
     first = json.loads(lines[0])["id"]
     assert p_response(killed / "superseded" / sha_a[:12]) == {first: old[first]}
 
-    assert watch(watcher) == ["p3i/checkpoint-2"]  # same name, new weights: evaluated again
-    entry_b = read_ledger(run)["p3i/checkpoint-2"]
+    assert by_checkpoint(watch(watcher)) == ["p3i/checkpoint-2"]  # same name, new weights: evaluated again
+    entry_b = by_checkpoint(read_ledger(run))["p3i/checkpoint-2"]
     assert entry_b["weights"]["sha256"] == weights_fingerprint(run / "checkpoint-2")["sha256"]
     assert entry_b["weights"]["sha256"] != entry_a["weights"]["sha256"]
     assert entry_b["metrics"] == json.loads(
         (run / "eval" / "p3i" / "checkpoint-2" / "metrics.json").read_text()
     )
     assert [e["weights"] for e in entry_b["superseded"]] == [entry_a["weights"]]
-    assert watch(watcher) == []  # and only once
+    assert by_checkpoint(watch(watcher)) == []  # and only once
     weights = run / "checkpoint-2" / "model.safetensors"
     os.utime(weights, ns=(10**18, 10**18))  # the same bytes, rewritten or copied: no new evaluation
-    assert watch(watcher) == []
-    entry = read_ledger(run)["p3i/checkpoint-2"]
+    assert by_checkpoint(watch(watcher)) == []
+    entry = by_checkpoint(read_ledger(run))["p3i/checkpoint-2"]
     assert entry["weights"]["sha256"] == entry_b["weights"]["sha256"]
     assert entry["weights"]["files"]["model.safetensors"] == [weights.stat().st_size, 10**18]

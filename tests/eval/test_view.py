@@ -5,6 +5,9 @@ a screenshot. And a synthetic 1,000-stream run: the file's size and the page's l
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -15,7 +18,9 @@ from eval.config import BenchmarkConfig
 from eval.run import evaluate, load_config
 from eval.runners import get_runner
 from eval.store import PredictionLog
-from eval.view import CURVE_BINS, main
+from eval.view import CURVE_BINS, embed_json, main, render_html
+
+ROOT = Path(__file__).resolve().parents[2]
 
 FIRING = 0.47  # the untrained tiny model fires on about half the steps (tests/eval/test_run.py)
 
@@ -208,3 +213,71 @@ def test_bad_folder_is_a_clear_error(tmp_path, capsys):
     assert main(["--help"]) == 0 and capsys.readouterr().out.startswith(
         "usage: python -m eval.view out_dir=DIR"
     )
+
+
+HOSTILE = ("<!--<script>", "</script><script>alert(1)</script>", "a & b > c", "\u2028")
+
+
+def test_embedded_json_holds_no_markup_and_parses_back():
+    data = {"x": "".join(HOSTILE), "y": ["</SCRIPT>", "<!--"]}
+    blob = embed_json(data)
+    assert not set(blob) & set("<>&\u2028\u2029")
+    assert json.loads(blob) == data
+    page = render_html({"title": "@@DATA@@ </title>", "rows": [], **data})
+    assert page.count("</script>") == 2 and page.count("<script") == 2  # the page's own two
+    assert "<title>@@DATA@@ &lt;/title&gt;</title>" in page and page.count("@@DATA@@") == 3  # title, h1, data
+
+
+def _run_view(run: Path, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "eval.view", f"out_dir={run}", "thumbnails=0"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, **env},
+        check=False,
+    )
+
+
+def test_markup_in_replies_and_targets_cannot_blank_the_page(tmp_path, browser):
+    """A reply, a target and an id holding ``<!--<script>`` and ``</script><script>``: every row
+    still renders, no script of the data runs, and the texts show as text."""
+    run = synthetic_run(tmp_path, 3, long_steps=40)
+    rows = PredictionLog(run / "predictions.jsonl").rows()
+    for k, row in enumerate(rows):
+        for reply in row["replies"]:
+            reply["text"] = HOSTILE[k % 2] + " reply"
+    write_jsonl(run / "predictions.jsonl", rows)
+    records = [s.to_dict() for s in load_streams(tmp_path / "records.jsonl")]
+    for rec in records:
+        rec["instruction"] = HOSTILE[0] + rec["instruction"]
+        for t in rec["targets"]:
+            t["content"] = HOSTILE[1]
+    write_jsonl(tmp_path / "records.jsonl", records)
+    done = _run_view(run)
+    assert done.returncode == 0, done.stderr
+    page, errors, _ = open_page(browser, run / "view.html")
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    assert errors == [] and shown(page)[0] == 4 and dialogs == []
+    for k in range(4):
+        page.locator(".row .h").nth(k).click()
+    text = page.locator("#rows").inner_text()
+    assert f"{HOSTILE[0]} reply" in text and f"{HOSTILE[1]} reply" in text  # shown as text
+    replies = sum(len(row["replies"]) for k, row in enumerate(rows) if k % 2)
+    targets = sum(len(rec["targets"]) for rec in records)
+    assert targets == 2 and text.count(HOSTILE[1]) == replies + targets  # every reply and target
+    page.close()
+
+
+def test_a_run_folder_is_read_without_interpolation(tmp_path):
+    """``${oc.env:...}`` in someone else's config.yaml stays that text in the page, never the value."""
+    run = synthetic_run(tmp_path, 2, long_steps=40)
+    saved = run / "config.yaml"
+    text = saved.read_text().replace("checkpoint: null", "checkpoint: ${oc.env:VIEW_SECRET}")
+    saved.write_text(text.replace("name: p3i,", "name: '${oc.env:VIEW_SECRET}',"))
+    done = _run_view(run, VIEW_SECRET="s3cr3t-value")
+    assert done.returncode == 0, done.stderr
+    page = (run / "view.html").read_text()
+    assert "s3cr3t-value" not in page + done.stdout + done.stderr
+    assert "<title>${oc.env:VIEW_SECRET} on ${oc.env:VIEW_SECRET}</title>" in page

@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 from eval import tracking
 from eval.engine.checkpoints import COMPLETE_MARKER
 from eval.watch import LEDGER, load_config, read_ledger, watch
+from tests.conftest import by_checkpoint
 from train.config import SCHEMAS
 
 
@@ -81,7 +82,7 @@ def test_new_checkpoints_are_evaluated_once_until_the_run_finishes(tmp_path, mon
     ev = Recorder({"checkpoint-2": more, "checkpoint-6": finish})
     env_seen = []
     ev.then["checkpoint-4"] = lambda: env_seen.append(__import__("os").environ.get("WANDB_RUN_ID"))
-    assert watch(cfg_for(run_dir), evaluate=ev) == [
+    assert by_checkpoint(watch(cfg_for(run_dir), evaluate=ev)) == [
         "p3i/checkpoint-2",
         "p3i/checkpoint-4",
         "p3i/checkpoint-6",
@@ -97,16 +98,16 @@ def test_new_checkpoints_are_evaluated_once_until_the_run_finishes(tmp_path, mon
     )
     assert first.logger.mode == "offline" and list(first.logger.tags) == ["t"]
     assert "run_dir" not in first and "poll_s" not in first  # a plain eval.run config
-    ledger = read_ledger(run_dir)
+    ledger = by_checkpoint(read_ledger(run_dir))
     assert sorted(ledger) == ["p3i/checkpoint-2", "p3i/checkpoint-4", "p3i/checkpoint-6"]
     assert ledger["p3i/checkpoint-4"]["step"] == 4 and ledger["p3i/checkpoint-4"]["status"] == "done"
     assert ledger["p3i/checkpoint-6"]["metrics"] == {"overall": {"prs_b": 6.0}}
 
     again = Recorder()  # a restarted watcher: nothing twice, only what is new
-    assert watch(cfg_for(run_dir, "once=true"), evaluate=again) == [] and again.seen == []
+    assert by_checkpoint(watch(cfg_for(run_dir, "once=true"), evaluate=again)) == [] and again.seen == []
     make_checkpoint(run_dir, 8)
-    assert watch(cfg_for(run_dir, "once=true"), evaluate=again) == ["p3i/checkpoint-8"]
-    assert again.steps == [8] and len(read_ledger(run_dir)) == 4
+    assert by_checkpoint(watch(cfg_for(run_dir, "once=true"), evaluate=again)) == ["p3i/checkpoint-8"]
+    assert again.steps == [8] and len(by_checkpoint(read_ledger(run_dir))) == 4
     other = Recorder()  # another benchmark keeps its own record
     assert len(watch(cfg_for(run_dir, "once=true", "benchmark=propermem"), evaluate=other)) == 4
 
@@ -128,7 +129,7 @@ def test_a_checkpoint_deleted_during_its_evaluation_is_recorded_and_skipped(tmp_
         raise FileNotFoundError(cfg.checkpoint)
 
     watch(cfg_for(run_dir, "once=true"), evaluate=rotated)
-    assert read_ledger(run_dir)["p3i/checkpoint-3"]["status"] == "deleted"
+    assert by_checkpoint(read_ledger(run_dir))["p3i/checkpoint-3"]["status"] == "deleted"
 
     def broken(cfg):
         raise RuntimeError("a real failure")
@@ -136,7 +137,7 @@ def test_a_checkpoint_deleted_during_its_evaluation_is_recorded_and_skipped(tmp_
     make_checkpoint(run_dir, 5)
     with pytest.raises(RuntimeError):
         watch(cfg_for(run_dir, "once=true"), evaluate=broken)
-    assert "p3i/checkpoint-5" not in read_ledger(run_dir)  # retried by the next watcher
+    assert "p3i/checkpoint-5" not in by_checkpoint(read_ledger(run_dir))  # retried by the next watcher
 
 
 @pytest.mark.slow
@@ -163,18 +164,18 @@ def test_real_evaluations_of_two_tiny_checkpoints(tiny_checkpoint, toy_dir, tmp_
         "timelines=1",
         "once=true",
     ]
-    assert watch(cfg_for(run_dir, *overrides)) == ["p3i/checkpoint-1", "p3i/checkpoint-3"]
+    assert by_checkpoint(watch(cfg_for(run_dir, *overrides))) == ["p3i/checkpoint-1", "p3i/checkpoint-3"]
     for step in (1, 3):
         out = run_dir / "eval" / "p3i" / f"checkpoint-{step}"
         assert (
             json.loads((out / "metrics.json").read_text())
-            == read_ledger(run_dir)[f"p3i/checkpoint-{step}"]["metrics"]
+            == by_checkpoint(read_ledger(run_dir))[f"p3i/checkpoint-{step}"]["metrics"]
         )
     assert logged == [
         ("train-project", "sft_a_checkpoint-1/p3i", 1, "eval/p3i"),
         ("train-project", "sft_a_checkpoint-3/p3i", 3, "eval/p3i"),
     ]
-    assert watch(cfg_for(run_dir, *overrides)) == [] and (run_dir / LEDGER).exists()
+    assert by_checkpoint(watch(cfg_for(run_dir, *overrides))) == [] and (run_dir / LEDGER).exists()
 
 
 def test_launch_accelerate_hands_each_checkpoint_its_whole_config(tmp_path, monkeypatch):
@@ -198,7 +199,7 @@ def test_launch_accelerate_hands_each_checkpoint_its_whole_config(tmp_path, monk
     monkeypatch.setattr(
         "eval.watch.launch_evaluate", lambda p, num_processes: launched.append(num_processes) or {}
     )
-    assert watch(cfg_for(run_dir, "launch=accelerate", "num_processes=2", "once=true")) == [
+    assert by_checkpoint(watch(cfg_for(run_dir, "launch=accelerate", "num_processes=2", "once=true"))) == [
         "p3i/checkpoint-7"
     ]
     assert launched == [2]
@@ -218,7 +219,7 @@ def test_a_run_dir_that_appears_later_is_waited_for(tmp_path, caplog):
     recorder = Recorder()
     try:
         with caplog.at_level("INFO", logger="eval.watch"):
-            assert watch(cfg, recorder) == ["p3i/checkpoint-2"]
+            assert by_checkpoint(watch(cfg, recorder)) == ["p3i/checkpoint-2"]
     finally:
         maker.cancel()
     assert recorder.steps == [2]
@@ -262,3 +263,32 @@ def test_the_command_waits_before_composing_and_names_the_deadline(tmp_path):
     assert out.returncode == 2, out.stderr[-2000:]
     assert f"run_dir={missing} does not exist yet: waiting until" in out.stderr
     assert f"eval.watch: run_dir={missing}: no such folder after waiting 0.3 s" in out.stderr
+
+
+def test_a_watcher_with_another_config_evaluates_again_into_its_own_folder(tmp_path):
+    """A second watcher of one run dir with another threshold and limit evaluates every checkpoint
+    (it evaluated none and exited 0), into a folder of its own, and keeps entries of its own; the
+    first config run again evaluates nothing."""
+    from omegaconf import OmegaConf
+
+    run_dir = make_run(tmp_path, logger="none")
+    make_checkpoint(run_dir, 2)
+    make_checkpoint(run_dir, 4)
+
+    def saves(cfg: DictConfig) -> dict:  # writes the folder's config.yaml as eval.run does
+        Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(cfg, Path(cfg.out_dir) / "config.yaml")
+        return {"threshold": cfg.threshold, "limit": cfg.limit}
+
+    keys_a = watch(cfg_for(run_dir, "once=true"), evaluate=saves)
+    keys_b = watch(cfg_for(run_dir, "once=true", "threshold=0.3", "limit=2"), evaluate=saves)
+    assert by_checkpoint(keys_a) == by_checkpoint(keys_b) == ["p3i/checkpoint-2", "p3i/checkpoint-4"]
+    assert set(keys_a).isdisjoint(keys_b)
+    ledger = read_ledger(run_dir)
+    assert sorted(ledger) == sorted(keys_a + keys_b)
+    assert [ledger[k]["metrics"] for k in keys_b] == [{"threshold": 0.3, "limit": 2}] * 2
+    assert {Path(ledger[k]["out_dir"]).parent for k in keys_a} == {run_dir / "eval" / "p3i"}
+    (own,) = {Path(ledger[k]["out_dir"]).parent for k in keys_b}
+    assert own.parent == run_dir / "eval" and own.name.startswith("p3i@")
+    assert watch(cfg_for(run_dir, "once=true"), evaluate=saves) == []
+    assert watch(cfg_for(run_dir, "once=true", "threshold=0.3", "limit=2"), evaluate=saves) == []

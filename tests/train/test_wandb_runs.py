@@ -13,6 +13,7 @@ from eval.run import load_config as eval_config
 from eval.tracking import training_run
 from eval.watch import load_config as watch_config
 from eval.watch import watch
+from tests.conftest import by_checkpoint
 from train.sft.run import compose_config, train
 
 pytestmark = pytest.mark.slow
@@ -55,7 +56,7 @@ def test_checkpoint_evaluations_draw_curves_beside_the_training_run(
     assert trained["name"] == "sft_tiny" and trained["group"] == "sft_tiny"
     test = toy_data / "toy" / "test" / "records.jsonl"
     common = [f"records={test}", f"paths.cache_dir={toy_data / 'cache'}", "limit=2", "max_new_tokens=4"]
-    assert watch(watch_config([f"run_dir={run}", "once=true", "timelines=1", *common])) == [
+    assert by_checkpoint(watch(watch_config([f"run_dir={run}", "once=true", "timelines=1", *common]))) == [
         "p3i/checkpoint-10",
         "p3i/checkpoint-20",
     ]
