@@ -24,8 +24,9 @@ the total.
 
 :func:`write_predictions` writes the same format from the project's stream records (built by
 ``source=ovo``, :mod:`data_builders.sources.ovo`) and predictions (``{"id", "replies"}``): the
-answer to a question or probe is the first reply at or after the step it lands on and before the
-next question's step (questions landing on one step take its replies in order); none is a null
+answer to a question or probe is the first reply at or after the step it lands on (``official``:
+the last step of its official cut, the frames before ``ceil(time)``) and before the next question's
+step (questions landing on one step take its replies in order); none is a null
 response. A record with no prediction is left out of the file, and so is an SSR item predicted on
 some of its steps only (both counted and logged; the scorer then counts the items missing).
 """
@@ -43,7 +44,7 @@ from typing import Any
 
 from data_builders.records import TIME_EPS, Prediction, RecordError, Stream, step_times, target_step
 from data_builders.registry import load_json
-from data_builders.sources.ovo import Item, item_id, read_release
+from data_builders.sources.ovo import Item, cut_step, item_id, read_release
 from eval.protocols import official_format
 from eval.protocols.public import PublicRunner
 from eval.runners import register_runner
@@ -203,14 +204,20 @@ def score_ovo(gt: Path, pred: Path, options: argparse.Namespace | None = None) -
 
 
 def probe_answers(
-    stream: Stream, replies: Iterable, steps_per_second: float = 1.0
+    stream: Stream, replies: Iterable, steps_per_second: float = 1.0, *, official_cut: bool = False
 ) -> tuple[list[str | None], int]:
     """The reply text answering each target of ``stream`` (None: no answer), and how many replies
     answered nothing. A target's answer is the first reply at or after the step it lands on and
     before the next later-landing target's step; targets on one step take that span's replies in
-    order (the targets' own order)."""
+    order (the targets' own order). A target lands on the first step at or after its time, or with
+    ``official_cut`` on the last step the official cut for its time holds
+    (:func:`data_builders.sources.ovo.cut_step`: where ``protocol_mode=official`` asks it)."""
     times = step_times(stream, steps_per_second)
-    landing = [times[target_step(stream, t, steps_per_second)] for t in stream.targets]
+    if official_cut:
+        steps = [cut_step(stream, t.time, steps_per_second) for t in stream.targets]
+    else:
+        steps = [target_step(stream, t, steps_per_second) for t in stream.targets]
+    landing = [times[k] for k in steps]
     order = sorted(range(len(landing)), key=lambda i: (landing[i], i))
     starts = sorted(set(landing))
     pending = sorted(replies, key=lambda r: r.time)
@@ -260,8 +267,16 @@ def streaming_answers(
     return answers, len(said) - len(used)
 
 
+def official_answers(
+    stream: Stream, replies: Iterable, steps_per_second: float = 1.0
+) -> tuple[list[str | None], int]:
+    """``protocol_mode=official``: each target's answer is the reply at the last step of its
+    official cut (:func:`probe_answers` with ``official_cut``), where :class:`OvoRunner` asks it."""
+    return probe_answers(stream, replies, steps_per_second, official_cut=True)
+
+
 #: How each ``protocol_mode`` turns a record's replies into its answers.
-ANSWER_RULES = {"official": probe_answers, "streaming": streaming_answers}
+ANSWER_RULES = {"official": official_answers, "streaming": streaming_answers}
 
 
 def _meta(stream: Stream, key: str) -> Any:
@@ -423,9 +438,10 @@ def write_release(path: str | Path, streams: Iterable[Stream]) -> int:
 def probe_plan(streams: list[Stream], steps_per_second: float) -> list[tuple[Stream, list]]:
     """``protocol_mode=official``: the causal passes that answer every question and probe of the
     streams, one pass per video: the longest stream of the video (all of them start at 0, without an
-    instruction in the pass), with one probe per target of every stream of the video, at the step
-    the target lands on, asking the stream's official prompt; a probe's key is ``(stream id,
-    target index)``."""
+    instruction in the pass), with one probe per target of every stream of the video, at the last
+    step of the official cut for the target's time (:func:`data_builders.sources.ovo.cut_step`:
+    the frames before ``ceil(time)``), asking the stream's official prompt; a probe's key is
+    ``(stream id, target index)``."""
     from eval.engine.probes import Probe
 
     by_video: dict[tuple, list[Stream]] = {}
@@ -435,7 +451,7 @@ def probe_plan(streams: list[Stream], steps_per_second: float) -> list[tuple[Str
     for members in by_video.values():
         longest = max(members, key=lambda s: (s.clip_end, s.id))
         probes = [
-            Probe(target_step(s, t, steps_per_second), s.instruction, (s.id, j))
+            Probe(cut_step(s, t.time, steps_per_second), s.instruction, (s.id, j))
             for s in members
             for j, t in enumerate(s.targets)
         ]

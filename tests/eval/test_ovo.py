@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from pathlib import Path
 
 import pytest
 
 from data_builders.records import Prediction, RecordError, Reply, Stream
 from data_builders.registry import Tally
-from data_builders.sources.ovo import item_streams, read_release
-from eval.protocols.ovo import CHOICE_FIELDS, probe_answers, write_predictions
+from data_builders.sources.ovo import cut_step, item_streams, parse_item, read_release
+from eval.protocols.ovo import CHOICE_FIELDS, probe_answers, probe_plan, write_predictions
 from eval.score import main
 
 GT = Path(__file__).resolve().parents[1] / "data_builders/fixtures/ovo/ovo_bench_new.json"
@@ -280,3 +281,39 @@ def test_writing_refuses_a_stray_prediction_and_leaves_out_a_part_predicted_item
         "realtime": [],
         "forward": [],
     }
+
+
+# The official cut, as ``utils/chunk_videos.py`` writes it for a probe (and, in its branch for them,
+# for a multiple-choice question): ``end_time = math.ceil(realtime)``, at most the video's length,
+# then ``clip = video.subclip(0, end_time)``; the written clip lasts ``end_time`` seconds, so its
+# frames are those at times before ``end_time``: at 1 frame/s, frames 0 .. ceil(t) - 1.
+def _official_frames(t: float, video_seconds: int) -> list[int]:
+    end = min(math.ceil(t), video_seconds)
+    return [k for k in range(video_seconds) if k < end] or [0]
+
+
+def test_official_mode_asks_each_question_on_the_frames_of_its_official_cut():
+    # one video of 11 s: REC probes first at 0.4 s (fractional), middle at 4 s (whole) and 7.5 s
+    # (fractional), last at 11 s (whole, the clip's end); questions at 6 s (whole) and 9.5 s
+    rec = {"id": 70, "task": "REC", "video": "v.mp4", "activity": "jump", "start_times": [1], "end_times": [2],
+           "test_info": [{"realtime": t, "count": 1} for t in (0.4, 4, 7.5, 11)]}  # fmt: skip
+    mc = [
+        {"id": 71 + k, "task": "EPM", "video": "v.mp4", "realtime": t, "question": "Where?",
+         "options": ["here", "there"], "gt": 0}
+        for k, t in enumerate((6, 9.5))
+    ]  # fmt: skip
+    streams = [s for raw in (rec, *mc) for s in item_streams(parse_item(raw), "v.mp4", None, Tally())]
+    [(longest, probes)] = probe_plan(streams, 1.0)
+    assert longest.id == "ovo-70" and longest.clip_end == 11.0
+    seen = {p.key: list(range(p.step + 1)) for p in probes}  # a probe at step k has seen frames 0..k
+    times = {("ovo-70", j): t for j, t in enumerate((0.4, 4, 7.5, 11))} | {("ovo-71", 0): 6, ("ovo-72", 0): 9.5}
+    assert seen == {key: _official_frames(t, 11) for key, t in times.items()}
+    assert [len(seen[("ovo-70", j)]) for j in range(4)] == [1, 4, 8, 11]
+    assert (len(seen[("ovo-71", 0)]), len(seen[("ovo-72", 0)])) == (6, 10)
+    # the official answer rule reads each answer at that step: replies there answer their probe
+    replies = [Reply(float(k), f"{k}") for k in (0, 3, 7, 10)]
+    assert probe_answers(streams[0], replies, official_cut=True) == (["0", "3", "7", "10"], 0)
+    # the streaming rule reads them at the first step at or after each time: they shift
+    assert probe_answers(streams[0], replies) == (["3", "7", None, "10"], 1)
+    cuts = [cut_step(longest, t) for t in (6.0, 5.999, 6.001, 0.0, 30.0)]
+    assert cuts == [5, 5, 6, 0, 10]  # 30 s: past the video's end, the cut stops at its last frame

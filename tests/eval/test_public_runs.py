@@ -199,6 +199,11 @@ def test_ovo_run_writes_the_prediction_folder(tiny_checkpoint, built, tmp_path, 
         assert all(isinstance(r, str) for r in responses)
         replies = _replies(out)
         assert sum(len(v) for v in replies.values()) == 9
+        # each on the official cut [0, ceil(t)]: after the frame at ceil(t) - 1 (probes at 6, 9.5;
+        # REC 4, 10; SSR 3, 5, 8; CRR 4, 9; the videos are 12 s and 10 s long)
+        asked = {k: [r["time"] for r in v] for k, v in replies.items()}
+        assert asked == {"ovo-1": [5], "ovo-2": [9], "ovo-3": [3, 9], "ovo-4-step0": [2],
+                         "ovo-4-step1": [4, 7], "ovo-5": [3, 8]}  # fmt: skip
     else:
         crr = next(i for i in parts["forward"] if i["task"] == "CRR")
         said = [r["time"] for r in _replies(out)["ovo-5"]]
