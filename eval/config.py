@@ -162,6 +162,16 @@ class BenchmarkConfig(ScoringConfig):
     """Decision steps per second of video (P3I, EgoServe: 1; ProPerMem: 0.5)."""
     categories: list[str] | None = None
     """Allowed category tags of a response (EgoServe: its subtypes); null: any tag."""
+    question_time: str = "clip_start"
+    """ESTP-Bench: when a single question (the release gives it no time) is asked: ``clip_start``
+    (the clip's first step; the benchmark's evaluation harness ships only with the data) or
+    ``before_first_answer`` (the rule of EyeWO's released loader, ``data/estp/livechat.py``: a time
+    drawn uniformly from the clip start to one step before the midpoint of the qa's first answer,
+    seeded by the qa's name, so a run repeats). Written as the user turn of the prediction file."""
+    reply_clock: str = "frames_seen"
+    """ProactiveVideoQA: the time a reply is written at in ``pred.jsonl``: ``frames_seen`` (the
+    benchmark's released inference, MMDuet2's ``proactive_eval/inference.py``: the seconds of video
+    seen, one step after the time of the frame the reply follows) or ``frame`` (that frame's time)."""
 
 
 @dataclass

@@ -217,6 +217,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--model", default=None, help="the model's key in a prediction file holding several (StreamingBench)"
     )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="OVO-Bench, StreamingBench: refuse a prediction file that reuses an id or a question, or "
+        "whose ground truth differs from the release's (default: score each entry against its own, "
+        "as the official scorer does, with a warning naming them)",
+    )
     parser.add_argument("--per-sample", default=None, help="write one JSON line per sample here")
     parser.add_argument("--allow-missing", action="store_true", help="score a missing prediction as silence")
     parser.add_argument(

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data_builders.records import RecordError, Stream, Target
+from data_builders.records import TIME_EPS, RecordError, Stream, Target
 from data_builders.registry import (
     BuildInputs,
     ConversionError,
@@ -275,6 +275,23 @@ def forward_prompt(item: Item, step: str | None = None) -> str:
     return CRR_PROMPT.format(item.question)
 
 
+def cut_end(time: float) -> float:
+    """The end of the official cut for a question or probe at ``time``: ``ceil(time)``, 1 s at least
+    (``utils/chunk_videos.py``: ``end_time = math.ceil(realtime)``, then ``subclip(0, end_time)``)."""
+    return max(1.0, float(math.ceil(time)))
+
+
+def cut_step(stream: Stream, time: float, steps_per_second: float = 1.0) -> int:
+    """The last step of ``stream`` that the official cut for ``time`` holds: the cut
+    ``subclip(0, ceil(time))`` holds the frames at times before ``ceil(time)`` (the written clip
+    lasts ``ceil(time)`` seconds and ends before the frame at that time), so at 1 step/s a probe at
+    5 s sees steps 0..4 and one at 5.3 s steps 0..5; at most the stream's last step (the cut stops
+    at the video's end), at least step 0."""
+    n = max(1, math.floor(stream.duration * steps_per_second + TIME_EPS))
+    held = math.ceil((cut_end(time) - stream.clip_start) * steps_per_second - TIME_EPS)
+    return min(max(held, 1), n) - 1
+
+
 def stream_id(item: Item, step: int | None = None) -> str:
     return f"ovo-{item.id}" if step is None else f"ovo-{item.id}-step{step}"
 
@@ -282,7 +299,7 @@ def stream_id(item: Item, step: int | None = None) -> str:
 def _clip(times: list[float], info: VideoInfo | None, tally: Tally) -> float:
     """The official cut's end, ``ceil`` of the last time (1 s at least), at most the probed video's
     length; each time past that end is counted (``past_video_end``) and will be moved to it."""
-    end = max(1.0, float(math.ceil(max(times))))
+    end = cut_end(max(times))
     if info is not None and end > info.duration:
         end = info.duration
         moved = sum(t > end for t in times)

@@ -31,6 +31,7 @@ import argparse
 import copy
 import dataclasses
 import json
+import random
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -257,7 +258,8 @@ def write_official(
     model: str = MODEL_NAME,
 ) -> int:
     """Write the prediction file of the official format (module docstring) for ``release``: each
-    qa of a stream with a prediction gets ``qa[model] = {"dialog_history": [assistant turns]}``;
+    qa of a stream with a prediction gets ``qa[model] = {"dialog_history": [turns]}`` (the questions
+    at the times they were asked and the replies, :func:`_history`);
     the others are left as the release has them (the scorer counts them missing). Returns the
     number of qa written with answers. A prediction without its stream, or a stream whose ``meta``
     does not name a qa of the release, is a :class:`RecordError`; the file is written atomically."""
@@ -293,11 +295,49 @@ def write_official(
             raise RecordError(
                 f"the release's qa already has a key {model!r}", file=release, record=qa_name(*key)
             )
-        qa[model] = {HISTORY: [{"role": "assistant", "content": r.text, "time": r.time} for r in rs]}
+        qa[model] = {HISTORY: _history(by_id[pid], rs)}
         written += 1
     with atomic_writer(out) as fh:
         json.dump(data, fh, indent=1)
     return written
+
+
+def _history(stream: Stream, replies: Sequence[Reply]) -> list[dict]:
+    """A qa's ``dialog_history``: the questions as user turns at the times they were asked (the
+    stream's instruction, then ``meta["user_turns"]``), the replies as assistant turns, in time
+    order (a question before a reply at the same time)."""
+    asked = [(stream.instruction_time, stream.instruction)] if stream.instruction else []
+    asked += [(u["time"], u["content"]) for u in stream.meta.get("user_turns", [])]
+    turns = [(t, 0, {"role": "user", "content": text, "time": t}) for t, text in asked if t is not None]
+    turns += [(r.time, 1, {"role": "assistant", "content": r.text, "time": r.time}) for r in replies]
+    return [turn for _, _, turn in sorted(turns, key=lambda x: (x[0], x[1]))]
+
+
+#: ``benchmark.question_time``: when a single question (no time in the release) is asked.
+QUESTION_TIMES = ("clip_start", "before_first_answer")
+
+
+def asked_stream(stream: Stream, rule: str, steps_per_second: float = 1.0) -> Stream:
+    """``stream`` with its question asked by ``rule``. ``clip_start``: as built, at the clip start.
+    ``before_first_answer`` (EyeWO's released loader, ``data/estp/livechat.py``, for a single
+    question): a time drawn uniformly from the clip start to one step before the midpoint of the
+    qa's first answer, from a generator seeded by the qa's name (the same time on every run); the
+    clip start when that midpoint is less than a step after it. A contextual qa (its questions are
+    user turns with their own times) is left as it is under both."""
+    if rule not in QUESTION_TIMES:
+        raise ValueError(f"question_time must be one of {', '.join(QUESTION_TIMES)}, got {rule!r}")
+    release = stream.meta.get("release")
+    single = isinstance(release, dict) and release.get("question") is not None
+    if rule == "clip_start" or not single or stream.meta.get("user_turns") or not stream.targets:
+        return stream
+    first = stream.targets[0]
+    due = sum(first.window) / 2 if first.window is not None else first.time
+    latest = due - 1.0 / steps_per_second
+    if latest <= stream.clip_start:
+        return dataclasses.replace(stream, instruction_time=stream.clip_start)
+    meta = stream.meta
+    draw = random.Random(qa_name(str(meta["video_uid"]), str(meta["clip_uid"]), int(meta["qa_index"])))
+    return dataclasses.replace(stream, instruction_time=draw.uniform(stream.clip_start, latest))
 
 
 def write_release(path: str | Path, streams: Sequence[Stream]) -> list[Stream]:
@@ -324,12 +364,26 @@ def write_release(path: str | Path, streams: Sequence[Stream]) -> list[Stream]:
 
 
 class EstpRunner(PublicRunner):
-    """``eval.run benchmark=estp``: the stream as built (its first question at its time); the
-    model's replies are its answers in both modes (the benchmark's own harness lets the model speak
-    when it decides, so ``official`` and ``streaming`` are one protocol here)."""
+    """``eval.run benchmark=estp``: the stream as built (its first question at its time; a single
+    question at the time ``benchmark.question_time`` picks, :func:`asked_stream`); the model's
+    replies are its answers in both modes (the benchmark's own harness lets the model speak when it
+    decides, so ``official`` and ``streaming`` are one protocol here)."""
+
+    def check(self, bench):
+        if bench.question_time not in QUESTION_TIMES:
+            raise ValueError(
+                f"benchmark {bench.name}: question_time={bench.question_time!r} is not one of "
+                f"{', '.join(QUESTION_TIMES)}"
+            )
+        super().check(bench)
+
+    def stream_rows(self, model, renderer, streams, path, engine_cfg, bench, **options):
+        asked = [asked_stream(s, bench.question_time, bench.steps_per_second) for s in streams]
+        yield from super().stream_rows(model, renderer, asked, path, engine_cfg, bench, **options)
 
     def write_files(self, streams, predictions, folder, bench):
         gt, pred = folder / "estp_bench.json", folder / f"{bench.model_key}.json"
+        streams = [asked_stream(s, bench.question_time, bench.steps_per_second) for s in streams]
         renumbered = write_release(gt, streams)
         write_official(gt, renumbered, predictions, pred, model=bench.model_key)
         return gt, pred

@@ -10,22 +10,25 @@ official harness writes (``utils/OVOBench.py``): ``{"backward": [...], "realtime
 "ground_truth"}`` and a forward item the release's item with ``test_info[i].response`` added. A
 response is a string, or null where the model failed (scored 0).
 
-The official scorer takes the right answers from the prediction file; here they come from ``--gt``,
-and the prediction file must agree with it: its ``ground_truth``, ``task``, ``count``, ``type``,
-``step`` and probe times, where given, must be the release's, and so must its list (an EPM item in
-``realtime`` is an error). Also refused, each naming the file, the item and the reason: an id that
-is not in the release, an id given twice (the official scorer counts it twice), a forward item
-whose ``test_info`` is not as long as the release's, a missing ``response`` and a response that is
-neither a string nor null (the official scorer stops on a list in REC and takes list membership
-elsewhere), a ``--pred`` that is a file, not a folder (the official scorer reads a folder). Release
-items with no prediction are left out, as the official scorer leaves them out: they are counted
-(``missing``, per task) and named on stderr, and a part with none scored has no figure, nor then
-the total.
+Each entry is scored as the official scorer scores it: against its own ground truth (its
+``ground_truth``; per probe its ``count`` / ``type``; the release's where it has none), under its own
+task. An id given more than once (two of the published result folders reuse ids of an older
+numbering), an id not in the release and a ground truth other than the release's are scored so,
+counted (``reused_ids``, ``not_in_release``, ``own_ground_truth``) and named on stderr; ``--strict``
+refuses them and checks every entry against the release: its ``ground_truth``, ``task``, ``count``,
+``type``, ``step`` and probe times, where given, and its ``test_info`` length. Refused in both, each
+naming the file, the item and the reason: an entry in another part's list (the official scorer
+stops or misscores there), a missing ``response`` and a response that is neither a string nor null
+(the official scorer stops on a list in REC and takes list membership elsewhere), a
+``--pred`` that is a file, not a folder (the official scorer reads a folder). Release items with no
+prediction are left out, as the official scorer leaves them out: they are counted (``missing``,
+per task) and named on stderr, and a part with none scored has no figure, nor then the total.
 
 :func:`write_predictions` writes the same format from the project's stream records (built by
 ``source=ovo``, :mod:`data_builders.sources.ovo`) and predictions (``{"id", "replies"}``): the
-answer to a question or probe is the first reply at or after the step it lands on and before the
-next question's step (questions landing on one step take its replies in order); none is a null
+answer to a question or probe is the first reply at or after the step it lands on (``official``:
+the last step of its official cut, the frames before ``ceil(time)``) and before the next question's
+step (questions landing on one step take its replies in order); none is a null
 response. A record with no prediction is left out of the file, and so is an SSR item predicted on
 some of its steps only (both counted and logged; the scorer then counts the items missing).
 """
@@ -38,12 +41,13 @@ import logging
 import sys
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from data_builders.records import TIME_EPS, Prediction, RecordError, Stream, step_times, target_step
 from data_builders.registry import load_json
-from data_builders.sources.ovo import Item, item_id, read_release
+from data_builders.sources.ovo import Item, cut_step, item_id, read_release
 from eval.protocols import official_format
 from eval.protocols.public import PublicRunner
 from eval.runners import register_runner
@@ -119,10 +123,71 @@ def parse_answers(entry: Any, item: Item, part: str) -> list[str | None]:
     return out
 
 
-def read_predictions(folder: Path, items: dict[Any, Item]) -> dict[Any, list[str | None]]:
-    """Item id -> its responses, from every file of a prediction folder (see the module docstring)."""
-    answers: dict[Any, list[str | None]] = {}
-    where: dict[Any, str] = {}
+@dataclass(frozen=True)
+class Answered:
+    """One prediction entry, read: its id, task, part, responses and the answers they are scored
+    against (the letter; per probe the count or Yes/No)."""
+
+    id: Any
+    task: str
+    part: str
+    responses: list[str | None]
+    expected: list[str]
+
+
+def _own_expected(task: str, probe: dict, released: Any, name: str) -> str:
+    """A probe's expected answer from the entry's own ``count`` / ``type`` (the release's where the
+    entry has none), as the official scorer reads it."""
+    key = "count" if task == "REC" else "type"
+    if key not in probe:
+        if released is None:
+            raise RecordError(f"field '{name}{key}' is missing and the release has no such probe")
+        return released.expected
+    value = probe[key]
+    if task == "REC":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise RecordError(f"field '{name}count': expected a whole number, got {value!r}")
+        return str(value)
+    if isinstance(value, bool) or value not in (0, 1):
+        raise RecordError(f"field '{name}type': expected 0 (no) or 1 (yes), got {value!r}")
+    return "Yes" if value == 1 else "No"
+
+
+def own_answers(entry: dict, item: Item | None, part: str) -> Answered:
+    """An entry scored as the official scorer scores it: its own task and its own ground truth
+    (``ground_truth``; per probe ``count`` / ``type``), the release's item lending what it lacks."""
+    rid = item_id(entry)
+    task = entry.get("task", item.task if item is not None else None)
+    if task not in TASK_PART:
+        raise RecordError(f"field 'task': unknown task {task!r} (OVO-Bench's are {', '.join(TASK_PART)})")
+    if TASK_PART[task] != part:
+        raise RecordError(f"listed under '{part}', but {task} is a {TASK_PART[task]} task")
+    same = item if item is not None and item.task == task else None
+    if part != "forward":
+        letter = entry.get("ground_truth", same.letter if same is not None else None)
+        if not isinstance(letter, str) or not letter:
+            raise RecordError(f"field 'ground_truth': expected the right option's letter, got {letter!r}")
+        return Answered(rid, task, part, [_response(entry, "")], [letter])
+    info = entry.get("test_info")
+    if not isinstance(info, list) or not info:
+        raise RecordError(f"field 'test_info': expected a non-empty list of probes, got {info!r}")
+    responses, expected = [], []
+    for k, probe in enumerate(info):
+        name = f"test_info[{k}]."
+        if not isinstance(probe, dict):
+            raise RecordError(f"field '{name[:-1]}': expected an object, got {type(probe).__name__}")
+        released = same.probes[k] if same is not None and k < len(same.probes) else None
+        expected.append(_own_expected(task, probe, released, name))
+        responses.append(_response(probe, name))
+    return Answered(rid, task, part, responses, expected)
+
+
+def _released(item: Item) -> tuple[str, list[str]]:
+    return item.task, [item.letter] if item.part != "forward" else [p.expected for p in item.probes]
+
+
+def _entries(folder: Path) -> Iterable[tuple[Path, str, int, Any]]:
+    """(file, part, index, entry) of every entry of every file of a prediction folder."""
     for path in prediction_files(folder):
         data = load_json(path)
         if not isinstance(data, dict) or not all(isinstance(data.get(p), list) for p in PARTS):
@@ -131,21 +196,67 @@ def read_predictions(folder: Path, items: dict[Any, Item]) -> dict[Any, list[str
             )
         for part in PARTS:
             for k, entry in enumerate(data[part]):
-                at = f"{part}[{k}]"
-                try:
-                    if not isinstance(entry, dict):
-                        raise RecordError(f"expected an object, got {type(entry).__name__}")
-                    rid = item_id(entry)
-                    at = f"{part}[{k}] (id {rid!r})"
-                    if rid not in items:
-                        raise RecordError(f"id {rid!r} is not an item of the release file")
-                    if rid in answers:
-                        raise RecordError(f"id {rid!r} is given twice (first: {where[rid]})")
-                    answers[rid] = parse_answers(entry, items[rid], part)
-                except RecordError as err:
-                    raise err.located(file=path, record=at) from None
-                where[rid] = f"{path.name} {at}"
-    return answers
+                yield path, part, k, entry
+
+
+def read_predictions(
+    folder: Path, items: dict[Any, Item], strict: bool = False
+) -> tuple[list[Answered], dict[str, list]]:
+    """Every entry of a prediction folder, read (see the module docstring), and what the release
+    does not agree with: ``reused_ids`` (ids given more than once), ``not_in_release`` and
+    ``own_ground_truth`` (ids scored against a ground truth other than the release's). By default
+    each entry is scored as the official scorer scores it (:func:`own_answers`); ``strict``
+    refuses all three and checks every entry against its release item (:func:`parse_answers`)."""
+    answers: list[Answered] = []
+    where: dict[Any, str] = {}
+    notes: dict[str, list] = {"reused_ids": [], "not_in_release": [], "own_ground_truth": []}
+    for path, part, k, entry in _entries(folder):
+        at = f"{part}[{k}]"
+        try:
+            if not isinstance(entry, dict):
+                raise RecordError(f"expected an object, got {type(entry).__name__}")
+            rid = item_id(entry)
+            at = f"{part}[{k}] (id {rid!r})"
+            item = items.get(rid)
+            if strict and item is None:
+                raise RecordError(f"id {rid!r} is not an item of the release file")
+            if rid in where:
+                if strict:
+                    raise RecordError(f"id {rid!r} is given twice (first: {where[rid]})")
+                if rid not in notes["reused_ids"]:
+                    notes["reused_ids"].append(rid)
+            if strict:
+                answers.append(
+                    Answered(rid, item.task, part, parse_answers(entry, item, part), _released(item)[1])
+                )
+            else:
+                answers.append(own_answers(entry, item, part))
+        except RecordError as err:
+            raise err.located(file=path, record=at) from None
+        where.setdefault(rid, f"{path.name} {at}")
+        got = answers[-1]
+        if item is None:
+            notes["not_in_release"].append(rid)
+        elif (got.task, got.expected) != _released(item) and rid not in notes["own_ground_truth"]:
+            notes["own_ground_truth"].append(rid)
+    return answers, notes
+
+
+def _warn(pred: Path, notes: dict[str, list]) -> None:
+    """stderr lines naming the ids the release does not agree with (scored as the official scorer does)."""
+    says = {
+        "reused_ids": "ids given more than once, each entry scored",
+        "not_in_release": "ids not in the release, scored",
+        "own_ground_truth": "ids scored against the file's own ground truth, not the release's",
+    }
+    for key, ids in notes.items():
+        if ids:
+            shown = ", ".join(map(str, ids[:20])) + (", ..." if len(ids) > 20 else "")
+            print(
+                f"eval.score: ovo: {pred}: {len(ids)} {says[key]}, as the official scorer scores them "
+                f"(--strict refuses them): {shown}",
+                file=sys.stderr,
+            )
 
 
 @official_format("ovo", summary="OVO-Bench (offline scorer): per-task accuracy, part means, total")
@@ -154,48 +265,44 @@ def score_ovo(gt: Path, pred: Path, options: argparse.Namespace | None = None) -
     scored question or probe."""
     release = read_release(gt)
     items = {item.id: item for item in release}
-    answers = read_predictions(pred, items)
+    answers, notes = read_predictions(pred, items, strict=bool(getattr(options, "strict", False)))
     scores: dict[str, list[int]] = {task: [] for task in TASKS}
     rows: list[dict] = []
-    missing: Counter = Counter()
-    for item in release:
-        if item.id not in answers:
-            missing[item.task] += 1
-            continue
-        expected = [item.letter] if item.part != "forward" else [p.expected for p in item.probes]
-        for k, (response, want) in enumerate(zip(answers[item.id], expected, strict=True)):
-            score = probe_score(item.task, response, want)
-            scores[item.task].append(score)
-            rows.append(
-                {
-                    "id": item.id,
-                    "task": item.task,
-                    "part": item.part,
-                    "probe": k if item.part == "forward" else None,
-                    "response": response,
-                    "expected": want,
-                    "score": score,
-                }
-            )
+    for a in answers:
+        for k, (response, want) in enumerate(zip(a.responses, a.expected, strict=True)):
+            score = probe_score(a.task, response, want)
+            scores[a.task].append(score)
+            probe = k if a.part == "forward" else None
+            rows.append({"id": a.id, "task": a.task, "part": a.part, "probe": probe, "response": response,
+                         "expected": want, "score": score})  # fmt: skip
+    answered = {a.id for a in answers}
+    missing = Counter(item.task for item in release if item.id not in answered)
     metrics: dict[str, Any] = figures(scores)
     metrics["scored"] = {task: len(v) for task, v in scores.items()}
     metrics["missing"] = {task: missing[task] for task in TASKS if missing[task]}
     metrics["n_missing"] = sum(missing.values())
     metrics["n_items"] = len(release)
-    if missing:
-        by_task = ", ".join(f"{t} {n}" for t, n in metrics["missing"].items())
+    metrics.update({key: ids for key, ids in notes.items() if ids})
+    _warn(pred, notes)
+    _report_missing(pred, metrics, len(release))
+    return metrics, rows
+
+
+def _report_missing(pred: Path, metrics: dict, n_release: int) -> None:
+    if not metrics["n_missing"]:
+        return
+    by_task = ", ".join(f"{t} {n}" for t, n in metrics["missing"].items())
+    print(
+        f"eval.score: ovo: {metrics['n_missing']} of {n_release} release items have no prediction "
+        f"in {pred} ({by_task}); left out of their task's mean, as the official scorer leaves them",
+        file=sys.stderr,
+    )
+    empty = [p for p in PARTS if metrics[p] is None]
+    if empty:
         print(
-            f"eval.score: ovo: {metrics['n_missing']} of {len(release)} release items have no prediction "
-            f"in {pred} ({by_task}); left out of their task's mean, as the official scorer leaves them",
+            f"eval.score: ovo: nothing scored in {', '.join(empty)}: no figure there, no total",
             file=sys.stderr,
         )
-        empty = [p for p in PARTS if metrics[p] is None]
-        if empty:
-            print(
-                f"eval.score: ovo: nothing scored in {', '.join(empty)}: no figure there, no total",
-                file=sys.stderr,
-            )
-    return metrics, rows
 
 
 # ----------------------------------------------------------------------------------------------
@@ -203,14 +310,20 @@ def score_ovo(gt: Path, pred: Path, options: argparse.Namespace | None = None) -
 
 
 def probe_answers(
-    stream: Stream, replies: Iterable, steps_per_second: float = 1.0
+    stream: Stream, replies: Iterable, steps_per_second: float = 1.0, *, official_cut: bool = False
 ) -> tuple[list[str | None], int]:
     """The reply text answering each target of ``stream`` (None: no answer), and how many replies
     answered nothing. A target's answer is the first reply at or after the step it lands on and
     before the next later-landing target's step; targets on one step take that span's replies in
-    order (the targets' own order)."""
+    order (the targets' own order). A target lands on the first step at or after its time, or with
+    ``official_cut`` on the last step the official cut for its time holds
+    (:func:`data_builders.sources.ovo.cut_step`: where ``protocol_mode=official`` asks it)."""
     times = step_times(stream, steps_per_second)
-    landing = [times[target_step(stream, t, steps_per_second)] for t in stream.targets]
+    if official_cut:
+        steps = [cut_step(stream, t.time, steps_per_second) for t in stream.targets]
+    else:
+        steps = [target_step(stream, t, steps_per_second) for t in stream.targets]
+    landing = [times[k] for k in steps]
     order = sorted(range(len(landing)), key=lambda i: (landing[i], i))
     starts = sorted(set(landing))
     pending = sorted(replies, key=lambda r: r.time)
@@ -260,8 +373,16 @@ def streaming_answers(
     return answers, len(said) - len(used)
 
 
+def official_answers(
+    stream: Stream, replies: Iterable, steps_per_second: float = 1.0
+) -> tuple[list[str | None], int]:
+    """``protocol_mode=official``: each target's answer is the reply at the last step of its
+    official cut (:func:`probe_answers` with ``official_cut``), where :class:`OvoRunner` asks it."""
+    return probe_answers(stream, replies, steps_per_second, official_cut=True)
+
+
 #: How each ``protocol_mode`` turns a record's replies into its answers.
-ANSWER_RULES = {"official": probe_answers, "streaming": streaming_answers}
+ANSWER_RULES = {"official": official_answers, "streaming": streaming_answers}
 
 
 def _meta(stream: Stream, key: str) -> Any:
@@ -423,9 +544,10 @@ def write_release(path: str | Path, streams: Iterable[Stream]) -> int:
 def probe_plan(streams: list[Stream], steps_per_second: float) -> list[tuple[Stream, list]]:
     """``protocol_mode=official``: the causal passes that answer every question and probe of the
     streams, one pass per video: the longest stream of the video (all of them start at 0, without an
-    instruction in the pass), with one probe per target of every stream of the video, at the step
-    the target lands on, asking the stream's official prompt; a probe's key is ``(stream id,
-    target index)``."""
+    instruction in the pass), with one probe per target of every stream of the video, at the last
+    step of the official cut for the target's time (:func:`data_builders.sources.ovo.cut_step`:
+    the frames before ``ceil(time)``), asking the stream's official prompt; a probe's key is
+    ``(stream id, target index)``."""
     from eval.engine.probes import Probe
 
     by_video: dict[tuple, list[Stream]] = {}
@@ -435,7 +557,7 @@ def probe_plan(streams: list[Stream], steps_per_second: float) -> list[tuple[Str
     for members in by_video.values():
         longest = max(members, key=lambda s: (s.clip_end, s.id))
         probes = [
-            Probe(target_step(s, t, steps_per_second), s.instruction, (s.id, j))
+            Probe(cut_step(s, t.time, steps_per_second), s.instruction, (s.id, j))
             for s in members
             for j, t in enumerate(s.targets)
         ]

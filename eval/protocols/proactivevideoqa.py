@@ -355,10 +355,26 @@ def report(result: dict) -> list[str]:
 # Writing the official prediction format
 
 
-def official_lines(streams: Iterable[Stream], predictions: Iterable[Prediction]) -> dict[str, list[dict]]:
+#: ``benchmark.reply_clock`` -> the steps a written reply time lies after the frame the reply follows.
+REPLY_CLOCKS = {"frame": 0, "frames_seen": 1}
+
+
+def official_lines(
+    streams: Iterable[Stream],
+    predictions: Iterable[Prediction],
+    *,
+    reply_clock: str,
+    steps_per_second: float = 1.0,
+) -> dict[str, list[dict]]:
     """``task -> pred.jsonl lines`` of the project's predictions on ``proactivevideoqa`` streams: the
     question's user turns (``meta["user_turns"]``) and the replies as assistant turns, in time order
-    (a user turn before a reply at the same time). A stream with no prediction gets no line."""
+    (a user turn before a reply at the same time). A reply is written at the time of its frame
+    (``reply_clock="frame"``) or one step later, the seconds of video seen when it is said
+    (``"frames_seen"``: the clock of the benchmark's released inference, which adds a frame
+    interval per frame read before it replies). A stream with no prediction gets no line."""
+    if reply_clock not in REPLY_CLOCKS:
+        raise ValueError(f"reply_clock must be one of {', '.join(REPLY_CLOCKS)}, got {reply_clock!r}")
+    later = REPLY_CLOCKS[reply_clock] / steps_per_second
     by_id = {}
     for s in streams:
         if s.task != "proactivevideoqa" or s.meta.get("benchmark_task") not in BENCHMARK_TASKS:
@@ -380,7 +396,11 @@ def official_lines(streams: Iterable[Stream], predictions: Iterable[Prediction])
             for u in s.meta.get("user_turns", [])
         ]
         turns += [
-            (r.time, 1, {"role": "assistant", "content": r.text, "time": r.time - s.video_offset})
+            (
+                r.time + later,
+                1,
+                {"role": "assistant", "content": r.text, "time": r.time - s.video_offset + later},
+            )
             for r in p.replies
         ]
         turns.sort(key=lambda x: (x[0], x[1]))
@@ -391,12 +411,21 @@ def official_lines(streams: Iterable[Stream], predictions: Iterable[Prediction])
 
 
 def write_predictions(
-    streams: Iterable[Stream], predictions: Iterable[Prediction], out: str | Path
+    streams: Iterable[Stream],
+    predictions: Iterable[Prediction],
+    out: str | Path,
+    *,
+    reply_clock: str,
+    steps_per_second: float = 1.0,
 ) -> list[Path]:
-    """Write ``<out>/<task>/pred.jsonl`` (task lower-cased, as MMDuet2's output folders) per task; the
-    files ``eval.score --protocol proactivevideoqa --pred <out>`` reads unchanged."""
+    """Write ``<out>/<task>/pred.jsonl`` (task lower-cased, as MMDuet2's output folders) per task, the
+    replies on ``reply_clock`` (:func:`official_lines`); the files ``eval.score --protocol
+    proactivevideoqa --pred <out>`` reads unchanged."""
     written = []
-    for task, lines in sorted(official_lines(streams, predictions).items()):
+    lines_of = official_lines(
+        streams, predictions, reply_clock=reply_clock, steps_per_second=steps_per_second
+    )
+    for task, lines in sorted(lines_of.items()):
         path = Path(out) / task.lower() / PRED_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
         write_jsonl(path, lines)
@@ -429,12 +458,22 @@ def write_release(root: str | Path, streams: Iterable[Stream]) -> list[Path]:
 class ProactiveVideoQARunner(PublicRunner):
     """``eval.run benchmark=proactivevideoqa``: the stream as built (the question at its time); the
     model's replies are its answers in both modes (the benchmark's inference streams the video and
-    lets the model speak when it decides, so ``official`` and ``streaming`` are one protocol)."""
+    lets the model speak when it decides, so ``official`` and ``streaming`` are one protocol),
+    written on ``benchmark.reply_clock``."""
+
+    def check(self, bench):
+        if bench.reply_clock not in REPLY_CLOCKS:
+            raise ValueError(
+                f"benchmark {bench.name}: reply_clock={bench.reply_clock!r} is not one of {', '.join(REPLY_CLOCKS)}"
+            )
+        super().check(bench)
 
     def write_files(self, streams, predictions, folder, bench):
         gt, pred = folder / "gt", folder / "pred"
         write_release(gt, streams)
-        write_predictions(streams, predictions, pred)
+        write_predictions(
+            streams, predictions, pred, reply_clock=bench.reply_clock, steps_per_second=bench.steps_per_second
+        )
         return gt, pred
 
 

@@ -11,8 +11,10 @@ the last turn of the history is the answer, at the (absolute, whole-second) time
 rules are in :mod:`rewards.streamingbench_proactive`; docs/protocols.md lists every choice.
 
 Reading: the prediction file's questions are paired with the release's by video, ``time_stamp`` and
-wording (so a file of a subset, or in another order, scores), and their ground-truth fields must be
-the release's. The model is the one key the prediction questions add to the release's fields, or
+wording (so a file of a subset, or in another order, scores); each is scored against its own
+ground-truth fields, as the official scorer scores it (which reads the prediction file alone): a
+question given twice, one the release lacks and one whose ground truth differs from the release's
+are scored, listed and named on stderr (``--strict`` refuses them). The model is the one key the prediction questions add to the release's fields, or
 ``--model`` when there are several. A release question without that model's entry is *missing*:
 skipped, as the official scorer skips it (counted under ``missing`` and named on stderr). An empty
 history (the harness writes one when the answer is due more than 3 s before the question) is scored
@@ -31,7 +33,8 @@ import argparse
 import json
 import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,53 +88,73 @@ def read_ground_truth(path: Path) -> list[tuple[ReleaseQuestion, dict]]:
     return out
 
 
-def _pair(
-    gt: Sequence[tuple[ReleaseQuestion, dict]], pred: Path
-) -> dict[tuple, tuple[ReleaseQuestion, dict]]:
-    """The prediction file's questions keyed as the release's; a question the release lacks, one
-    whose ground truth differs from the release's, or one given twice is an error."""
+#: What :func:`pair_questions` notes where a prediction file and the release disagree.
+NOTES = {
+    "repeated_questions": "questions given more than once, each scored",
+    "not_in_release": "questions not in the release, scored",
+    "own_ground_truth": "questions scored against the file's own ground truth, not the release's",
+}
+
+
+def pair_questions(
+    gt: Sequence[tuple[ReleaseQuestion, dict]], pred: Path, strict: bool = False
+) -> tuple[list[tuple[ReleaseQuestion, dict]], dict[str, list[str]]]:
+    """The prediction file's questions in file order (each with its own ground truth, as the
+    official scorer reads it) and the disagreements with the release, by kind (:data:`NOTES`): a
+    question the release lacks, one whose ground truth differs from the release's, one given twice.
+    ``strict`` refuses each instead."""
     truth = {q.key: q for q, _ in gt}
-    paired: dict[tuple, tuple[ReleaseQuestion, dict]] = {}
+    out: list[tuple[ReleaseQuestion, dict]] = []
+    seen: dict[tuple, str] = {}
+    notes: dict[str, list[str]] = {key: [] for key in NOTES}
     for q, raw in _questions(pred):
         g = truth.get(q.key)
-        if g is None:
-            raise RecordError(
-                f"no question of the ground truth has video_path {q.video_path!r}, time_stamp "
-                f"{raw['time_stamp']!r} and this question",
-                file=pred,
-                record=q.where,
-            )
-        for name, mine, theirs in (
-            ("ground_truth_time_stamp", q.ground_truth, g.ground_truth),
-            ("ground_truth_output", q.expected, g.expected),
-            ("task_type", q.task_type, g.task_type),
-        ):
-            if mine != theirs:
-                raise RecordError(
-                    f"{raw[name]!r} differs from the ground truth's {g.where}: made from another release?",
-                    file=pred,
-                    record=q.where,
-                    field=name,
+        try:
+            if g is None:
+                problem = (
+                    f"no question of the ground truth has video_path {q.video_path!r}, time_stamp "
+                    f"{raw['time_stamp']!r} and this question"
                 )
-        if q.key in paired:
-            raise RecordError(f"the same question as {paired[q.key][0].where}", file=pred, record=q.where)
-        paired[q.key] = (q, raw)
-    return paired
+                _note(notes, "not_in_release", q.where, RecordError(problem), strict)
+            else:
+                for name, mine, theirs in (
+                    ("ground_truth_time_stamp", q.ground_truth, g.ground_truth),
+                    ("ground_truth_output", q.expected, g.expected),
+                    ("task_type", q.task_type, g.task_type),
+                ):
+                    if mine != theirs:
+                        problem = f"{raw[name]!r} differs from the ground truth's {g.where}: made from another release?"
+                        _note(notes, "own_ground_truth", q.where, RecordError(problem, field=name), strict)
+                        break
+            if q.key in seen:
+                problem = RecordError(f"the same question as {seen[q.key]}")
+                _note(notes, "repeated_questions", f"{q.where} (as {seen[q.key]})", problem, strict)
+        except RecordError as err:
+            raise err.located(file=pred, record=q.where) from None
+        seen.setdefault(q.key, q.where)
+        out.append((q, raw))
+    return out, notes
+
+
+def _note(notes: dict[str, list[str]], key: str, where: str, problem: RecordError, strict: bool) -> None:
+    if strict:
+        raise problem
+    notes[key].append(where)
 
 
 def find_model(
     gt: Sequence[tuple[ReleaseQuestion, dict]],
-    paired: Mapping[tuple, tuple[ReleaseQuestion, dict]],
+    paired: Sequence[tuple[ReleaseQuestion, dict]],
     pred: Path,
     given: str | None,
 ) -> str:
     """The model whose answers are scored: ``given`` (``--model``), else the one key the prediction
     questions add to the release's fields."""
-    release_fields = {q.key: set(raw) for q, raw in gt}
+    release_fields = {name for _, raw in gt for name in raw}
     added: dict[str, int] = {}
-    for key, (_, raw) in paired.items():
+    for _, raw in paired:
         for name in raw:
-            if name not in release_fields[key]:
+            if name not in release_fields:
                 added[name] = added.get(name, 0) + 1
     found = ", ".join(f"{name!r} ({n} questions)" for name, n in sorted(added.items())) or "none"
     if given is not None:
@@ -187,48 +210,68 @@ def _count(out: dict, key: str, reason: str, example: str) -> None:
         examples.append(example)
 
 
-def score_files(gt_path: Path, pred_path: Path, model: str | None) -> tuple[dict, list[dict]]:
-    """The official figures of one model's answers in ``pred_path`` against the release ``gt_path``,
-    and one row per release question."""
+def _row(q: ReleaseQuestion) -> dict:
+    return {
+        "id": q.where,
+        "video_path": q.video_path,
+        "time_stamp": q.time_stamp,
+        "ground_truth": q.ground_truth,
+    }
+
+
+def score_files(
+    gt_path: Path, pred_path: Path, model: str | None, strict: bool = False
+) -> tuple[dict, list[dict]]:
+    """The official figures of one model's answers in ``pred_path`` (each question against its own
+    ground truth, as the official scorer scores it; :func:`pair_questions`) against the release
+    ``gt_path``, and one row per scored question, then one per release question left unanswered."""
     gt = read_ground_truth(gt_path)
-    paired = _pair(gt, pred_path)
+    paired, disagree = pair_questions(gt, pred_path, strict)
     model = find_model(gt, paired, pred_path, model)
     outcomes, rows, notes = [], [], {}
-    for q, _ in gt:
-        row = {
-            "id": q.where,
-            "video_path": q.video_path,
-            "time_stamp": q.time_stamp,
-            "ground_truth": q.ground_truth,
-        }
-        hit = paired.get(q.key)
-        if hit is None or model not in hit[1]:
-            _count(notes, "dropped", MISSING, q.where)
-            rows.append({**row, "status": "missing"})
-            continue
+    answered = set()
+    for q, raw in paired:
+        if model not in raw:
+            continue  # the official scorer skips it; a release question counts as missing below
+        answered.add(q.key)
         try:
-            turn = last_turn(hit[1][model], model)
+            turn = last_turn(raw[model], model)
         except RecordError as err:
-            raise err.located(file=pred_path, record=hit[0].where) from None
+            raise err.located(file=pred_path, record=q.where) from None
         if turn is None:
-            _count(notes, "official_would_fail", EMPTY_HISTORY, hit[0].where)
+            _count(notes, "official_would_fail", EMPTY_HISTORY, q.where)
             outcomes.append(Outcome(q.task_type, False, False))
-            rows.append({**row, "status": "empty_history", "time_correct": False, "answer_correct": False})
+            rows.append(
+                {**_row(q), "status": "empty_history", "time_correct": False, "answer_correct": False}
+            )
             continue
         on_time, right = judge_answer(turn[0], turn[1], ground_truth=q.ground_truth, expected=q.expected)
         outcomes.append(Outcome(q.task_type, on_time, right))
         rows.append(
-            {**row, "status": "scored", "time": turn[0], "time_correct": on_time, "answer_correct": right}
+            {**_row(q), "status": "scored", "time": turn[0], "time_correct": on_time, "answer_correct": right}
         )
+    for q, _ in gt:
+        if q.key not in answered:
+            _count(notes, "dropped", MISSING, q.where)
+            rows.append({**_row(q), "status": "missing"})
+    for key, where in disagree.items():
+        if where:
+            shown = ", ".join(where[:10]) + (", ..." if len(where) > 10 else "")
+            print(
+                f"eval.score: streamingbench_proactive: {pred_path}: {len(where)} {NOTES[key]}, as the "
+                f"official scorer scores them (--strict refuses them): {shown}",
+                file=sys.stderr,
+            )
     metrics = proactive_metrics(outcomes)
     missing = notes.get("dropped", {}).get(MISSING, 0)
-    return {"model": model, **metrics, "questions": len(gt), "missing": missing, **notes}, rows
+    found = {key: where for key, where in disagree.items() if where}
+    return {"model": model, **metrics, "questions": len(gt), "missing": missing, **found, **notes}, rows
 
 
 @official_format(SOURCE, summary="StreamingBench Proactive Output: time_accuracy, answer_accuracy (0-1)")
 def score_official(gt: Path, pred: Path, options: argparse.Namespace) -> tuple[dict, list[dict]]:
     """``eval.score --protocol streamingbench_proactive``: see the module docstring."""
-    return score_files(gt, pred, getattr(options, "model", None))
+    return score_files(gt, pred, getattr(options, "model", None), bool(getattr(options, "strict", False)))
 
 
 # ----------------------------------------------------------------------------------------------

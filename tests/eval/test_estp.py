@@ -17,14 +17,16 @@ S = (0.96429 + 0.45714) / 2 = 0.71071, OR = 35.536.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import random
 from pathlib import Path
 
 import pytest
 
 from data_builders.records import Prediction, Reply
 from data_builders.sources.estp import read_release, stream_of
-from eval.protocols.estp import write_official
+from eval.protocols.estp import asked_stream, write_official
 from eval.score import main
 
 FIXTURE = Path(__file__).parent / "fixtures" / "estp"
@@ -102,7 +104,10 @@ def test_round_trip_records_predictions_official_file(tmp_path, capsys):
     assert write_official(SQ, records, preds, out) == 3
     written = json.loads(out.read_text())
     assert written["vid-a"]["clip-1"][1]["proactive_vlm"] == {
-        "dialog_history": [{"role": "assistant", "content": "You are stirring the pot now.", "time": 151.0}]
+        "dialog_history": [
+            {"role": "user", "content": "Tell me when I stir the pot.", "time": 100.0},  # at the clip start
+            {"role": "assistant", "content": "You are stirring the pot now.", "time": 151.0},
+        ]
     }
     assert written["vid-b"]["clip-7"][0]["question"] == "What am I making?"  # the release's fields kept
     code, m, err = _score(capsys, "--gt", str(SQ), "--pred", str(out), "--content", "any")
@@ -170,3 +175,31 @@ def test_bad_ground_truth_names_file_item_and_reason(tmp_path, capsys):
     empty.mkdir()
     code, _, err = _score(capsys, "--gt", str(SQ), "--pred", str(empty), "--content", "any")
     assert code == 2 and "prediction folder holds no .json file" in err
+
+
+def test_a_single_question_is_asked_at_the_clip_start_or_before_the_first_answer(tmp_path):
+    records = {s.id: s for s in (stream_of(qa, f"{qa.video_uid}.mp4") for qa in read_release(SQ))}
+    tin = records["estp-vid-a-clip-1-0"]  # clip 100-160 s, first answer [110, 114]: midpoint 112 s
+    assert asked_stream(tin, "clip_start").instruction_time == 100.0
+    # EyeWO's loader: uniform from the clip start to one frame interval before that midpoint, here
+    # seeded by the qa's name, so every run asks at the same time
+    for sps, latest in ((1.0, 111.0), (2.0, 111.5)):
+        t = asked_stream(tin, "before_first_answer", sps).instruction_time
+        assert t == random.Random("vid-a/clip-1[0]").uniform(100.0, latest) and 100.0 < t < latest
+        assert asked_stream(tin, "before_first_answer", sps).instruction_time == t
+    other = asked_stream(records["estp-vid-b-clip-7-0"], "before_first_answer").instruction_time
+    assert other == random.Random("vid-b/clip-7[0]").uniform(0.0, 24.0)  # [20, 30]: midpoint 25 s
+    # a first answer due within a step of the clip start: asked at the clip start
+    early = dataclasses.replace(tin, targets=[dataclasses.replace(tin.targets[0], window=(100.0, 101.5))])
+    assert asked_stream(early, "before_first_answer").instruction_time == 100.0
+    # a contextual qa's questions carry their own times: never moved
+    contextual = [stream_of(qa, "v.mp4") for qa in read_release(CQ)]
+    assert [asked_stream(s, "before_first_answer") for s in contextual] == contextual
+    with pytest.raises(ValueError, match="question_time must be one of clip_start, before_first_answer"):
+        asked_stream(tin, "at_random")
+    # the prediction file records the question at the time it was asked
+    out = tmp_path / "pred.json"
+    asked = asked_stream(tin, "before_first_answer")
+    write_official(SQ, [asked], [Prediction(tin.id, [Reply(112.0, "A tin.")])], out)
+    history = json.loads(out.read_text())["vid-a"]["clip-1"][0]["proactive_vlm"]["dialog_history"]
+    assert history[0] == {"role": "user", "content": tin.instruction, "time": asked.instruction_time}

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from pathlib import Path
 
 import pytest
 
 from data_builders.records import Prediction, RecordError, Reply, Stream
 from data_builders.registry import Tally
-from data_builders.sources.ovo import item_streams, read_release
-from eval.protocols.ovo import CHOICE_FIELDS, probe_answers, write_predictions
+from data_builders.sources.ovo import cut_step, item_streams, parse_item, read_release
+from eval.protocols.ovo import CHOICE_FIELDS, probe_answers, probe_plan, write_predictions
 from eval.score import main
 
 GT = Path(__file__).resolve().parents[1] / "data_builders/fixtures/ovo/ovo_bench_new.json"
@@ -54,8 +55,8 @@ def folder(tmp_path: Path, *files: list[dict], name: str = "MyModel") -> Path:
     return out
 
 
-def score(pred: Path, capsys, gt: Path = GT) -> tuple[int, dict | None, str]:
-    code = main(["--protocol", "ovo", "--gt", str(gt), "--pred", str(pred)])
+def score(pred: Path, capsys, gt: Path = GT, *extra: str) -> tuple[int, dict | None, str]:
+    code = main(["--protocol", "ovo", "--gt", str(gt), "--pred", str(pred), *extra])
     out, err = capsys.readouterr()
     return code, json.loads(out.strip().splitlines()[-1]) if code == 0 else None, err
 
@@ -118,38 +119,87 @@ def _replace(item: dict, **fields) -> dict:
 
 
 @pytest.mark.parametrize(
-    ("files", "message"),
+    ("files", "strict_only", "message"),
     [
         # an id that is not in the release
         (
             [[_replace(official(7, "C"), id=4242)]],
+            True,
             "MyModel_0_offline.json, record backward[0] (id 4242): id 4242 is not an item of the release file",
         ),
-        # the same item in two files (the official scorer would count it twice)
+        # the same item in two files (the official scorer counts it twice)
         (
             [[official(7, "C")], [official(7, "A")]],
+            True,
             "MyModel_1_offline.json, record backward[0] (id 7): id 7 is given twice (first: MyModel_0_offline.json backward[0] (id 7))",
         ),
         # a list response (the official scorer stops on it in REC)
         (
             [[official(1560, [["1"], "2", "2", "2"])]],
+            False,
             "field 'test_info[0].response': expected a string or null, got list ['1']",
         ),
         # a stale ground truth: the file was made from another release
         (
             [[_replace(official(7, "C"), ground_truth="A")]],
+            True,
             "field 'ground_truth': 'A' here but 'C' in the release",
         ),
         (
             [[_replace(official(1470, ["N"] * 4), test_info=official(1470, ["N"] * 4)["test_info"][:3])]],
+            True,
             "field 'test_info': expected the release's 4 probes, got 3 entries",
         ),
-        ([[{k: v for k, v in official(305, "A").items() if k != "response"}]], "field 'response' is missing"),
+        (
+            [[{k: v for k, v in official(305, "A").items() if k != "response"}]],
+            False,
+            "field 'response' is missing",
+        ),
+        (
+            [[_replace(official(305, "A"), ground_truth=None)]],
+            False,
+            "field 'ground_truth': expected the right",
+        ),
     ],
 )
-def test_bad_prediction_files_fail_naming_the_file_the_item_and_the_reason(tmp_path, capsys, files, message):
-    code, _, err = score(folder(tmp_path, *files), capsys)
-    assert code == 2 and message in err, err
+def test_bad_prediction_files_fail_naming_the_file_the_item_and_the_reason(
+    tmp_path, capsys, files, strict_only, message
+):
+    pred = folder(tmp_path, *files)
+    strict, default = score(pred, capsys, GT, "--strict"), score(pred, capsys)
+    if strict_only:  # the default scores the file as the official scorer does
+        assert strict[0] == 2 and message in strict[2], strict[2]
+        assert default[0] == 0, default[2]
+    else:
+        assert default[0] == 2 and message in default[2], default[2]
+        assert strict[0] == 2
+
+
+def test_a_folder_reusing_ids_is_scored_as_the_official_scorer_scores_it(tmp_path, capsys):
+    # The structure of two published result folders: one file's entries reuse an id of an
+    # older numbering (the second id 7 is another EPM question, with its own ground truth, A), and
+    # a forward entry carries its own probe counts (an older release's). The official score.py
+    # scores every entry against its own ground truth:
+    # EPM "C" (gt C) 1, "A" (its own gt A) 1 -> 100; ASI "B" (gt A) 0; HLD "B" (gt B) 1 -> 200/3;
+    # OJR "A" 1 -> realtime 100; REC own counts 1, 2, 3, 3 vs "1", "2", "3", "2": 3/4 -> 75;
+    # total (200/3 + 100 + 75) / 3 = 725/9
+    older = official(1560, ["1", "2", "3", "2"])
+    for probe, count in zip(older["test_info"], (1, 2, 3, 3), strict=True):
+        probe["count"] = count
+    pred = folder(
+        tmp_path,
+        [official(7, "C"), _replace(official(7, "A"), question="What did I leave?", ground_truth="A")],
+        [official(305, "B"), official(480, "B"), official(811, "A"), older],
+    )
+    code, res, err = score(pred, capsys)
+    assert code == 0, err
+    assert (res["EPM"], res["ASI"], res["HLD"], res["OJR"], res["REC"]) == (100.0, 0.0, 100.0, 100.0, 75.0)
+    assert res["backward"] == pytest.approx(200 / 3) and res["total"] == pytest.approx(725 / 9)
+    assert res["scored"]["EPM"] == 2 and res["reused_ids"] == [7] and res["own_ground_truth"] == [7, 1560]
+    assert "1 ids given more than once, each entry scored, as the official scorer scores them" in err
+    assert "(--strict refuses them): 7" in err and "not the release's, as the official scorer" in err
+    code, _, err = score(pred, capsys, GT, "--strict")
+    assert code == 2 and "id 7 is given twice (first: MyModel_0_offline.json backward[0] (id 7))" in err
 
 
 def test_an_item_in_the_wrong_list_and_a_file_for_a_folder_fail(tmp_path, capsys):
@@ -159,9 +209,7 @@ def test_an_item_in_the_wrong_list_and_a_file_for_a_folder_fail(tmp_path, capsys
     )
     code, _, err = score(out, capsys)
     assert (
-        code == 2
-        and "record realtime[0] (id 7): listed under 'realtime', but the release's EPM is a backward task"
-        in err
+        code == 2 and "record realtime[0] (id 7): listed under 'realtime', but EPM is a backward task" in err
     )
     code, _, err = score(out / "MyModel_0_offline.json", capsys)
     assert code == 2 and "expected the folder <results>/<model> of official prediction files" in err
@@ -280,3 +328,42 @@ def test_writing_refuses_a_stray_prediction_and_leaves_out_a_part_predicted_item
         "realtime": [],
         "forward": [],
     }
+
+
+# The official cut, as ``utils/chunk_videos.py`` writes it for a probe (and, in its branch for them,
+# for a multiple-choice question): ``end_time = math.ceil(realtime)``, at most the video's length,
+# then ``clip = video.subclip(0, end_time)``; the written clip lasts ``end_time`` seconds, so its
+# frames are those at times before ``end_time``: at 1 frame/s, frames 0 .. ceil(t) - 1.
+def _official_frames(t: float, video_seconds: int) -> list[int]:
+    end = min(math.ceil(t), video_seconds)
+    return [k for k in range(video_seconds) if k < end] or [0]
+
+
+def test_official_mode_asks_each_question_on_the_frames_of_its_official_cut():
+    # one video of 11 s: REC probes first at 0.4 s (fractional), middle at 4 s (whole) and 7.5 s
+    # (fractional), last at 11 s (whole, the clip's end); questions at 6 s (whole) and 9.5 s
+    rec = {"id": 70, "task": "REC", "video": "v.mp4", "activity": "jump", "start_times": [1], "end_times": [2],
+           "test_info": [{"realtime": t, "count": 1} for t in (0.4, 4, 7.5, 11)]}  # fmt: skip
+    mc = [
+        {"id": 71 + k, "task": "EPM", "video": "v.mp4", "realtime": t, "question": "Where?",
+         "options": ["here", "there"], "gt": 0}
+        for k, t in enumerate((6, 9.5))
+    ]  # fmt: skip
+    streams = [s for raw in (rec, *mc) for s in item_streams(parse_item(raw), "v.mp4", None, Tally())]
+    [(longest, probes)] = probe_plan(streams, 1.0)
+    assert longest.id == "ovo-70" and longest.clip_end == 11.0
+    seen = {p.key: list(range(p.step + 1)) for p in probes}  # a probe at step k has seen frames 0..k
+    times = {("ovo-70", j): t for j, t in enumerate((0.4, 4, 7.5, 11))} | {
+        ("ovo-71", 0): 6,
+        ("ovo-72", 0): 9.5,
+    }
+    assert seen == {key: _official_frames(t, 11) for key, t in times.items()}
+    assert [len(seen[("ovo-70", j)]) for j in range(4)] == [1, 4, 8, 11]
+    assert (len(seen[("ovo-71", 0)]), len(seen[("ovo-72", 0)])) == (6, 10)
+    # the official answer rule reads each answer at that step: replies there answer their probe
+    replies = [Reply(float(k), f"{k}") for k in (0, 3, 7, 10)]
+    assert probe_answers(streams[0], replies, official_cut=True) == (["0", "3", "7", "10"], 0)
+    # the streaming rule reads them at the first step at or after each time: they shift
+    assert probe_answers(streams[0], replies) == (["3", "7", None, "10"], 1)
+    cuts = [cut_step(longest, t) for t in (6.0, 5.999, 6.001, 0.0, 30.0)]
+    assert cuts == [5, 5, 6, 0, 10]  # 30 s: past the video's end, the cut stops at its last frame

@@ -234,7 +234,7 @@ def test_records_and_predictions_round_trip_to_the_official_reader(tmp_path, cap
         ),
         Prediction("proactivevideoqa-TV-7", [Reply(11.0, "Penny walks in."), Reply(15.0, "Sheldon sits.")]),
     ]
-    paths = write_predictions(streams, ours, tmp_path / "official")
+    paths = write_predictions(streams, ours, tmp_path / "official", reply_clock="frame")
     assert paths == [
         tmp_path / "official" / "ego" / "pred.jsonl",
         tmp_path / "official" / "tv" / "pred.jsonl",
@@ -256,6 +256,19 @@ def test_records_and_predictions_round_trip_to_the_official_reader(tmp_path, cap
     assert code == 0, err
     assert (res["omega=0"], res["omega=0.5"], res["omega=1"]) == (63.75, 72.5, 81.25)
     assert res["missing_predictions"] == 1
+    # the benchmark's released inference writes a reply at the seconds of video seen: one frame
+    # interval after the frame it follows (1 s at 1 frame/s, 0.5 s at 2)
+    for sps, later in ((1.0, 1.0), (2.0, 0.5)):
+        [_, tv_path] = write_predictions(
+            streams, ours, tmp_path / f"seen{sps}", reply_clock="frames_seen", steps_per_second=sps
+        )
+        [line] = [json.loads(x) for x in tv_path.read_text().splitlines()]
+        said = [(t["time"], t["content"]) for t in line["model_response_list"] if t["role"] == "assistant"]
+        assert said == [(11.0 + later, "Penny walks in."), (15.0 + later, "Sheldon sits.")]
+    with pytest.raises(ValueError, match="reply_clock must be one of frame, frames_seen, got 'seen'"):
+        write_predictions(streams, ours, tmp_path / "x", reply_clock="seen")
     with pytest.raises(Exception, match="a prediction for a stream not among the records"):
-        write_predictions(streams, [Prediction("proactivevideoqa-WEB-1", [])], tmp_path / "x")
+        write_predictions(
+            streams, [Prediction("proactivevideoqa-WEB-1", [])], tmp_path / "x", reply_clock="frame"
+        )
     assert [q.key for q in read_release(RELEASE)] == ["ego_0001_q0", "ego_0002_q0", "7"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import re
 import shlex
 from pathlib import Path
@@ -199,6 +200,11 @@ def test_ovo_run_writes_the_prediction_folder(tiny_checkpoint, built, tmp_path, 
         assert all(isinstance(r, str) for r in responses)
         replies = _replies(out)
         assert sum(len(v) for v in replies.values()) == 9
+        # each on the official cut [0, ceil(t)]: after the frame at ceil(t) - 1 (probes at 6, 9.5;
+        # REC 4, 10; SSR 3, 5, 8; CRR 4, 9; the videos are 12 s and 10 s long)
+        asked = {k: [r["time"] for r in v] for k, v in replies.items()}
+        assert asked == {"ovo-1": [5], "ovo-2": [9], "ovo-3": [3, 9], "ovo-4-step0": [2],
+                         "ovo-4-step1": [4, 7], "ovo-5": [3, 8]}  # fmt: skip
     else:
         crr = next(i for i in parts["forward"] if i["task"] == "CRR")
         said = [r["time"] for r in _replies(out)["ovo-5"]]
@@ -219,6 +225,10 @@ def test_proactivevideoqa_run_writes_pred_jsonl(tiny_checkpoint, built, tmp_path
     records = built("proactivevideoqa")
     with chat_server(_judge) as server:
         extra = [f"benchmark.judge_url={server.url}", "benchmark.judge_model=toy-judge"]
+        # the reply clock: the default, the released inference's (the seconds of video seen, one
+        # frame after the frame a reply follows), in one mode; each frame's own time in the other
+        later = 1.0 if mode == "official" else 0.0
+        extra += [] if mode == "official" else ["benchmark.reply_clock=frame"]
         extra.append(f"benchmark.judge_cache={tmp_path / 'judge.sqlite'}")
         metrics, out = _run(tiny_checkpoint, records, tmp_path, "proactivevideoqa", mode, *extra)
         rescored = _rescored(out, capsys)
@@ -230,7 +240,7 @@ def test_proactivevideoqa_run_writes_pred_jsonl(tiny_checkpoint, built, tmp_path
     ]
     said = [r for r in _replies(out)["proactivevideoqa-EGO-ego_q0"]]
     turns = [t for t in line["model_response_list"] if t["role"] == "assistant"]
-    assert [(t["time"], t["content"]) for t in turns] == [(r["time"], r["text"]) for r in said]
+    assert [(t["time"], t["content"]) for t in turns] == [(r["time"] + later, r["text"]) for r in said]
     assert len(said) > 0 and metrics["num_turns"] == 2
     assert all(0 <= metrics[k] <= 100 for k in ("omega=0", "omega=0.5", "omega=1"))
 
@@ -238,12 +248,18 @@ def test_proactivevideoqa_run_writes_pred_jsonl(tiny_checkpoint, built, tmp_path
 @pytest.mark.parametrize("mode", ["official", "streaming"])
 def test_estp_run_writes_the_release_with_the_model_s_answers(tiny_checkpoint, built, tmp_path, mode, capsys):
     records = built("estp")
-    metrics, out = _run(tiny_checkpoint, records, tmp_path, "estp", mode, "benchmark.content=any")
+    # the single question at the clip start (the default) in one mode; in the other at EyeWO's
+    # loader's time: drawn in [2, 5] s (the clip starts at 2 s, the first answer's midpoint is 6 s)
+    clock = [] if mode == "official" else ["benchmark.question_time=before_first_answer"]
+    metrics, out = _run(tiny_checkpoint, records, tmp_path, "estp", mode, "benchmark.content=any", *clock)
     _same_figures(metrics, _rescored(out, capsys), mode, out)
     data = json.loads(Path(metrics["official_files"]["pred"]).read_text())
     qa = data["vid-a"]["clip-1"][0]
     [said] = _replies(out).values()
-    assert [t["time"] for t in qa["proactive_vlm"]["dialog_history"]] == [r["time"] for r in said]
+    [question, *replies] = qa["proactive_vlm"]["dialog_history"]
+    asked = 2.0 if mode == "official" else random.Random("vid-a/clip-1[0]").uniform(2.0, 5.0)
+    assert question == {"role": "user", "content": "Tell me what the red tin is.", "time": asked}
+    assert [t["time"] for t in replies] == [r["time"] for r in said]
     assert len(said) > 0 and math.isfinite(metrics["ESTP-F1"])
 
 
@@ -257,6 +273,16 @@ def test_a_mode_the_protocol_lacks_is_refused_before_streaming(tiny_checkpoint, 
     )
     with pytest.raises(ValueError, match=r"protocol_mode='official' is not one of the p3i protocol's modes"):
         evaluate(cfg)
+    for name, key, message in (
+        ("estp", "question_time", "question_time='late' is not one of clip_start, before_first_answer"),
+        ("proactivevideoqa", "reply_clock", "reply_clock='late' is not one of frame, frames_seen"),
+    ):
+        cfg = load_config(
+            [f"checkpoint={tiny_checkpoint}", f"records={toy_dir / 'records.jsonl'}", f"benchmark={name}"]
+            + [f"benchmark.{key}=late", "benchmark.content=any"]
+        )
+        with pytest.raises(ValueError, match=message):
+            evaluate(cfg)
 
 
 @pytest.mark.slow  # GRPO with a held-out evaluation, then the sweep table (19 s loaded)

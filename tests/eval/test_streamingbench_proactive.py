@@ -158,55 +158,93 @@ def _bad(data: list, where: tuple[int, int], change) -> list:
 
 
 @pytest.mark.parametrize(
-    ("change", "message"),
+    ("change", "message", "strict_only"),
     [
         (
             lambda q: q["MyModel"]["dialog_history"][-1].update(time="16"),
             "field 'MyModel.dialog_history[23].time': expected the poll time in seconds, got '16'",
+            False,
         ),
         (
             lambda q: q["MyModel"]["dialog_history"][-1].update(content=None),
             "field 'MyModel.dialog_history[23].content': expected the answer text, got NoneType None",
+            False,
         ),
         (
             lambda q: q["MyModel"]["dialog_history"].pop(),
             "field 'MyModel.dialog_history[22]': the last turn must be the assistant's answer, got role 'user'",
+            False,
         ),
         (
             lambda q: q.update(MyModel=None),
             "field 'MyModel': expected an object {answered, dialog_history}, got NoneType",
+            False,
         ),
         (
             lambda q: q["MyModel"].pop("dialog_history"),
             "field 'MyModel.dialog_history': missing or not a list",
+            False,
         ),
         (
             lambda q: q.update(ground_truth_output="Noon"),
             "field 'ground_truth_output': 'Noon' differs from the ground truth's [0].questions[0]: made from another release?",
+            True,
         ),
         (
             lambda q: q.update(ground_truth_time_stamp="00:00:15"),
             "field 'ground_truth_time_stamp': '00:00:15' differs from the ground truth's [0].questions[0]",
+            True,
         ),
         (
             lambda q: q.update(time_stamp="00:00:06"),
             "no question of the ground truth has video_path './videos/sample_3_proactive.mp4', time_stamp '00:00:06' and this question",
+            True,
         ),
         (
             lambda q: q.update(time_stamp="0:0:5"),
             "field 'time_stamp': expected a time H:MM:SS (whole seconds, minutes and seconds 00-59), got '0:0:5'",
+            False,
         ),
         (
             lambda q: q.update(task_type="Proactive Reminder"),
             "field 'task_type': unknown task type 'Proactive Reminder' (known: Proactive Output)",
+            False,
         ),
     ],
 )
-def test_malformed_prediction_files_are_named(tmp_path, capsys, change, message):
+def test_malformed_prediction_files_are_named(tmp_path, capsys, change, message, strict_only):
     pred = _write(tmp_path / "p.json", _bad(predictions(), (0, 0), change))
-    code, _, err = score(capsys, "--gt", str(GT_FILE), "--pred", str(pred))
+    code, _, err = score(capsys, "--gt", str(GT_FILE), "--pred", str(pred), "--strict")
     assert code == 2
     assert f"file {pred}, record [0].questions[0]" in err and message in err
+    code, _, err = score(capsys, "--gt", str(GT_FILE), "--pred", str(pred))
+    assert code == (0 if strict_only else 2), err  # the default scores what the official scorer scores
+
+
+def test_a_file_asking_one_question_twice_scores_both_as_the_official_scorer_does(tmp_path, capsys):
+    # count.py reads the prediction file alone and scores every question holding the model's entry,
+    # against the question's own ground truth: the first question of segment 0 given twice (its copy
+    # answered at 20 s, 6 s late) and a question with its own expected output ("Noon"); with
+    # predictions() (time/answer): q0 at 16 s "noon" 1/1, its copy at 20 s (6 s late) 0/0, q1-0 0/0,
+    # q1-1 with its own expected "lid" at 52 s: on time, "lid" in "the lid is open" 1/1 (against the
+    # release's "lid open": 1/0), q2 0/0; q3 missing -> 5 scored, time 2/5, answer 2/5
+    data = predictions()
+    twice = copy.deepcopy(data[0]["questions"][0])
+    twice["MyModel"] = harness_entry(5, 20, "It is noon now")
+    data[0]["questions"].append(twice)
+    own = copy.deepcopy(data[1]["questions"][1])
+    own["ground_truth_output"] = "lid"
+    data[1]["questions"][1] = own
+    pred = _write(tmp_path / "p.json", data)
+    code, res, err = score(capsys, "--gt", str(GT_FILE), "--pred", str(pred))
+    assert code == 0, err
+    assert (res["total"], res["time_correct"], res["answer_correct"]) == (5, 2, 2)
+    assert (res["time_accuracy"], res["answer_accuracy"]) == (0.4, 0.4)
+    assert res["repeated_questions"] == ["[0].questions[1] (as [0].questions[0])"]
+    assert res["own_ground_truth"] == ["[1].questions[1]"] and res["missing"] == 1
+    assert "1 questions given more than once, each scored, as the official scorer scores them" in err
+    code, _, err = score(capsys, "--gt", str(GT_FILE), "--pred", str(pred), "--strict")
+    assert code == 2 and f"file {pred}, record [0].questions[1]: the same question as [0].questions[0]" in err
 
 
 def test_malformed_ground_truth_is_named(tmp_path, capsys):
