@@ -50,6 +50,7 @@ from eval.engine.checkpoints import (
 )
 from infra.schema import CONF_DIR, store_schema, validate
 from train.model_card import CHAT_TEMPLATE, evaluations_of, model_card
+from train.safe_load import UnsafeCheckpoint, deepspeed_globals, load_weights_only
 
 ADAPTER_CONFIG = "adapter_config.json"
 
@@ -95,12 +96,14 @@ def source_kind(path: Path) -> tuple[str, Path]:
 def _weights_only_torch_load():
     """``torch.load`` as :func:`train.safe_load.load_weights_only` with DeepSpeed's data classes, for
     DeepSpeed's consolidation, which reads its shards with ``weights_only=False``."""
-    from train.safe_load import deepspeed_globals, load_weights_only
-
     real, allowed = torch.load, deepspeed_globals()
 
     def load(f, map_location=None, **_):
-        return load_weights_only(f, map_location, allowed)
+        torch.load = real  # the restricted loader calls torch's own
+        try:
+            return load_weights_only(f, map_location, allowed)
+        finally:
+            torch.load = load
 
     torch.load = load
     try:
@@ -222,7 +225,7 @@ def main(cfg: DictConfig) -> None:
     try:
         c = OmegaConf.to_object(validate(cfg, ExportConfig))
         summary = export(c)
-    except (ExportError, CheckpointError, FileNotFoundError) as exc:
+    except (ExportError, CheckpointError, UnsafeCheckpoint, FileNotFoundError) as exc:
         print(f"train.export: {exc}", file=sys.stderr)
         sys.exit(2)
     print(json.dumps(summary, sort_keys=True))
