@@ -6,13 +6,29 @@ The first argument picks the stage; the rest are Hydra overrides for its root co
 
 from __future__ import annotations
 
+import re
 import sys
+
+#: ``data.sources.<name>.<key>=value``: a mixture's source, named on the command line whether or
+#: not the data group lists it (Hydra would want ``+`` for a new one and refuse it for a listed one).
+SOURCE_OVERRIDE = re.compile(r"data\.sources\.[A-Za-z0-9_.-]+=")
 
 USAGE = """usage: python -m data_builders COMMAND [key=value ...]
   build   source=NAME annotations=PATH videos=DIR out=DIR [source keys]   one source -> stream records
   mix     data=mix_p3i data.root=DIR data.dir=DIR                          sample + split a mixture
+          [data.sources.NAME.weight=W ...]                                 (add or change a source)
   frames  records=DIR [steps_per_second=1] | data=mix_p3i data.dir=DIR      fill the frame cache
 """
+
+
+def source_overrides(args: list[str]) -> list[str]:
+    """``args`` with each ``data.sources.<name>.<key>=v`` made ``++data.sources...``: set when the
+    data group lists the source, added when it does not.
+
+    >>> source_overrides(["data=own", "data.sources.mine.weight=1", "data.total=10"])
+    ['data=own', '++data.sources.mine.weight=1', 'data.total=10']
+    """
+    return [f"++{a}" if SOURCE_OVERRIDE.match(a) else a for a in args]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -24,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     if not argv or argv[0] not in commands:
         print(USAGE, file=sys.stderr)
         sys.exit(2)
-    sys.argv = [f"data_builders {argv[0]}", *argv[1:]]
+    sys.argv = [f"data_builders {argv[0]}", *source_overrides(argv[1:])]
     commands[argv[0]]()
 
 

@@ -228,7 +228,10 @@ def _check_mixture(cfg: MixtureConfig) -> None:
     """Refuse a mixture with no source, split shares that are not a partition, or a split name
     that is not a plain folder name."""
     if not cfg.sources:
-        raise BuildFailed(f"mixture {cfg.name} lists no sources")
+        raise BuildFailed(
+            f"mixture {cfg.name} lists no sources; name one with data.sources.<name>.weight=1 "
+            "(the build dir <data.root>/<name>, or data.sources.<name>.records=DIR)"
+        )
     if abs(sum(cfg.splits.values()) - 1.0) > 1e-6 or any(v < 0 for v in cfg.splits.values()):
         raise BuildFailed(
             f"mixture {cfg.name}: split shares must be >= 0 and sum to 1, got {dict(cfg.splits)}"

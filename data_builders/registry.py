@@ -313,6 +313,23 @@ def load_json(path: Path) -> Any:
         return _json_lines(text, path)
 
 
+def each_json_line(
+    path: Path, parse: Callable[[str, Any], Iterable[Pending]]
+) -> Iterator[Pending | ConversionError]:
+    """:func:`each_record` over the lines of a JSON Lines file, ids ``line <n>``: a line that is not
+    valid JSON is that line's :class:`ConversionError`, and every other line is still parsed."""
+    text = read_text(path)
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            item = _json(line, path, n)
+        except RecordError as exc:
+            yield ConversionError(str(path), f"line {n}", exc.reason)
+            continue
+        yield from each_record([(f"line {n}", item)], path, parse)
+
+
 def _json_lines(text: str, path: Path) -> list[Any]:
     return [_json(line, path, n) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
 

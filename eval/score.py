@@ -39,10 +39,10 @@ from dataclasses import fields
 from pathlib import Path
 
 from data_builders.records import (
-    TASKS,
     RecordError,
     Target,
     check_clip_start,
+    check_task,
     iter_jsonl,
     load_predictions,
     load_streams,
@@ -74,9 +74,9 @@ def _gt_from_row(row: object) -> GroundTruth:
     if not isinstance(rid, str) or not rid:
         raise RecordError(f"expected a non-empty string id, got {rid!r}", field="id")
     try:
-        task = row.get("task")
-        if task not in TASKS:
-            raise RecordError(f"missing or unknown task {task!r}", field="task")
+        if row.get("task") is None:
+            raise RecordError("missing task", field="task")
+        task = check_task(row["task"])
         if row.get("clip_start") is not None:  # a full stream record: its clip must be scorable
             check_clip_start(row["clip_start"])
         targets = row.get("targets")

@@ -12,6 +12,7 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
+from data_builders.__main__ import source_overrides
 from infra.schema import compose, validate
 from train.config import SCHEMAS
 
@@ -69,6 +70,7 @@ HYDRA_ENTRIES = {
     "data_builders build": "build",
     "data_builders mix": "mix",
     "data_builders frames": "frames",
+    "train.export": "export",
 }
 #: Entry points that are not Hydra apps: their header commands are checked with ``--help``.
 PLAIN_ENTRIES = {"eval.score"}
@@ -142,6 +144,8 @@ def test_every_yaml_header_command_composes(path, entry, args):
         return
     assert entry in HYDRA_ENTRIES, f"conf/{path} advertises {entry}, which composes no conf/ root"
     root = HYDRA_ENTRIES[entry]
+    if entry.startswith("data_builders"):  # its command line names a mixture's sources as it reads them
+        args = source_overrides(args)
     cfg = _compose(root, args)
     if root in SCHEMAS:
         validate(cfg, SCHEMAS[root])

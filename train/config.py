@@ -15,6 +15,7 @@ from data_builders.config import FramesConfig, MixRoot
 from eval.config import EvalConfig, ModelBlocks
 from eval.watch import WatchConfig
 from infra.schema import bounded, store_schema
+from train.export import ExportConfig
 from train.grpo.config import GRPOConfig
 from train.sft.config import SFTConfig
 
@@ -53,4 +54,5 @@ SCHEMAS: dict[str, type] = {
     "watch": WatchConfig,
     "frames": FramesConfig,
     "mix": MixRoot,
+    "export": ExportConfig,
 }

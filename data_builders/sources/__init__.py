@@ -8,6 +8,7 @@ from data_builders.sources import (  # noqa: F401
     egoserve,
     estp,
     holoassist,
+    jsonl,
     llava_video,
     magqa,
     nexar,

@@ -91,7 +91,7 @@ def test_window_only_target_takes_center():
             "targets[0].window",
             "window ends before it starts",
         ),
-        (_row(task="cooking"), "task", "unknown task 'cooking'"),
+        (_row(task="two words"), "task", "task 'two words' is neither a built-in task"),
         (_row(clip_end=None), "clip_end", "missing required field"),
         (_row(clip_start="zero"), "clip_start", "expected a number of seconds"),
         (_row(targets=[{"time": 25.0, "content": "x"}]), "targets[0]", "outside the clip"),

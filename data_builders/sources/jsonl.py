@@ -1,0 +1,172 @@
+"""A user's own streams, one JSON object a line -> stream records of any task (docs/data.md).
+
+``python -m data_builders build source=jsonl annotations=streams.jsonl videos=videos out=data/built/mine``
+
+Each line describes one clip (times are seconds on the video file's own timeline)::
+
+    {"video": "a.mp4", "instruction": "Tell me when the kettle boils.",
+     "responses": [{"time": 42.0, "text": "The kettle is boiling."}]}
+
+- ``video`` (required): the file, relative to ``videos`` (or absolute);
+- ``instruction`` (required): what the user asks; ``instruction_time`` (optional, default the clip
+  start): when they ask it;
+- ``responses`` (optional): what the model should say and when; each has ``text`` and a ``time``
+  and/or a ``window`` ``[start, end]`` in which a reply counts (a window without a time is due at
+  its center), and optionally a ``label`` (a structured answer, e.g. ``Warning``) and a
+  ``category``. No responses (absent or ``[]``) makes the clip a negative: silence is right there;
+- ``task`` (optional, default the ``task`` option): a built-in task or a name of the user's own,
+  scored with the generic PRS rules (``benchmark=p3i``) and reported in a row of its own;
+- ``id`` (optional, default ``<name>-<line>``), ``start`` / ``end`` (optional clip bounds, default
+  the whole video; without ``end`` the video is probed for its duration).
+
+Any other field is an error, so a misspelt key never drops data silently. A line that does not
+parse, or whose fields are wrong, is listed in ``errors.jsonl`` with its line number and the field;
+every other line is built. Responses up to 1 s past the clip end are moved to the end, later ones
+are dropped and listed (the driver's rule).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from data_builders.records import RecordError, Stream, Target, check_task
+from data_builders.registry import (
+    BuildInputs,
+    ConversionError,
+    Pending,
+    Tally,
+    check_span,
+    clip_end_from,
+    each_json_line,
+    event_span,
+    register_source,
+    seconds,
+)
+from data_builders.video import VideoInfo
+
+#: The fields a line may have.
+LINE_FIELDS = ("id", "video", "instruction", "instruction_time", "responses", "task", "start", "end")
+#: The fields a response may have.
+RESPONSE_FIELDS = ("time", "window", "text", "label", "category")
+
+
+@dataclass
+class JsonlOptions:
+    """Keys of ``source=jsonl``."""
+
+    task: str = "custom"
+    """Task of the lines that name none: a built-in task or a name of your own."""
+    name: str | None = None
+    """The records' ``source`` and id prefix (null: the name of the ``out`` folder)."""
+
+    def __post_init__(self) -> None:
+        check_task(self.task)
+
+
+def _text(item: dict, key: str, where: str = "") -> str:
+    if item.get(key) is None:
+        raise RecordError(f"missing field '{where}{key}'")
+    value = item[key]
+    if not isinstance(value, str):
+        raise RecordError(f"field '{where}{key}': expected a string, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _optional_text(item: dict, key: str, where: str) -> str | None:
+    value = item.get(key)
+    if value is not None and not isinstance(value, str):
+        raise RecordError(f"field '{where}.{key}': expected a string, got {value!r}")
+    return value
+
+
+def _unknown(item: dict, known: tuple[str, ...], where: str) -> None:
+    extra = sorted(set(item) - set(known))
+    if extra:
+        raise RecordError(f"{where}unknown field(s) {extra}; known: {', '.join(known)}")
+
+
+def _response(item: Any, i: int, tally: Tally) -> Target | None:
+    """One response as a target; None when its window is inverted past repair (dropped, listed)."""
+    where = f"responses[{i}]"
+    if not isinstance(item, dict):
+        raise RecordError(f"field '{where}': expected an object, got {type(item).__name__}")
+    _unknown(item, RESPONSE_FIELDS, f"field '{where}': ")
+    text = _text(item, "text", f"{where}.")
+    window = None
+    if item.get("window") is not None:
+        w = item["window"]
+        if not isinstance(w, list) or len(w) != 2:
+            raise RecordError(f"field '{where}.window': expected [start, end], got {w!r}")
+        window = event_span(seconds(w[0], f"{where}.window"), seconds(w[1], f"{where}.window"), where, tally)
+        if window is None:
+            return None
+    if item.get("time") is None and window is None:
+        raise RecordError(f"field '{where}': a response needs a time or a window")
+    time = seconds(item["time"], f"{where}.time") if item.get("time") is not None else sum(window) / 2
+    return Target(
+        time=time,
+        content=text,
+        window=window,
+        label=_optional_text(item, "label", where),
+        category=_optional_text(item, "category", where),
+    )
+
+
+def _responses(line: dict, tally: Tally) -> list[Target]:
+    raw = line.get("responses")
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise RecordError(f"field 'responses': expected a list, got {type(raw).__name__}")
+    return [t for i, item in enumerate(raw) if (t := _response(item, i, tally)) is not None]
+
+
+@register_source("jsonl", JsonlOptions)
+def build_jsonl(inputs: BuildInputs, options: JsonlOptions) -> Iterator[Pending | ConversionError]:
+    """One stream per line (see the module docstring)."""
+    path = inputs.annotations
+    # the driver builds into a staging folder inside ``out``: the source is named after ``out``
+    name = options.name or Path(inputs.out).resolve().parent.name
+
+    def parse(rid: str, line: Any) -> Iterator[Pending]:
+        if not isinstance(line, dict):
+            raise RecordError(f"expected a JSON object, got {type(line).__name__}")
+        _unknown(line, LINE_FIELDS, "")
+        video = _text(line, "video")
+        task = check_task(line["task"]) if line.get("task") is not None else options.task
+        start = seconds(line.get("start") or 0.0, "start")
+        end = None if line.get("end") is None else seconds(line["end"], "end")
+        if end is not None:
+            check_span(start, end, "start..end")
+        asked = (
+            None
+            if line.get("instruction_time") is None
+            else seconds(line["instruction_time"], "instruction_time")
+        )
+        tally = Tally()
+        targets = _responses(line, tally)
+        instruction = _text(line, "instruction")
+        sid = str(line["id"]) if line.get("id") is not None else f"{name}-{rid.removeprefix('line ')}"
+
+        def make(info: VideoInfo | None) -> list[Stream]:
+            return [
+                Stream(
+                    id=sid,
+                    source=name,
+                    task=task,
+                    video=video,
+                    clip_start=start,
+                    clip_end=end if end is not None else clip_end_from(info, None, rid),
+                    instruction=instruction,
+                    instruction_time=asked if asked is not None else start,
+                    targets=targets,
+                    meta={"video_id": f"{name}/{video}"},
+                )
+            ]
+
+        yield Pending(str(path), rid, video, make, needs_info=end is None, tally=tally)
+
+    yield from each_json_line(path, parse)

@@ -1,0 +1,156 @@
+"""``source=jsonl``: a user's own file of streams, built with the same checks as every source, a task
+of the user's own allowed, and mixed alone or beside the built sources by naming it.
+
+The example file is the one of docs/data.md (read from the page, so the two cannot drift)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from data_builders.build import BuildFailed, build_source
+from data_builders.records import load_streams
+from data_builders.synthetic.toy import generate_toy
+
+ROOT = Path(__file__).resolve().parents[2]
+MARK = "<!-- example: streams.jsonl -->\n```\n"
+
+
+def example_lines() -> str:
+    """The example file of docs/data.md's "Your own data" section, as written there."""
+    text = (ROOT / "docs" / "data.md").read_text(encoding="utf-8")
+    return text.split(MARK, 1)[1].split("```", 1)[0]
+
+
+def write_example(root: Path) -> Path:
+    """``root/streams.jsonl`` (the docs' example) and toy clips under the names it uses in
+    ``root/videos/``; returns the annotation file."""
+    lines = example_lines()
+    names = sorted({json.loads(line)["video"] for line in lines.splitlines()})
+    streams = generate_toy(root / "toygen", n=len(names), seed=0)
+    (root / "videos").mkdir(parents=True, exist_ok=True)
+    for s, name in zip(streams, names, strict=True):
+        shutil.copy(root / "toygen" / s.video, root / "videos" / name)
+    (root / "streams.jsonl").write_text(lines)
+    return root / "streams.jsonl"
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "data_builders", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_the_example_file_builds_into_five_records_with_the_documented_defaults(tmp_path):
+    ann = write_example(tmp_path)
+    out = cli(
+        "build", "source=jsonl", f"annotations={ann}", "videos=videos", "out=data/built/mine", cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.splitlines()[-1])["records"] == 5
+    by_id = {s.id: s for s in load_streams(tmp_path / "data/built/mine/records.jsonl")}
+    assert sorted(by_id) == ["desk-1", "mine-1", "mine-2", "mine-3", "mine-5"]
+    assert {s.source for s in by_id.values()} == {"mine"}  # named after the out folder
+    kettle, cut, street, desk, phone = (by_id[k] for k in ("mine-1", "mine-2", "mine-3", "desk-1", "mine-5"))
+    assert (kettle.task, kettle.clip_start, kettle.clip_end) == ("kettle_watch", 0.0, 20.0)  # probed
+    assert [(t.time, t.content) for t in kettle.targets] == [(12.0, "The kettle is boiling.")]
+    assert cut.is_negative and (cut.clip_start, cut.clip_end) == (0.0, 9.0)
+    (warn,) = street.targets
+    assert (warn.time, warn.window, warn.label) == (7.5, (6.0, 9.0), "Warning")  # due at the center
+    assert desk.task == "custom" and desk.instruction_time == 2.0
+    assert [t.category for t in desk.targets] == [None, "follow_up"]
+    assert (phone.clip_start, phone.clip_end, phone.instruction_time, phone.targets) == (4.0, 18.0, 4.0, [])
+
+
+BAD_LINES = [
+    ('{"video": "kitchen.mp4", "instruction": 3}', "field 'instruction': expected a string, got int 3"),
+    ("{not json", "invalid JSON at line 2, column 2"),
+    ('{"video": "gone.mp4", "instruction": "x"}', "video file missing"),
+    ('{"video": "desk.mp4", "instruction": "x", "respones": []}', "unknown field(s) ['respones']"),
+    (
+        '{"video": "desk.mp4", "instruction": "x", "task": "two words"}',
+        "field 'task': task 'two words' is neither",
+    ),
+    ('{"video": "desk.mp4", "instruction": "x", "responses": [{"text": "t"}]}', "needs a time or a window"),
+    (
+        '{"video": "desk.mp4", "instruction": "x", "responses": [{"time": 2}]}',
+        "missing field 'responses[0].text'",
+    ),
+    (
+        '{"video": "desk.mp4", "instruction": "x", "responses": [{"time": 50, "text": "late"}]}',
+        "past the clip end",
+    ),
+    (
+        '{"video": "desk.mp4", "instruction": "x", "start": 9, "end": 3}',
+        "field 'start..end': ends before it starts",
+    ),
+]
+
+
+def test_every_bad_line_is_listed_with_its_line_and_field_and_the_good_lines_are_built(tmp_path):
+    write_example(tmp_path)
+    good = example_lines().splitlines()
+    ann = tmp_path / "mixed.jsonl"
+    ann.write_text("\n".join([line for line, _ in BAD_LINES] + good) + "\n")
+    report = build_source(
+        "jsonl", tmp_path / "out", annotations=ann, videos=tmp_path / "videos", max_error_rate=1.0
+    )
+    assert len(report.records) == 5
+    reasons = {e.record: e.reason for e in report.errors}
+    assert sorted(reasons) == sorted(f"line {n}" for n in range(1, len(BAD_LINES) + 1))
+    for n, (_, want) in enumerate(BAD_LINES, start=1):
+        assert want in reasons[f"line {n}"], (n, reasons[f"line {n}"])
+    with pytest.raises(BuildFailed, match="failed"):  # over the default max_error_rate: nothing kept
+        build_source("jsonl", tmp_path / "out2", annotations=ann, videos=tmp_path / "videos")
+
+
+def test_a_users_source_is_mixed_alone_or_beside_the_toy_source_by_naming_it(tmp_path):
+    ann = write_example(tmp_path)
+    assert (
+        cli(
+            "build",
+            "source=jsonl",
+            f"annotations={ann}",
+            "videos=videos",
+            "out=data/built/mine",
+            cwd=tmp_path,
+        ).returncode
+        == 0
+    )
+    build_source("toy", tmp_path / "data/built/toy", options={"n": 8, "seed": 0}, check_videos=False)
+    alone = cli(
+        "mix",
+        "data=own",
+        "data.root=data/built",
+        "data.dir=data/own",
+        "data.sources.mine.weight=1",
+        cwd=tmp_path,
+    )
+    assert alone.returncode == 0, alone.stderr[-2000:]
+    summary = json.loads(alone.stdout.splitlines()[-1])
+    assert (summary["total"], list(summary["sources"])) == (5, ["mine"])
+    both = cli(
+        "mix",
+        "data=toy",
+        "data.root=data/built",
+        "data.dir=data/both",
+        "data.sources.mine.weight=1",
+        cwd=tmp_path,
+    )
+    assert both.returncode == 0, both.stderr[-2000:]
+    summary = json.loads(both.stdout.splitlines()[-1])
+    assert {k: v["taken"] for k, v in summary["sources"].items()} == {"mine": 5, "toy": 8}
+    empty = cli("mix", "data=own", "data.root=data/built", "data.dir=data/none", cwd=tmp_path)
+    assert empty.returncode == 1 and "name one with data.sources.<name>.weight=1" in empty.stderr

@@ -1,0 +1,205 @@
+"""A user's path through the project, as docs/data.md and docs/evaluation.md write it, each command
+in its own process: the example streams file built, mixed, trained for 2 SFT steps and evaluated;
+the checkpoint exported; the exported folder loaded and streamed with the card's plain
+``transformers`` loop in a process that imports nothing of the project, which gives the first
+reply (time and text) ``eval.run`` gives on the same record."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.data_builders.test_jsonl_source import write_example
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+#: Keep the tiny run short: 2 SFT steps, no evaluation split.
+FAST = {
+    "train.sft": [
+        "train.max_steps=2",
+        "train.save_steps=2",
+        "train.per_device_batch_size=2",
+        "train.eval_split=null",
+        "train.num_threads=2",
+        "train.time_budget_s=null",
+    ],
+    "eval.run": [],
+}
+PROJECT = ("data_builders", "eval", "train", "rewards", "infra")
+
+
+def run(cmd: list[str], cwd: Path, project: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "offline"}
+    if project:
+        env["PYTHONPATH"] = str(ROOT)
+    else:
+        env.pop("PYTHONPATH", None)
+    out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, f"{cmd}\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
+    return out
+
+
+def doc_commands() -> list[str]:
+    """The commands of docs/data.md's "Your own data" section, in order."""
+    text = (ROOT / "docs" / "data.md").read_text(encoding="utf-8")
+    section = text.split("## Your own data", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^python -m .+$", section, flags=re.M)
+
+
+@pytest.fixture(scope="module")
+def user(tmp_path_factory) -> Path:
+    """A folder where the docs' commands ran: the example built (and the toy source beside it),
+    both mixtures, a 2-step SFT run on ``data=own`` and its evaluation on the user's records."""
+    home = tmp_path_factory.mktemp("user")
+    write_example(home)
+    run([sys.executable, "-m", "data_builders", "build", "source=toy", "out=data/built/toy", "n=8"], home)
+    for line in doc_commands():
+        args = line.split()[2:]
+        run([sys.executable, "-m", *args, *FAST.get(args[0], [])], home)
+    return home
+
+
+def test_the_users_streams_train_and_their_own_task_is_scored_in_a_row_of_its_own(user):
+    mixed = json.loads((user / "data/toy_mine/mixture.json").read_text())
+    assert {k: v["taken"] for k, v in mixed["sources"].items()} == {"mine": 5, "toy": 8}
+    assert (user / "runs/sft/final/model.safetensors").is_file()
+    (metrics_file,) = (user / "runs/eval").rglob("metrics.json")
+    metrics = json.loads(metrics_file.read_text())
+    assert metrics["n"] == {"accident_warning": 1, "custom": 1, "kettle_watch": 1}
+    assert metrics["negatives"]["n"] == 2  # the two clips without responses
+    assert set(metrics["per_task"]) == {"accident_warning", "custom", "kettle_watch"}
+
+
+@pytest.fixture(scope="module")
+def exported(user) -> Path:
+    run([sys.executable, "-m", "train.export", "checkpoint=runs/sft/final", "out=exports/mine"], user)
+    return user / "exports" / "mine"
+
+
+LOAD = """
+import json, sys
+from transformers import AutoModelForImageTextToText, AutoProcessor
+model = AutoModelForImageTextToText.from_pretrained(sys.argv[1])
+processor = AutoProcessor.from_pretrained(sys.argv[1])
+tok = processor.tokenizer
+turn = [{"role": "user", "content": [{"type": "text", "text": "<0.0 seconds>"}, {"type": "image"}]}]
+print(json.dumps({
+    "modules": sorted({m.split(".")[0] for m in sys.modules}),
+    "decision": tok.convert_tokens_to_ids(["</Silence>", "</Response>"]),
+    "special": [t in tok.all_special_tokens for t in ("</Silence>", "</Response>")],
+    "prompt": processor.apply_chat_template(turn, add_generation_prompt=True),
+    "eos": model.generation_config.eos_token_id, "im_end": tok.convert_tokens_to_ids("<|im_end|>"),
+    "vocab": model.get_input_embeddings().weight.shape[0],
+}))
+"""
+
+
+def test_the_exported_folder_loads_with_transformers_alone_and_holds_the_turn_format(exported, user):
+    files = sorted(p.name for p in exported.iterdir())
+    assert {"model.safetensors", "config.json", "generation_config.json", "render.json", "README.md"} <= set(
+        files
+    )
+    assert not [f for f in files if f.endswith((".bin", ".pt", ".pth", ".pkl"))]
+    out = run([sys.executable, "-I", "-c", LOAD, str(exported)], cwd=exported.parent, project=False)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert not set(got["modules"]) & set(PROJECT)
+    assert (
+        got["special"] == [True, True]
+        and got["decision"][0] < got["vocab"]
+        and got["decision"][1] < got["vocab"]
+    )
+    assert got["prompt"] == (
+        "<|im_start|>user\n<0.0 seconds><|vision_start|><|image_pad|><|vision_end|><|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert got["eos"] == got["im_end"]
+    assert json.loads((exported / "render.json").read_text()) == json.loads(
+        (user / "runs/sft/final/render.json").read_text()
+    )
+
+
+def test_the_card_is_in_the_hubs_format_with_the_evaluation_of_these_weights(exported, user):
+    card = (exported / "README.md").read_text()
+    assert card.startswith("---\n")
+    meta = yaml.safe_load(card.split("---\n", 2)[1])
+    assert meta["pipeline_tag"] == "image-text-to-text" and meta["library_name"] == "transformers"
+    assert "sft" in meta["tags"] and meta["datasets"] == ["mine"]
+    assert "base_model" not in meta  # the tiny model starts from no hub id
+    (metrics_file,) = (user / "runs/eval").rglob("metrics.json")
+    metrics = json.loads(metrics_file.read_text())
+    (result,) = meta["model-index"][0]["results"]
+    assert result["dataset"]["type"] == "p3i" and result["dataset"]["config"] == "streaming"
+    values = {m["type"]: m["value"] for m in result["metrics"]}
+    assert values["prs_u"] == metrics["prs_u"] and values["prs_b"] == metrics["prs_b"]
+    assert "## Training" in card and "| mine |" in card
+
+
+def card_snippet(card: str) -> str:
+    return card.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_cards_loop_in_plain_transformers_gives_eval_runs_first_reply(exported, user, tmp_path):
+    from train.model_card import STREAM_SNIPPET
+
+    snippet = card_snippet((exported / "README.md").read_text())
+    docs = (ROOT / "docs" / "evaluation.md").read_text().split("<!-- snippet: stream -->\n", 1)[1]
+    assert snippet == STREAM_SNIPPET == card_snippet(docs)
+    records = user / "data/built/mine/records.jsonl"
+    (stream,) = [json.loads(line) for line in records.read_text().splitlines()][:1]
+    # the engine's P(response) at each step, then a threshold it first passes at a later step
+    ref = user / "ref"
+    run(
+        [
+            sys.executable,
+            "-m",
+            "eval.run",
+            "checkpoint=exports/mine",
+            f"records={records}",
+            "limit=1",
+            "threshold=1.0",
+            f"out_dir={ref}",
+        ],
+        user,
+    )
+    p = json.loads((ref / "predictions.jsonl").read_text().splitlines()[0])["p_response"]
+    k = next(k for k in range(2, len(p)) if p[k] - max(p[:k]) > 1e-4)
+    threshold = (max(p[:k]) + p[k]) / 2
+    out_dir = user / "at_threshold"
+    run(
+        [
+            sys.executable,
+            "-m",
+            "eval.run",
+            "checkpoint=exports/mine",
+            f"records={records}",
+            "limit=1",
+            f"threshold={threshold!r}",
+            f"out_dir={out_dir}",
+        ],
+        user,
+    )
+    first = json.loads((out_dir / "predictions.jsonl").read_text().splitlines()[0])["replies"][0]
+    assert first["time"] == float(k)
+
+    inputs = {
+        "MODEL": str(exported),
+        "VIDEO": str((records.parent / stream["video"]).resolve()),
+        "INSTRUCTION": stream["instruction"],
+        "THRESHOLD": threshold,
+    }
+    code = snippet
+    for name, value in inputs.items():
+        code, n = re.subn(rf"^{name} = .*$", f"{name} = {value!r}", code, count=1, flags=re.M)
+        assert n == 1, name
+    script = tmp_path / "stream.py"
+    script.write_text(code)
+    guard = f"import runpy, sys; runpy.run_path({str(script)!r}); assert not {{m.split('.')[0] for m in sys.modules}} & {set(PROJECT)!r}"
+    out = run([sys.executable, "-I", "-c", guard], cwd=tmp_path, project=False)
+    replies = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert replies[0] == {"time": first["time"], "text": first["text"]}
