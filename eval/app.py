@@ -1,14 +1,19 @@
 """The live demo: a video, a record of a built benchmark or the browser's webcam, streamed causally
 through one model in the browser.
 
-    python -m eval.app checkpoint=DIR port=7860
+    python -m eval.app checkpoint=DIR port=7860                              # open the URL it prints
     python -m eval.app checkpoint=null records=/tmp/toy/records.jsonl        # the tiny model, any machine
-    python -m eval.app checkpoint=DIR host=0.0.0.0 port=7860 threshold=0.4   # open it wider
+    python -m eval.app checkpoint=DIR host=0.0.0.0 port=7860 threshold=0.4   # open it wider (token required)
 
-Every ``key=value`` but ``host`` and ``port`` is an ``eval.run`` override (``conf/eval.yaml``:
-``checkpoint``, ``records``, ``threshold``, ``benchmark``, ``render``...), composed the same way,
-so the demo streams at the benchmark's step rate with the frame size the checkpoint was trained
-with. It listens on 127.0.0.1 unless ``host=`` says otherwise. ``docs/app.md`` shows the page.
+Every ``key=value`` but the server's own (:class:`eval.app_guard.AppConfig`: ``host``, ``port``,
+``allow_dirs``, ``allow_hosts``, ``send_timeout_s``, ``max_upload_mb``) is an ``eval.run`` override
+(``conf/eval.yaml``: ``checkpoint``, ``records``, ``threshold``, ``benchmark``, ``render``...),
+composed the same way, so the demo streams at the benchmark's step rate with the frame size the
+checkpoint was trained with; records are optional. It listens on 127.0.0.1 unless ``host=`` says
+otherwise, and prints its URL with the process's token (``/?token=...``); every request passes
+:class:`eval.app_guard.Guard` (Host, Origin, token) and each post takes one body type, none a form
+of another site may send. ``--cfg job`` prints the config and starts nothing. Ctrl-C or SIGTERM
+stops it and deletes the uploads. ``docs/app.md`` shows the page.
 
 The page (:data:`eval.app_page.PAGE`, no outside asset): a checkpoint to load, a video path (or an
 uploaded file), a record id or the webcam, the instruction (empty: the record's own; a video and the
