@@ -463,6 +463,7 @@ _PIL_NAMES = {"png": "PNG", "jpeg": "JPEG", "webp": "WEBP"}
 #: frame, offsets counted from the end of that table; then the encoded frames.
 #: Version 2: the frame table holds each frame's crc32 (version 1, ``FRMCACHE``, held none: dropped).
 ENCODED_MAGIC = b"FRMCACH2"
+_ENCODED_MAGIC_V1 = b"FRMCACHE"
 #: Columns of an entry's frame table: offset, length, crc32 of the stored bytes.
 _TABLE_COLS = 3
 _HEADER = 8 + 16 + 3 * 8
@@ -732,7 +733,9 @@ class FrameCache:
         except FileNotFoundError:  # another worker dropped it a moment ago
             return None
         reason = None
-        if not ok:
+        if not ok and head[:8] == _ENCODED_MAGIC_V1:
+            reason = "is of the first entry format (no frame checksums)"
+        elif not ok:
             reason = "is not a compressed frame-cache entry (cut short or damaged)"
         elif stored != frame_format or count != n or h * w > max_pixels or (n and min(h, w) < 1):
             reason = f"holds {count} {stored} frames of {h} x {w} px, not {n} {frame_format} frames of at most {max_pixels} px"

@@ -10,6 +10,9 @@
 2. Append one line per record to ``<out>/predictions.jsonl`` as its batch finishes (fsynced), so a
    killed run resumes: finished ids are skipped, a torn last line is dropped (``eval.store``).
    Batches are a fixed plan over the record order, so a resumed batch holds the same records.
+   Each line carries its record's sha256 (``eval.provenance``): a record rebuilt in place since (same
+   id, new contents) is streamed again, its old line moved to ``superseded/records-<time>/``
+   (:func:`fresh_ids`).
 3. Score in memory with ``eval.scoring.score`` into ``metrics.json`` (what ``python -m eval.score``
    prints; order-independent), ``per_sample.jsonl``; plot timelines; log (``eval.tracking``); write
    the viewer page ``view.html`` and its rows as a W&B Table (``eval.view``; ``view=false``: not).
@@ -27,8 +30,9 @@ weight files (``eval.engine.checkpoints.weights_fingerprint``). Resuming with a 
 decisions fails instead of mixing predictions; a folder holding an evaluation of other weights at the
 same path (a retrain into the same run dir, finished or killed part way) is moved whole to
 ``<out>/superseded/<its sha256[:12]>/`` and the checkpoint is evaluated afresh, so the numbers printed
-are always the current weights'. Prints a per-task table, then the metrics as one
-JSON object on the last line.
+are always the current weights'. A full disk anywhere stops it with one line naming the output
+folder and the space left (exit 2): every file is written whole or not at all, so the same command
+resumes. Prints a per-task table, then the metrics as one JSON object on the last line.
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ from omegaconf import OmegaConf
 from data_builders.records import Stream, step_times
 from eval.provenance import RECORD_FIELD, decides, record_fingerprint
 from eval.store import PredictionLog
+from infra.files import write_text_atomic
 from infra.schema import load_literal
 
 #: Probabilities closer than this to the threshold are not trusted to decide the same way twice
@@ -114,5 +115,5 @@ def write_summary(base: Path) -> dict[str, Any]:
             t = float(load_literal(d / "config.yaml").threshold)
             points[f"{t:g}"] = {k: v for k, v in m.items() if isinstance(v, (int, float))}
     summary = {"thresholds": dict(sorted(points.items(), key=lambda kv: float(kv[0])))}
-    (base / "sweep.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_text_atomic(base / "sweep.json", json.dumps(summary, indent=2) + "\n")  # whole or not at all
     return summary

@@ -47,6 +47,7 @@ from typing import Any
 from data_builders.records import RecordError, Stream, iter_jsonl, load_streams, resolve_video
 from data_builders.video import VideoError, read_frames
 from eval.config import BenchmarkConfig, records_path
+from eval.provenance import RECORD_FIELD, record_fingerprint
 from eval.runners import get_runner
 from eval.store import PredictionLog
 from infra.files import atomic_writer, id_file_name, write_text_atomic
@@ -220,6 +221,14 @@ def load_run(out_dir: Path) -> tuple[Any, BenchmarkConfig, list[Stream], list[di
     missing = have - {s.id for s in streams}
     if missing:
         raise RecordError(f"prediction ids not in the records: {sorted(missing)[:5]}", file=records)
+    made = {r["id"]: r.get(RECORD_FIELD) for r in rows}
+    changed = [s.id for s in streams if made[s.id] not in (None, record_fingerprint(s))]
+    if changed:  # a line of an older version holds no fingerprint: shown as it is
+        raise RecordError(
+            f"{len(changed)} record(s) changed since their predictions were made (first: {changed[0]}); "
+            "rerun eval.run on this folder to stream them again",
+            file=records,
+        )
     return cfg, bench, streams, rows, records
 
 

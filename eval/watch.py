@@ -65,6 +65,7 @@ from eval.engine.checkpoints import (
     render_overrides,
 )
 from eval.provenance import decides, digest
+from infra.files import write_text_atomic
 from infra.progress import console
 from infra.schema import CONF_DIR, bounded, compose, literal, load_literal, store_schema, validate
 
@@ -120,12 +121,7 @@ def read_ledger(run_dir: Path) -> dict[str, dict]:
 def record(run_dir: Path, key: str, entry: dict) -> None:
     """Add one entry to the ledger atomically (re-read first, so entries are never lost)."""
     ledger = read_ledger(run_dir) | {key: entry}
-    tmp = run_dir / f".{LEDGER}.{os.getpid()}.tmp"
-    with tmp.open("w") as fh:
-        fh.write(json.dumps(ledger, indent=1, sort_keys=True) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, run_dir / LEDGER)
+    write_text_atomic(run_dir / LEDGER, json.dumps(ledger, indent=1, sort_keys=True) + "\n")  # no temp left
 
 
 def config_sha256(point: DictConfig) -> str:

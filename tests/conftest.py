@@ -156,3 +156,16 @@ def by_checkpoint(keys):
     if isinstance(keys, dict):
         return {k.split("@")[0]: v for k, v in keys.items()}
     return [k.split("@")[0] for k in keys]
+
+
+def eval_overrides(checkpoint, records, tmp, *extra: str) -> list[str]:
+    """``eval.run`` overrides of a quick tiny-model evaluation: its caches under ``tmp``, small frames."""
+    return [
+        f"checkpoint={checkpoint}",
+        f"records={records}",
+        f"paths.cache_dir={tmp / 'cache'}",
+        f"paths.runs_dir={tmp / 'runs'}",
+        "render.max_pixels=4096",
+        "max_new_tokens=4",
+        *extra,
+    ]

@@ -218,3 +218,8 @@ def test_a_compressed_entry_with_flipped_bytes_is_dropped_and_decoded_again(tmp_
     assert np.array_equal(
         np.asarray(cache.frames(video, times, max_pixels=4096, frame_format="jpeg90")), first
     )
+    entry.write_bytes(b"FRMCACHE" + entry.read_bytes()[8:])  # an entry of the first format: no checksums
+    with caplog.at_level("WARNING", logger="data_builders"):
+        again = np.asarray(cache.frames(video, times, max_pixels=4096, frame_format="jpeg90"))
+    assert np.array_equal(again, first)
+    assert f"frame cache entry {entry} is of the first entry format (no frame checksums)" in caplog.text

@@ -16,6 +16,7 @@ import pytest
 from data_builders.records import Target, load_streams, write_jsonl
 from eval.provenance import RECORD_FIELD, decides, describe_difference, first_difference, record_fingerprint
 from eval.store import PredictionLog
+from tests.conftest import eval_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,16 +57,7 @@ def test_records_rebuilt_in_place_are_streamed_again_not_scored_stale(tiny_check
     ]
     records = tmp_path / "records.jsonl"
     write_jsonl(records, streams)
-    common = [
-        f"checkpoint={tiny_checkpoint}",
-        f"records={records}",
-        f"paths.cache_dir={tmp_path / 'cache'}",
-        "render.max_pixels=4096",
-        "max_new_tokens=4",
-        "timelines=0",
-        "view=false",
-        "threshold=0.47",
-    ]
+    common = eval_overrides(tiny_checkpoint, records, tmp_path, "timelines=0", "view=false", "threshold=0.47")
     out = tmp_path / "out"
     first = eval_run(*common, f"out_dir={out}")
     assert first.returncode == 0, first.stderr

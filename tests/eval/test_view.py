@@ -281,3 +281,25 @@ def test_a_run_folder_is_read_without_interpolation(tmp_path):
     page = (run / "view.html").read_text()
     assert "s3cr3t-value" not in page + done.stdout + done.stderr
     assert "<title>${oc.env:VIEW_SECRET} on ${oc.env:VIEW_SECRET}</title>" in page
+
+
+def test_predictions_of_records_changed_since_are_not_shown(tmp_path, capsys):
+    """A records file rebuilt after the evaluation (same id, new target): the page would score old
+    replies against new targets, so ``eval.view`` refuses, naming the file and the record."""
+    from eval.provenance import RECORD_FIELD, record_fingerprint
+
+    run = synthetic_run(tmp_path, 3, long_steps=40)
+    streams = {s.id: s for s in load_streams(tmp_path / "records.jsonl")}
+    rows = PredictionLog(run / "predictions.jsonl").rows()
+    write_jsonl(
+        run / "predictions.jsonl", [r | {RECORD_FIELD: record_fingerprint(streams[r["id"]])} for r in rows]
+    )
+    assert main([f"out_dir={run}", "thumbnails=0"]) == 0
+    records = [s.to_dict() for s in streams.values()]
+    records[1]["targets"][0]["time"] = 3.0
+    write_jsonl(tmp_path / "records.jsonl", records)
+    capsys.readouterr()
+    assert main([f"out_dir={run}", "thumbnails=0"]) == 2
+    err = capsys.readouterr().err
+    assert f"file {tmp_path / 'records.jsonl'}" in err and "1 record(s) changed since" in err
+    assert f"(first: {records[1]['id']})" in err

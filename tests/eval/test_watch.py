@@ -292,3 +292,20 @@ def test_a_watcher_with_another_config_evaluates_again_into_its_own_folder(tmp_p
     assert own.parent == run_dir / "eval" and own.name.startswith("p3i@")
     assert watch(cfg_for(run_dir, "once=true"), evaluate=saves) == []
     assert watch(cfg_for(run_dir, "once=true", "threshold=0.3", "limit=2"), evaluate=saves) == []
+
+
+def test_the_training_runs_config_is_read_as_text(tmp_path, monkeypatch):
+    """``${oc.env:...}`` in the watched run's config.yaml (its W&B project) stays that text in each
+    evaluation's config, inline and in the file a multi-process launch composes."""
+    from eval.config import EvalConfig
+    from eval.watch import checkpoint_config, launch_command
+    from infra.schema import compose
+
+    monkeypatch.setenv("WATCH_SECRET", "s3cr3t")
+    run_dir = make_run(tmp_path)
+    saved = run_dir / "config.yaml"
+    saved.write_text(saved.read_text().replace("train-project", "${oc.env:WATCH_SECRET}"))
+    point = checkpoint_config(cfg_for(run_dir), run_dir, make_checkpoint(run_dir, 3))
+    assert point.logger.project == "${oc.env:WATCH_SECRET}"
+    launch_command(point, tmp_path, 2)
+    assert compose("eval", [], EvalConfig, config_dir=tmp_path).logger.project == "${oc.env:WATCH_SECRET}"
