@@ -442,21 +442,24 @@ def write_official(
         else:
             counts["missing"] += 1
         questions[i][k] = item
-    if counts["missing"]:
-        missing = [s.id for s in streams if s.id not in replies]
-        log.warning(
-            "%d of %d streams have no prediction; written without a %r entry (the scorer skips them): %s",
-            counts["missing"],
-            len(streams),
-            model,
-            ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else ""),
-        )
+    _warn_missing([s.id for s in streams if s.id not in replies], len(streams), model)
     data = [
         {**entries[i], "questions": [questions[i][k] for k in sorted(questions[i])]} for i in sorted(entries)
     ]
     with atomic_writer(path) as fh:
         json.dump(data, fh, indent=4)
     return counts
+
+
+def _warn_missing(missing: list[str], n: int, model: str) -> None:
+    if missing:
+        log.warning(
+            "%d of %d streams have no prediction; written without a %r entry (the scorer skips them): %s",
+            len(missing),
+            n,
+            model,
+            ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else ""),
+        )
 
 
 def write_release(path: str | Path, streams: Sequence[Stream]) -> int:
