@@ -40,7 +40,7 @@ One stream at a time (a batch of one); no frame window, no sampling, no memory h
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,14 +89,22 @@ def answer_probes(
     instruction: bool = False,
     full_logits: bool = True,
     cfg: EngineConfig | None = None,
+    follow_up: Callable[[ProbeAnswer], Probe | None] | None = None,
 ) -> list[ProbeAnswer]:
     """Answer every probe of one stream (``frames``: its (N, H, W, 3) uint8 frames, ``frames[k]``
     step k), in the probes' order.
 
     ``mode="branch"``: one pass, a branch per probe. ``mode="rerun"``: per probe, a fresh pass over
-    ``frames[: probe.step + 1]`` asking that probe alone (a per-probe harness; the reference)."""
+    ``frames[: probe.step + 1]`` asking that probe alone (a per-probe harness; the reference).
+
+    ``follow_up`` (branch mode): called on each answer; a probe it returns is asked at once on the
+    same step, from the same point (a harness that asks again after a cue, on the same clip), and
+    the pass ends after that step (the harness has its answer). The answers are then those asked,
+    in the order asked, each follow-up right after the answer that called for it."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if follow_up is not None and mode != "branch":
+        raise ValueError("follow_up asks on the branch of its step: mode must be 'branch'")
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be at least 0, got {max_new_tokens}")
     cfg = cfg or EngineConfig()
@@ -112,7 +120,8 @@ def answer_probes(
     if not probes:
         return []
     if mode == "branch":
-        return _ProbeEngine(model, renderer, cfg).answer(stream, frames, probes, instruction, full_logits)
+        engine = _ProbeEngine(model, renderer, cfg)
+        return engine.answer(stream, frames, probes, instruction, full_logits, follow_up=follow_up)
     return [
         _ProbeEngine(model, renderer, cfg).answer(
             stream, frames[: p.step + 1], [p], instruction, full_logits, branch=False
@@ -136,6 +145,19 @@ def _check(stream: Stream, i: int, probe: Probe, n_steps: int) -> None:
         raise RecordError(f"empty prompt {probe.prompt!r}", record=stream.id, field=name)
 
 
+@dataclass
+class _Step:
+    """What every probe of one step is asked from: the step's time and turn parts."""
+
+    time: float
+    elapsed: float
+    n_image: int
+    context: str | None
+    pending: list[int]
+    grid: torch.Tensor
+    image: _Features
+
+
 def _with_prompt(context: str | None, prompt: str) -> str:
     return f"{context}\n{prompt}" if context else prompt
 
@@ -152,6 +174,7 @@ class _ProbeEngine(StreamingEngine):
         instruction: bool,
         full_logits: bool,
         branch: bool = True,
+        follow_up: Callable[[ProbeAnswer], Probe | None] | None = None,
     ) -> list[ProbeAnswer]:
         """The probes' answers; ``branch=False`` (a rerun): the last step's turn is the probe's
         own, decoded straight into the cache with nothing to rewind (one probe, on the last step)."""
@@ -167,25 +190,47 @@ class _ProbeEngine(StreamingEngine):
         r.warm([timestamp_text(t - stream.clip_start) for t in times[: last + 1]])
         closing = [r.silence_id] + r.turn_end  # a main-pass assistant turn, after its header
         answers: list[ProbeAnswer | None] = [None] * len(probes)
+        asked: list[ProbeAnswer] = []
         for k in range(last + 1):
             self._prepare(k, [0])
             grid, n_image = self._grid(0, k)
-            image = self._image_features(k, [0])
-            pending = closing if k else []
-            context = r.context_for_step(stream, k, 0, instruction=instruction)
-            elapsed = times[k] - stream.clip_start
+            step = _Step(
+                time=times[k],
+                elapsed=times[k] - stream.clip_start,
+                n_image=n_image,
+                context=r.context_for_step(stream, k, 0, instruction=instruction),
+                pending=closing if k else [],
+                grid=grid,
+                image=self._image_features(k, [0]),
+            )
+            followed = False
             for i in at.get(k, []):
-                mark = self._mark() if branch else None
-                user = r.user_turn(elapsed, n_image, _with_prompt(context, probes[i].prompt))
-                chunk = pending + user + r.assistant_open
-                answers[i] = self._decode(probes[i], times[k], chunk, grid, image, full_logits)
-                if mark is not None:
-                    self._rewind(mark)
+                answers[i] = self._ask(probes[i], step, branch, full_logits, asked)
+                extra = follow_up(answers[i]) if follow_up is not None else None
+                if extra is not None:
+                    self._ask(extra, step, branch, full_logits, asked)
+                    followed = True
+            if followed:
+                break
             if k < last:
-                user = r.user_turn(elapsed, n_image, context)
-                self._forward([pending + user + r.assistant_open], [grid], image, decision=True)
+                user = r.user_turn(step.elapsed, n_image, step.context)
+                self._forward([step.pending + user + r.assistant_open], [grid], step.image, decision=True)
         self._release(id(frames), frames)
-        return answers
+        return asked if follow_up is not None else answers
+
+    def _ask(
+        self, probe: Probe, step: _Step, branch: bool, full_logits: bool, asked: list[ProbeAnswer]
+    ) -> ProbeAnswer:
+        """One probe on its step's branch (marked and rewound unless a rerun), appended to ``asked``."""
+        r = self.renderer
+        mark = self._mark() if branch else None
+        user = r.user_turn(step.elapsed, step.n_image, _with_prompt(step.context, probe.prompt))
+        chunk = step.pending + user + r.assistant_open
+        got = self._decode(probe, step.time, chunk, step.grid, step.image, full_logits)
+        if mark is not None:
+            self._rewind(mark)
+        asked.append(got)
+        return got
 
     def _decode(
         self,

@@ -381,7 +381,7 @@ class EstpRunner(PublicRunner):
         asked = [asked_stream(s, bench.question_time, bench.steps_per_second) for s in streams]
         yield from super().stream_rows(model, renderer, asked, path, engine_cfg, bench, **options)
 
-    def write_files(self, streams, predictions, folder, bench):
+    def write_files(self, streams, predictions, folder, bench, rows):
         gt, pred = folder / "estp_bench.json", folder / f"{bench.model_key}.json"
         streams = [asked_stream(s, bench.question_time, bench.steps_per_second) for s in streams]
         renumbered = write_release(gt, streams)

@@ -49,7 +49,7 @@ from data_builders.records import TIME_EPS, Prediction, RecordError, Stream, ste
 from data_builders.registry import load_json
 from data_builders.sources.ovo import Item, cut_step, item_id, read_release
 from eval.protocols import official_format
-from eval.protocols.public import PublicRunner
+from eval.protocols.public import PublicRunner, no_frame_window, probe_frames
 from eval.runners import register_runner
 from infra.files import atomic_writer
 from rewards.ovo import PARTS, TASK_PART, TASKS, figures, probe_score
@@ -583,30 +583,15 @@ class OvoRunner(PublicRunner):
         if bench.protocol_mode != "official":
             yield from super().stream_rows(model, renderer, streams, path, engine_cfg, bench, **options)
             return
-        import numpy as np
         import torch
 
-        from data_builders.frames import stream_frames
-        from data_builders.records import resolve_video
         from eval.engine.probes import answer_probes
-        from eval.engine.streaming import BLANK_GREY
 
-        if engine_cfg.frame_window is not None:
-            raise ValueError(
-                "benchmark ovo, protocol_mode=official: frame_window is not supported (give null)"
-            )
+        no_frame_window(engine_cfg, bench)
         skip = options.get("skip", frozenset())
         todo = [s for s in streams if s.id not in skip]
         for longest, probes in probe_plan(todo, renderer.steps_per_second):
-            frames = stream_frames(
-                longest,
-                resolve_video(longest, path, options.get("video_root")),
-                renderer.cfg,
-                renderer.steps_per_second,
-                options.get("cache"),
-            )
-            if options.get("blank"):
-                frames = np.full_like(frames, BLANK_GREY)
+            frames = probe_frames(longest, path, renderer, options)
             with torch.inference_mode():
                 answers = answer_probes(
                     model,
@@ -626,7 +611,7 @@ class OvoRunner(PublicRunner):
                 row["replies"].append({"time": times[a.probe.step], "text": a.text, "category": None})
             yield from rows.values()
 
-    def write_files(self, streams, predictions, folder, bench):
+    def write_files(self, streams, predictions, folder, bench, rows):
         gt, pred = folder / "ovo_bench_new.json", folder / bench.model_key
         write_release(gt, streams)
         pred.mkdir(parents=True, exist_ok=True)

@@ -468,7 +468,7 @@ class ProactiveVideoQARunner(PublicRunner):
             )
         super().check(bench)
 
-    def write_files(self, streams, predictions, folder, bench):
+    def write_files(self, streams, predictions, folder, bench, rows):
         gt, pred = folder / "gt", folder / "pred"
         write_release(gt, streams)
         write_predictions(

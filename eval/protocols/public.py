@@ -59,10 +59,16 @@ class PublicRunner(ProtocolRunner):
     modes = MODES
 
     def write_files(
-        self, streams: list[Stream], predictions: list[Prediction], folder: Path, bench: BenchmarkConfig
+        self,
+        streams: list[Stream],
+        predictions: list[Prediction],
+        folder: Path,
+        bench: BenchmarkConfig,
+        rows: list[dict[str, Any]],
     ) -> tuple[Path, Path]:
         """Write the ground truth and the official prediction file (or folder) of ``predictions``
-        into ``folder``; returns their paths (``--gt``, ``--pred``)."""
+        into ``folder`` (``rows``: the prediction rows they come from, with any fields a runner
+        added); returns their paths (``--gt``, ``--pred``)."""
         raise NotImplementedError
 
     def score_options(self, bench: BenchmarkConfig) -> list[str]:
@@ -92,6 +98,7 @@ class PublicRunner(ProtocolRunner):
         folder without ``out``) and scored by ``eval.score`` in process."""
         from eval.score import parse_args, run  # eval.score imports eval.protocols: at call time
 
+        rows = list(rows)
         predictions = predictions_of(rows)
         keep = out is not None
         with contextlib.ExitStack() as stack:
@@ -100,7 +107,7 @@ class PublicRunner(ProtocolRunner):
                 folder.mkdir(parents=True, exist_ok=True)
             else:
                 folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="official-")))
-            gt, pred = self.write_files(streams, predictions, folder, bench)
+            gt, pred = self.write_files(streams, predictions, folder, bench, rows)
             argv = ["--protocol", bench.protocol, "--gt", str(gt), "--pred", str(pred)]
             argv += self.score_options(bench)
             if keep:
@@ -116,6 +123,29 @@ class PublicRunner(ProtocolRunner):
     ) -> tuple[list[str], list[list]]:
         """One row per figure that is a number (nested figures as ``group/name``)."""
         return ["figure", "value"], [[k, v] for k, v in _numbers(metrics)]
+
+
+def probe_frames(stream: Stream, path: Path, renderer: Any, options: dict[str, Any]):
+    """The frames of ``stream`` for an official mode that asks probes (``eval.engine.probes``), read
+    as the engine reads them (``options``: those of :meth:`ProtocolRunner.stream_rows`: the frame
+    cache, the video root, ``blank`` for the grey control)."""
+    import numpy as np
+
+    from data_builders.frames import stream_frames
+    from data_builders.records import resolve_video
+    from eval.engine.streaming import BLANK_GREY
+
+    video = resolve_video(stream, path, options.get("video_root"))
+    frames = stream_frames(stream, video, renderer.cfg, renderer.steps_per_second, options.get("cache"))
+    return np.full_like(frames, BLANK_GREY) if options.get("blank") else frames
+
+
+def no_frame_window(engine_cfg: Any, bench: BenchmarkConfig) -> None:
+    """Probes need the whole cache: a frame window is refused before anything streams."""
+    if engine_cfg.frame_window is not None:
+        raise ValueError(
+            f"benchmark {bench.name}, protocol_mode=official: frame_window is not supported (give null)"
+        )
 
 
 def _numbers(metrics: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, float]]:

@@ -34,11 +34,11 @@ import json
 import logging
 import math
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from data_builders.records import Prediction, RecordError, Reply, Stream
+from data_builders.records import TIME_EPS, Prediction, RecordError, Reply, Stream, step_times
 from data_builders.registry import load_json
 from data_builders.sources.streamingbench_proactive import (
     SOURCE,
@@ -47,7 +47,7 @@ from data_builders.sources.streamingbench_proactive import (
     read_question,
 )
 from eval.protocols import official_format
-from eval.protocols.public import PublicRunner
+from eval.protocols.public import PublicRunner, no_frame_window, probe_frames
 from eval.runners import register_runner
 from infra.files import atomic_writer
 from rewards.streamingbench_proactive import Outcome, judge_answer, poll_of, poll_times, proactive_metrics
@@ -56,6 +56,31 @@ log = logging.getLogger(__name__)
 
 MISSING = "no answer of the model (skipped, as the official scorer skips it)"
 EMPTY_HISTORY = "an empty dialog_history (the official scorer stops on it: IndexError); scored as wrong"
+
+#: The harness's prompt, ``PROMPT_TEMPLATE_PROACTIVE`` of ``src/benchmark/StreamingBenchProactive.py``,
+#: word for word: every call puts its query in it (a poll's, then the bare question).
+PROMPT_TEMPLATE = (
+    "You are an advanced image question-answering AI assistant. You have been provided with images "
+    "and a question related to the images. Your task is to carefully analyze the images and provide "
+    "the answer to the question. You need to carefully confirm whether the images content meet the "
+    "conditions of the question, and then output the correct content.\n"
+    "\n"
+    "Question: {}\n"
+    "\n"
+    "The answer is:\n"
+)
+#: The harness's poll query: the question, then the expected output (the ground truth) in quotes.
+POLL_QUERY = '{question} Is it the right time to output "{expected}"? You can only answer yes or no.'
+
+
+def poll_query(question: ReleaseQuestion) -> str:
+    """What the harness asks at every poll (and records as the poll's user turn)."""
+    return POLL_QUERY.format(question=question.question, expected=question.expected)
+
+
+def said_yes(response: str) -> bool:
+    """The harness's test of a poll's reply: ``yes`` anywhere in it, any case."""
+    return "yes" in response.strip().lower()
 
 
 def _questions(path: Path) -> list[tuple[ReleaseQuestion, dict]]:
@@ -280,9 +305,9 @@ def score_official(gt: Path, pred: Path, options: argparse.Namespace) -> tuple[d
 
 def official_answer(question: ReleaseQuestion, replies: Iterable[Reply]) -> dict:
     """A question's model entry as the harness writes it for a model that speaks first at the
-    frame of the first reply: one user and one assistant turn per poll ("no" while the model is
-    silent, "yes" at the poll that shows that frame), then the question and the reply's text at
-    that poll; ``answered`` is that poll's time, or false (every poll "no") when the first reply
+    frame of the first reply: one user turn (the poll query) and one assistant turn per poll ("no"
+    while the model is silent, "yes" at the poll that shows that frame), then the question and the
+    reply's text at that poll; ``answered`` is that poll's time, or false (every poll "no") when the first reply
     comes past the last poll or there is none. ``cost`` (the harness's seconds per call) is null:
     not measured. Times are absolute seconds on the video's clock, as the harness writes them."""
     answer = None
@@ -294,13 +319,38 @@ def official_answer(question: ReleaseQuestion, replies: Iterable[Reply]) -> dict
     history = []
     for at in poll_times(question.time_stamp, question.ground_truth):
         said = answer is not None and at == answer[0]
-        history.append({"role": "user", "content": question.question, "time": at, "cost": None})
+        history.append({"role": "user", "content": poll_query(question), "time": at, "cost": None})
         history.append({"role": "assistant", "content": "yes" if said else "no", "time": at, "cost": None})
         if said:
             history.append({"role": "user", "content": question.question, "time": at, "cost": None})
             history.append({"role": "assistant", "content": answer[1], "time": at, "cost": None})
             break
     return {"answered": answer[0] if answer is not None else False, "dialog_history": history}
+
+
+#: The turns of a transcript (a prediction row's ``polls``, :class:`StreamingBenchRunner`).
+TRANSCRIPT_TURNS = ("poll", "question")
+
+
+def harness_answer(question: ReleaseQuestion, transcript: Sequence[Any], where: str) -> dict:
+    """A question's model entry from the transcript of the harness's calls, as the harness writes
+    it: per call a user turn (the poll query, or the bare question after a "yes") and the model's
+    reply, both at the poll's time; ``answered`` is the poll of the bare question, or false."""
+    history, answered = [], False
+    for k, turn in enumerate(transcript):
+        ok = isinstance(turn, dict) and turn.get("turn") in TRANSCRIPT_TURNS
+        if not ok or not isinstance(turn.get("response"), str) or not isinstance(turn.get("time"), int):
+            raise RecordError(
+                f"expected {{turn: poll|question, time: int, response: str}}, got {turn!r}",
+                record=where,
+                field=f"polls[{k}]",
+            )
+        asked = poll_query(question) if turn["turn"] == "poll" else question.question
+        history.append({"role": "user", "content": asked, "time": turn["time"], "cost": None})
+        history.append({"role": "assistant", "content": turn["response"], "time": turn["time"], "cost": None})
+        if turn["turn"] == "question":
+            answered = turn["time"]
+    return {"answered": answered, "dialog_history": history}
 
 
 def streaming_answer(question: ReleaseQuestion, replies: Iterable[Reply]) -> dict:
@@ -349,12 +399,15 @@ def write_official(
     *,
     pred_file: str | Path | None = None,
     mode: str = "official",
+    transcripts: Mapping[str, Sequence[Any]] | None = None,
 ) -> dict:
     """Write the harness's prediction file for ``model`` (the release's segments, each question
     with its ``model`` entry, :func:`official_answer`) from the stream records and the project's
     predictions; whole or not at all. A stream without a prediction gets no entry (the scorer
     counts it missing; logged); a prediction of no stream is an error. ``mode`` picks the answer
-    rule (:data:`ANSWER_RULES`: ``official``, the harness's polls; ``streaming``). Returns the counts."""
+    rule (:data:`ANSWER_RULES`: ``official``, the harness's polls; ``streaming``); in ``official``
+    mode a stream with a transcript of the harness's calls (``transcripts``: stream id -> the
+    prediction row's ``polls``) is written from it (:func:`harness_answer`). Returns the counts."""
     answer_of = ANSWER_RULES[mode]
     if not isinstance(model, str) or not model:
         raise RecordError(f"the model's key must be a non-empty string, got {model!r}")
@@ -381,26 +434,32 @@ def write_official(
         item = dict(raw)
         counts["questions"] += 1
         if s.id in replies:
-            item[model] = answer_of(question, replies[s.id])
+            if mode == "official" and transcripts is not None and s.id in transcripts:
+                item[model] = harness_answer(question, transcripts[s.id], s.id)
+            else:
+                item[model] = answer_of(question, replies[s.id])
             counts["answered" if item[model]["answered"] is not False else "unanswered"] += 1
         else:
             counts["missing"] += 1
         questions[i][k] = item
-    if counts["missing"]:
-        missing = [s.id for s in streams if s.id not in replies]
-        log.warning(
-            "%d of %d streams have no prediction; written without a %r entry (the scorer skips them): %s",
-            counts["missing"],
-            len(streams),
-            model,
-            ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else ""),
-        )
+    _warn_missing([s.id for s in streams if s.id not in replies], len(streams), model)
     data = [
         {**entries[i], "questions": [questions[i][k] for k in sorted(questions[i])]} for i in sorted(entries)
     ]
     with atomic_writer(path) as fh:
         json.dump(data, fh, indent=4)
     return counts
+
+
+def _warn_missing(missing: list[str], n: int, model: str) -> None:
+    if missing:
+        log.warning(
+            "%d of %d streams have no prediction; written without a %r entry (the scorer skips them): %s",
+            len(missing),
+            n,
+            model,
+            ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else ""),
+        )
 
 
 def write_release(path: str | Path, streams: Sequence[Stream]) -> int:
@@ -420,15 +479,84 @@ def write_release(path: str | Path, streams: Sequence[Stream]) -> int:
     return sum(len(q) for q in questions.values())
 
 
-class StreamingBenchRunner(PublicRunner):
-    """``eval.run benchmark=streamingbench_proactive``: the stream as built (the question at its
-    ``time_stamp``, the clip to ``ground_truth_time_stamp + 4``); the model's decisions are the
-    harness's polls (``official``) or its answers at their own time (``streaming``)."""
+def poll_step(stream: Stream, at: int, steps_per_second: float = 1.0) -> int:
+    """The last step of ``stream`` (which starts at the question's ``time_stamp``) that the poll at
+    ``at`` shows: the harness cuts ``[time_stamp, at)`` (``split_video``: ``ss=time_stamp``,
+    ``t=at - time_stamp``), the frames before ``at``; at most the stream's last step."""
+    n = len(step_times(stream, steps_per_second))
+    held = math.ceil((at - stream.clip_start) * steps_per_second - TIME_EPS)
+    return min(max(held, 1), n) - 1
 
-    def write_files(self, streams, predictions, folder, bench):
+
+def poll_probes(stream: Stream, question: ReleaseQuestion, steps_per_second: float = 1.0) -> list:
+    """``protocol_mode=official``: the harness's polls of one question as probes, one per poll
+    (``rewards.streamingbench_proactive.poll_times``), each asking :func:`poll_query` inside
+    :data:`PROMPT_TEMPLATE` on the step its clip ends on; a probe's key is ``("poll", time)``."""
+    from eval.engine.probes import Probe
+
+    prompt = PROMPT_TEMPLATE.format(poll_query(question))
+    return [
+        Probe(poll_step(stream, at, steps_per_second), prompt, ("poll", at))
+        for at in poll_times(question.time_stamp, question.ground_truth)
+    ]
+
+
+def ask_question(question: ReleaseQuestion):
+    """The harness's follow-up: after a poll's reply with "yes", the bare question in
+    :data:`PROMPT_TEMPLATE` on the same clip."""
+    from eval.engine.probes import Probe
+
+    def follow(answer):
+        if not said_yes(answer.text):
+            return None
+        at = answer.probe.key[1]
+        return Probe(answer.probe.step, PROMPT_TEMPLATE.format(question.question), ("question", at))
+
+    return follow
+
+
+class StreamingBenchRunner(PublicRunner):
+    """``eval.run benchmark=streamingbench_proactive``. ``streaming``: the stream as built (the
+    question at its ``time_stamp``, the clip to ``ground_truth_time_stamp + 4``), the model's first
+    reply its answer. ``official``: the harness's calls (:func:`poll_probes`, :func:`ask_question`:
+    the poll query with the expected output at every poll on the clip ``[time_stamp, poll)``, the
+    model made to answer; after a "yes", the bare question on the same clip, whose reply is the
+    answer), one causal pass per question (``eval.engine.probes``); the row's ``polls`` keep the
+    transcript the prediction file is written from."""
+
+    def stream_rows(self, model, renderer, streams, path, engine_cfg, bench, **options):
+        if bench.protocol_mode != "official":
+            yield from super().stream_rows(model, renderer, streams, path, engine_cfg, bench, **options)
+            return
+        import torch
+
+        from eval.engine.probes import answer_probes
+
+        no_frame_window(engine_cfg, bench)
+        for s in streams:
+            if s.id in options.get("skip", frozenset()):
+                continue
+            _, _, entry, raw = _release_place(s)
+            question = read_question(entry, raw, s.id)
+            probes = poll_probes(s, question, renderer.steps_per_second)
+            answers = []
+            if probes:
+                frames = probe_frames(s, path, renderer, options)
+                with torch.inference_mode():
+                    answers = answer_probes(model, renderer, s, frames, probes, max_new_tokens=engine_cfg.max_new_tokens,
+                                            full_logits=False, cfg=engine_cfg, follow_up=ask_question(question))  # fmt: skip
+            polls = [{"turn": a.probe.key[0], "time": a.probe.key[1], "response": a.text} for a in answers]
+            said = [a for a in answers if a.probe.key[0] == "question"]
+            replies = [{"time": a.time, "text": a.text, "category": None} for a in said]
+            yield {"id": s.id, "replies": replies, "polls": polls, "p_response": [], "fired": []}
+
+    def write_files(self, streams, predictions, folder, bench, rows):
         gt, pred = folder / "questions_proactive.json", folder / f"proactive_output_{bench.model_key}.json"
         write_release(gt, streams)
-        write_official(pred, streams, predictions, bench.model_key, mode=bench.protocol_mode)
+        transcripts = {r["id"]: r["polls"] for r in rows if "polls" in r}
+        write_official(
+            pred, streams, predictions, bench.model_key, mode=bench.protocol_mode, transcripts=transcripts
+        )
         return gt, pred
 
     def score_options(self, bench):

@@ -17,7 +17,16 @@ import pytest
 
 from data_builders.records import Prediction, RecordError, Reply, Stream
 from data_builders.registry import Tally
-from data_builders.sources.ovo import cut_step, item_streams, parse_item, read_release
+from data_builders.sources.ovo import (
+    CHOICE_PROMPT,
+    CRR_PROMPT,
+    REC_PROMPT,
+    SSR_PROMPT,
+    cut_step,
+    item_streams,
+    parse_item,
+    read_release,
+)
 from eval.protocols.ovo import CHOICE_FIELDS, probe_answers, probe_plan, write_predictions
 from eval.score import main
 
@@ -367,3 +376,50 @@ def test_official_mode_asks_each_question_on_the_frames_of_its_official_cut():
     assert probe_answers(streams[0], replies) == (["3", "7", None, "10"], 1)
     cuts = [cut_step(longest, t) for t in (6.0, 5.999, 6.001, 0.0, 30.0)]
     assert cuts == [5, 5, 6, 0, 10]  # 30 s: past the video's end, the cut stops at its last frame
+
+
+# The official prompt templates (``constant.py``), as their text reads: the blank first line, the
+# trailing spaces and the typographic quotes are the benchmark's.
+OFFICIAL_PROMPTS = {
+    "choice": """
+Question: {}
+Options:
+{}
+
+Respond only with the letter corresponding to your chosen option (e.g., A, B, C). 
+Do not include any additional text or explanation in your response.
+""",  # noqa: W291 (the template's own trailing spaces)
+    "REC": """
+You're watching a video in which people may perform a certain type of action repetively. 
+The person performing this kind of action are referred to as 'they' in the following statement.
+You're task is to count how many times have different people in the video perform this kind of action in total.
+One complete motion counts as one. 
+Now, answer the following question: {}
+Provide your answer as a single number (e.g., 0, 1, 2, 3…) indicating the total count.
+Do not include any additional text or explanation in your response.
+""",  # noqa: W291 (the template's own trailing spaces)
+    "SSR": """
+You're watching a tutorial video which contain a sequential of steps. 
+The following is one step from the whole procedures: 
+{}
+Your task is to determine if the man or woman in the video is currently performing this step.
+Answer only with “Yes” or “No”.
+Do not include any additional text or explanation in your response.
+""",  # noqa: W291 (the template's own trailing spaces)
+    "CRR": """
+You're responsible of answering questions based on the video content. 
+The following question are relevant to the latest frames, i.e. the end of the video.
+{}
+Decide whether existing visual content, especially latest frames, i.e. frames that near the end of the video, provide enough information for answering the question.
+Answer only with “Yes” or “No”.
+Do not include any additional text or explanation in your response.
+""",  # noqa: W291 (the template's own trailing spaces)
+}  # fmt: skip
+
+
+def test_the_prompts_are_the_official_templates_word_for_word():
+    ours = {"choice": CHOICE_PROMPT, "REC": REC_PROMPT, "SSR": SSR_PROMPT, "CRR": CRR_PROMPT}
+    assert ours == OFFICIAL_PROMPTS
+    rec = {s.id: s for s in _records()}["ovo-1560"]
+    activity = BY_ID[1560]["activity"]
+    assert rec.instruction == OFFICIAL_PROMPTS["REC"].format(f"How many times did they {activity}?")

@@ -9,6 +9,7 @@ prints on them; the prediction file must follow the mode's rule (checked against
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -23,9 +24,9 @@ from data_builders.build import build_source
 from data_builders.records import load_streams
 from data_builders.synthetic.toy import write_mp4
 from eval import score
+from eval.protocols.streamingbench_proactive import PROMPT_TEMPLATE
 from eval.run import evaluate, load_config
 from eval.store import PredictionLog
-from rewards.streamingbench_proactive import poll_of
 
 FIRING = 0.465  # the untrained tiny model sits near P(response) 0.46 on these streams: it fires on some steps
 
@@ -156,11 +157,10 @@ def _replies(out: Path) -> dict[str, list[dict]]:
     return {r["id"]: r["replies"] for r in PredictionLog(out / "predictions.jsonl").rows()}
 
 
-@pytest.mark.parametrize("mode", ["official", "streaming"])
-def test_streamingbench_run_writes_the_harness_file(tiny_checkpoint, built, tmp_path, mode, capsys):
+def test_streamingbench_streaming_run_writes_the_harness_file(tiny_checkpoint, built, tmp_path, capsys):
     records = built("streamingbench_proactive")
-    metrics, out = _run(tiny_checkpoint, records, tmp_path, "streamingbench_proactive", mode)
-    _same_figures(metrics, _rescored(out, capsys), mode, out)
+    metrics, out = _run(tiny_checkpoint, records, tmp_path, "streamingbench_proactive", "streaming")
+    _same_figures(metrics, _rescored(out, capsys), "streaming", out)
     data = json.loads(Path(metrics["official_files"]["pred"]).read_text())
     questions = [q for entry in data for q in entry["questions"]]
     replies = _replies(out)
@@ -168,12 +168,7 @@ def test_streamingbench_run_writes_the_harness_file(tiny_checkpoint, built, tmp_
     assert len(questions) == len(streams) == 2
     answered = []
     for s, q in zip(streams, questions, strict=True):
-        first = replies[s.id][0]["time"] if replies[s.id] else None
-        ts, gt = s.instruction_time, s.targets[0].time
-        if mode == "official":  # a reply on the frame at t is the poll at floor(t) + 1
-            want = poll_of(first, int(ts), int(gt)) if first is not None else None
-        else:
-            want = first
+        want = replies[s.id][0]["time"] if replies[s.id] else None  # the first reply, at its own time
         entry = q["proactive_vlm"]
         assert entry["answered"] == (want if want is not None else False)
         answered.append(want)
@@ -182,6 +177,73 @@ def test_streamingbench_run_writes_the_harness_file(tiny_checkpoint, built, tmp_
     assert any(a is not None for a in answered)  # the model spoke: the check above was not vacuous
     n_time = sum(a is not None and abs(a - s.targets[0].time) <= 2 for a, s in zip(answered, streams))
     assert metrics["time_accuracy"] == n_time / 2
+
+
+# The harness's prompt and poll query (``src/benchmark/StreamingBenchProactive.py``), as its text
+# reads: ``PROMPT_TEMPLATE_PROACTIVE`` and ``query``.
+OFFICIAL_PROMPT = """You are an advanced image question-answering AI assistant. You have been provided with images and a question related to the images. Your task is to carefully analyze the images and provide the answer to the question. You need to carefully confirm whether the images content meet the conditions of the question, and then output the correct content.
+
+Question: {}
+
+The answer is:
+"""
+
+
+def official_query(q: dict) -> str:
+    return f'{q["question"]} Is it the right time to output "{q["ground_truth_output"]}"? You can only answer yes or no.'
+
+
+def test_streamingbench_official_run_asks_the_harness_s_questions(
+    tiny_checkpoint, built, tmp_path, capsys, monkeypatch
+):
+    """Official mode asks what the harness asks, on its clips: at each poll c from time_stamp + 1 to
+    the ground truth + 4, the poll query (the expected output in it) inside the harness's prompt, on
+    the clip [time_stamp, c) (its last frame at c - 1); after a reply with "yes", the bare question
+    inside the same prompt on the same clip, and that reply is the answer. The untrained model never
+    says yes, so the engine's reply to the first question's poll at 8 s is made "Yes." here."""
+    from eval.engine import probes
+
+    seen: list[tuple] = []
+    decode = probes._ProbeEngine._decode
+
+    def recording(self, probe, time, chunk, grid, image, full_logits):
+        got = decode(self, probe, time, chunk, grid, image, full_logits)
+        if probe.key == ("poll", 8) and 'Say "lid"' in probe.prompt:
+            got = dataclasses.replace(got, text="Yes.")
+        seen.append((probe.key, time, self.renderer.tokenizer.decode(chunk), got.text))
+        return got
+
+    monkeypatch.setattr(probes._ProbeEngine, "_decode", recording)
+    records = built("streamingbench_proactive")
+    metrics, out = _run(tiny_checkpoint, records, tmp_path, "streamingbench_proactive", "official")
+    _same_figures(metrics, _rescored(out, capsys), "official", out)
+    [lid, done] = STREAMINGBENCH[0]["questions"]  # time_stamp 2, gt 7 and time_stamp 4, gt 12
+    calls = {"lid": seen[:7], "done": seen[7:]}
+    # the first question: polls at 3..8 s, "Yes." at 8, then the bare question at 8 s; the second:
+    # every poll 5..16 s (no reply says yes)
+    assert [k for k, *_ in calls["lid"]] == [("poll", c) for c in range(3, 9)] + [("question", 8)]
+    assert [k for k, *_ in calls["done"]] == [("poll", c) for c in range(5, 17)]
+    assert not any("yes" in text.lower() for *_, text in calls["done"])
+    for q, asked in ((lid, calls["lid"]), (done, calls["done"])):
+        for (turn, c), time, chunk, _ in asked:
+            assert time == c - 1  # the clip [time_stamp, c) ends with the frame at c - 1
+            prompt = OFFICIAL_PROMPT.format(official_query(q) if turn == "poll" else q["question"])
+            assert prompt in chunk
+    assert PROMPT_TEMPLATE == OFFICIAL_PROMPT
+    # the prediction file: the dialog history as the harness writes it (both user turns as asked)
+    data = json.loads(Path(metrics["official_files"]["pred"]).read_text())
+    for q, asked in zip(data[0]["questions"], (calls["lid"], calls["done"]), strict=True):
+        history = q["proactive_vlm"]["dialog_history"]
+        users = [(t["content"], t["time"]) for t in history[0::2]]
+        want = [(official_query(q) if turn == "poll" else q["question"], c) for (turn, c), *_ in asked]
+        assert users == want
+        assert [t["content"] for t in history[1::2]] == [text for *_, text in asked]
+        assert all(t["role"] == r for t, r in zip(history, ["user", "assistant"] * len(asked)))
+    entries = [q["proactive_vlm"] for q in data[0]["questions"]]
+    assert [e["answered"] for e in entries] == [8, False]
+    # 8 s is within 2 s of 7 s: one of two on time; the answer counts if "lid" is in it
+    assert metrics["time_accuracy"] == 0.5
+    assert metrics["answer_accuracy"] == ("lid" in calls["lid"][-1][3]) / 2
 
 
 @pytest.mark.parametrize("mode", ["official", "streaming"])

@@ -13,7 +13,8 @@ import pytest
 
 from data_builders.build import build_source
 from data_builders.records import Prediction, RecordError, Reply
-from eval.protocols.streamingbench_proactive import write_official
+from data_builders.sources.streamingbench_proactive import read_question
+from eval.protocols.streamingbench_proactive import poll_probes, poll_step, write_official
 from eval.score import main
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data_builders/fixtures/streamingbench_proactive"
@@ -313,9 +314,11 @@ def test_round_trip_records_and_predictions_to_the_official_file(tmp_path, capsy
     assert first["answered"] == 15
     turns = [(t["role"], t["content"], t["time"]) for t in first["dialog_history"]]
     question = release[0]["questions"][0]["question"]
-    assert turns[:2] == [("user", question, 6), ("assistant", "no", 6)]  # the first poll: time_stamp + 1
+    # each poll's user turn is the harness's poll query, as it records it; the answer's, the question
+    query = f'{question} Is it the right time to output "noon"? You can only answer yes or no.'
+    assert turns[:2] == [("user", query, 6), ("assistant", "no", 6)]  # the first poll: time_stamp + 1
     assert turns[-4:] == [
-        ("user", question, 15),
+        ("user", query, 15),
         ("assistant", "yes", 15),
         ("user", question, 15),
         ("assistant", "noon", 15),
@@ -353,3 +356,27 @@ def test_writer_refuses_foreign_predictions_and_streams(tmp_path):
     ):
         write_official(tmp_path / "o.json", [other], [], "M")
     assert not (tmp_path / "o.json").exists()
+
+
+def test_official_polls_cut_before_the_poll_and_a_bad_transcript_is_named(tmp_path):
+    videos = tmp_path / "src"
+    (videos / "videos").mkdir(parents=True)
+    for name in ("sample_3_proactive.mp4", "sample_8_proactive.mp4"):
+        (videos / "videos" / name).touch()
+    streams = build_source(
+        SOURCE, tmp_path / "built", annotations=GT_FILE, videos=videos, check_videos=False
+    ).records
+    first = streams[0]  # time_stamp 5, ground truth 14: polls 6..18, the clip [5, 18]
+    question = read_question(first.meta["release_entry"], first.meta["release_question"], first.id)
+    probes = poll_probes(first, question)
+    # the poll at c shows the clip [5, c): its last frame is the one at c - 1, step c - 6
+    assert [(p.key, p.step) for p in probes] == [(("poll", c), c - 6) for c in range(6, 19)]
+    assert poll_step(first, 40) == 12  # past the clip's end: its last step
+    assert probes[0].prompt.endswith(
+        'Question: When the kitchen clock shows twelve, output "noon". Is it the right time to output '
+        '"noon"? You can only answer yes or no.\n\nThe answer is:\n'
+    )
+    bad = {first.id: [{"turn": "poll", "time": 6, "response": "no"}, {"turn": "answer", "time": 7}]}
+    with pytest.raises(RecordError, match=rf"record {first.id}, field 'polls\[1\]': expected \{{turn: poll"):
+        write_official(tmp_path / "x.json", streams, [Prediction(first.id, [])], "M", transcripts=bad)
+    assert not (tmp_path / "x.json").exists()
