@@ -204,3 +204,27 @@ def test_a_zero3_checkpoint_without_gathered_weights_is_consolidated_from_its_sh
     planted = export_command(ckpt, tmp_path / "out2")
     assert planted.returncode == 2 and not marker.exists() and not (tmp_path / "out2").exists()
     assert f"{states}: refused to load: it calls or builds builtins.exec" in planted.stderr
+
+
+def test_base_model_is_the_hub_id_a_grpo_run_started_from_through_its_sft_run(tmp_path):
+    from train.model_card import base_model, front_matter
+
+    sft = tmp_path / "sft"
+    (sft / "final").mkdir(parents=True)
+    (sft / "run_info.json").write_text("{}")
+    (sft / "config.yaml").write_text(yaml.safe_dump({"model": {"path": "Qwen/Qwen3-VL-4B-Instruct"}}))
+    grpo = {
+        "init": str(sft / "final"),
+        "grpo": {},
+        "model": {"path": None},
+        "data": {"sources": {"nexar": {}}},
+    }
+    assert base_model(grpo) == "Qwen/Qwen3-VL-4B-Instruct"
+    assert base_model({"model": {"path": str(tmp_path)}}) is None  # a local folder of no run
+    meta = front_matter(grpo, [], "m")
+    assert (meta["base_model"], meta["datasets"], meta["tags"][-1]) == (
+        "Qwen/Qwen3-VL-4B-Instruct",
+        ["nexar"],
+        "grpo",
+    )
+    assert "model-index" not in meta  # no evaluation: no results claimed
