@@ -159,13 +159,16 @@ def test_the_cards_loop_in_plain_transformers_gives_eval_runs_first_reply(export
     assert snippet == STREAM_SNIPPET == card_snippet(docs)
     records = user / "data/built/mine/records.jsonl"
     (stream,) = [json.loads(line) for line in records.read_text().splitlines()][:1]
-    # the engine's P(response) at each step, then a threshold it first passes at a later step
-    p = eval_first_record(user, records, 1.0, user / "ref")["p_response"]
+    # the engine's P(response) at each step (the docs' evaluation of final/, silent at 0.5), then a
+    # threshold it first passes at a later step
+    (done,) = (user / "runs/eval").rglob("predictions.jsonl")
+    p = next(
+        json.loads(line) for line in done.read_text().splitlines() if json.loads(line)["id"] == stream["id"]
+    )
+    p = p["p_response"]
     k = next(k for k in range(2, len(p)) if p[k] - max(p[:k]) > 1e-4)
     threshold = (max(p[:k]) + p[k]) / 2
-    out_dir = user / "at_threshold"
-    eval_first_record(user, records, threshold, out_dir)
-    first = json.loads((out_dir / "predictions.jsonl").read_text().splitlines()[0])["replies"][0]
+    first = eval_first_record(user, records, threshold, user / "at_threshold")["replies"][0]
     assert first["time"] == float(k)
 
     inputs = {
@@ -183,4 +186,4 @@ def test_the_cards_loop_in_plain_transformers_gives_eval_runs_first_reply(export
     guard = f"import runpy, sys; runpy.run_path({str(script)!r}); assert not {{m.split('.')[0] for m in sys.modules}} & {set(PROJECT)!r}"
     out = run([sys.executable, "-I", "-c", guard], cwd=tmp_path, project=False)
     replies = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
-    assert replies[0] == {"time": first["time"], "text": first["text"]}
+    assert first["text"] and replies[0] == {"time": first["time"], "text": first["text"]}
