@@ -140,6 +140,13 @@ def test_the_card_is_in_the_hubs_format_with_the_evaluation_of_these_weights(exp
     assert "## Training" in card and "| mine |" in card
 
 
+def eval_first_record(user: Path, records: Path, threshold: float, out_dir: Path) -> dict:
+    """``eval.run`` of the exported model on the first record: its predictions row."""
+    args = ["checkpoint=exports/mine", f"records={records}", "limit=1", f"threshold={threshold!r}"]
+    run([sys.executable, "-m", "eval.run", *args, f"out_dir={out_dir}"], user)
+    return json.loads((out_dir / "predictions.jsonl").read_text().splitlines()[0])
+
+
 def card_snippet(card: str) -> str:
     return card.split("```python\n", 1)[1].split("```", 1)[0]
 
@@ -152,39 +159,16 @@ def test_the_cards_loop_in_plain_transformers_gives_eval_runs_first_reply(export
     assert snippet == STREAM_SNIPPET == card_snippet(docs)
     records = user / "data/built/mine/records.jsonl"
     (stream,) = [json.loads(line) for line in records.read_text().splitlines()][:1]
-    # the engine's P(response) at each step, then a threshold it first passes at a later step
-    ref = user / "ref"
-    run(
-        [
-            sys.executable,
-            "-m",
-            "eval.run",
-            "checkpoint=exports/mine",
-            f"records={records}",
-            "limit=1",
-            "threshold=1.0",
-            f"out_dir={ref}",
-        ],
-        user,
+    # the engine's P(response) at each step (the docs' evaluation of final/, silent at 0.5), then a
+    # threshold it first passes at a later step
+    (done,) = (user / "runs/eval").rglob("predictions.jsonl")
+    p = next(
+        json.loads(line) for line in done.read_text().splitlines() if json.loads(line)["id"] == stream["id"]
     )
-    p = json.loads((ref / "predictions.jsonl").read_text().splitlines()[0])["p_response"]
+    p = p["p_response"]
     k = next(k for k in range(2, len(p)) if p[k] - max(p[:k]) > 1e-4)
     threshold = (max(p[:k]) + p[k]) / 2
-    out_dir = user / "at_threshold"
-    run(
-        [
-            sys.executable,
-            "-m",
-            "eval.run",
-            "checkpoint=exports/mine",
-            f"records={records}",
-            "limit=1",
-            f"threshold={threshold!r}",
-            f"out_dir={out_dir}",
-        ],
-        user,
-    )
-    first = json.loads((out_dir / "predictions.jsonl").read_text().splitlines()[0])["replies"][0]
+    first = eval_first_record(user, records, threshold, user / "at_threshold")["replies"][0]
     assert first["time"] == float(k)
 
     inputs = {
@@ -202,4 +186,4 @@ def test_the_cards_loop_in_plain_transformers_gives_eval_runs_first_reply(export
     guard = f"import runpy, sys; runpy.run_path({str(script)!r}); assert not {{m.split('.')[0] for m in sys.modules}} & {set(PROJECT)!r}"
     out = run([sys.executable, "-I", "-c", guard], cwd=tmp_path, project=False)
     replies = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
-    assert replies[0] == {"time": first["time"], "text": first["text"]}
+    assert first["text"] and replies[0] == {"time": first["time"], "text": first["text"]}

@@ -148,14 +148,16 @@ def _run_config(run_dir: Path | None) -> dict[str, Any]:
 
 
 def base_model(config: dict[str, Any]) -> str | None:
-    """The hub id the run started from: ``model.path`` when it is one (``org/name``, not a local
-    folder); a local start (an earlier run's checkpoint) is followed to its own run's config."""
-    path = str((config.get("model") or {}).get("path") or "")
-    local = Path(path)
-    if path and local.exists():
-        from eval.engine.checkpoints import run_dir_of
+    """The hub id the run started from: GRPO's ``init`` or ``model.path`` when it is one
+    (``org/name``, not a local folder); a local start (an earlier run's checkpoint, e.g. the SFT
+    ``final/`` a GRPO run improves) is followed to its own run's config."""
+    from eval.engine.checkpoints import run_dir_of
 
-        return base_model(_run_config(run_dir_of(local))) if run_dir_of(local) else None
+    init = config.get("init") if config.get("init") not in (None, "random") else None
+    path = str(init or (config.get("model") or {}).get("path") or "")
+    if path and Path(path).exists():
+        run = run_dir_of(path)
+        return base_model(_run_config(run)) if run is not None else None
     return path if path.count("/") == 1 and not path.startswith((".", "/")) else None
 
 

@@ -130,27 +130,18 @@ def test_a_users_source_is_mixed_alone_or_beside_the_toy_source_by_naming_it(tmp
         == 0
     )
     build_source("toy", tmp_path / "data/built/toy", options={"n": 8, "seed": 0}, check_videos=False)
-    alone = cli(
-        "mix",
-        "data=own",
-        "data.root=data/built",
-        "data.dir=data/own",
-        "data.sources.mine.weight=1",
-        cwd=tmp_path,
-    )
-    assert alone.returncode == 0, alone.stderr[-2000:]
-    summary = json.loads(alone.stdout.splitlines()[-1])
-    assert (summary["total"], list(summary["sources"])) == (5, ["mine"])
-    both = cli(
-        "mix",
-        "data=toy",
-        "data.root=data/built",
-        "data.dir=data/both",
-        "data.sources.mine.weight=1",
-        cwd=tmp_path,
-    )
-    assert both.returncode == 0, both.stderr[-2000:]
-    summary = json.loads(both.stdout.splitlines()[-1])
-    assert {k: v["taken"] for k, v in summary["sources"].items()} == {"mine": 5, "toy": 8}
+    taken = {}
+    for group, folder in [("own", "data/own"), ("toy", "data/both")]:
+        out = cli(
+            "mix",
+            f"data={group}",
+            "data.root=data/built",
+            f"data.dir={folder}",
+            "data.sources.mine.weight=1",
+            cwd=tmp_path,
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        taken[group] = {k: v["taken"] for k, v in json.loads(out.stdout.splitlines()[-1])["sources"].items()}
+    assert taken == {"own": {"mine": 5}, "toy": {"mine": 5, "toy": 8}}
     empty = cli("mix", "data=own", "data.root=data/built", "data.dir=data/none", cwd=tmp_path)
     assert empty.returncode == 1 and "name one with data.sources.<name>.weight=1" in empty.stderr

@@ -152,6 +152,11 @@ def test_the_card_lists_only_the_evaluations_of_these_weights(tiny_checkpoint, t
     ]
 
 
+def export_command(checkpoint: Path, out: Path) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "train.export", f"checkpoint={checkpoint}", f"out={out}"]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
 @pytest.mark.slow
 def test_a_zero3_checkpoint_without_gathered_weights_is_consolidated_from_its_shards(tmp_path):
     """One ZeRO-3 SFT step (``accelerate launch``, gloo on CPU); its gathered ``model.safetensors``
@@ -185,13 +190,7 @@ def test_a_zero3_checkpoint_without_gathered_weights_is_consolidated_from_its_sh
     want = load_file(ckpt / "model.safetensors")
     (ckpt / "model.safetensors").rename(tmp_path / "gathered.safetensors")
     assert any(ckpt.glob("global_step1/*model_states.pt"))
-    done = subprocess.run(
-        [sys.executable, "-m", "train.export", f"checkpoint={ckpt}", f"out={tmp_path / 'out'}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = export_command(ckpt, tmp_path / "out")
     assert done.returncode == 0, done.stderr[-3000:]
     got = load_file(tmp_path / "out" / "model.safetensors")
     assert sorted(got) == sorted(want)
@@ -202,12 +201,30 @@ def test_a_zero3_checkpoint_without_gathered_weights_is_consolidated_from_its_sh
     marker = tmp_path / "marker"
     state["note"] = Payload(marker)
     torch.save(state, states)
-    planted = subprocess.run(
-        [sys.executable, "-m", "train.export", f"checkpoint={ckpt}", f"out={tmp_path / 'out2'}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    planted = export_command(ckpt, tmp_path / "out2")
     assert planted.returncode == 2 and not marker.exists() and not (tmp_path / "out2").exists()
     assert f"{states}: refused to load: it calls or builds builtins.exec" in planted.stderr
+
+
+def test_base_model_is_the_hub_id_a_grpo_run_started_from_through_its_sft_run(tmp_path):
+    from train.model_card import base_model, front_matter
+
+    sft = tmp_path / "sft"
+    (sft / "final").mkdir(parents=True)
+    (sft / "run_info.json").write_text("{}")
+    (sft / "config.yaml").write_text(yaml.safe_dump({"model": {"path": "Qwen/Qwen3-VL-4B-Instruct"}}))
+    grpo = {
+        "init": str(sft / "final"),
+        "grpo": {},
+        "model": {"path": None},
+        "data": {"sources": {"nexar": {}}},
+    }
+    assert base_model(grpo) == "Qwen/Qwen3-VL-4B-Instruct"
+    assert base_model({"model": {"path": str(tmp_path)}}) is None  # a local folder of no run
+    meta = front_matter(grpo, [], "m")
+    assert (meta["base_model"], meta["datasets"], meta["tags"][-1]) == (
+        "Qwen/Qwen3-VL-4B-Instruct",
+        ["nexar"],
+        "grpo",
+    )
+    assert "model-index" not in meta  # no evaluation: no results claimed
