@@ -4,6 +4,9 @@
 # make test-slurm -> setup, Debian's slurm-wlm + munge when absent, then the sbatch scripts under a
 #                    real Slurm on localhost (tests/slurm/test_real_slurm.py; root; minutes)
 # make lint    -> ruff
+# make gpu-check [DEVICE=cpu] [OUT=DIR] -> train/bench/gpu_check.py: SFT, GRPO, engine, compile, probes,
+#                    eval.run on one GPU in 8 min (the tiny model on CPU in 3); JSON + markdown under OUT
+# make gpu-wheels -> the wheels gpu-check needs on a machine with torch but no registry, into .whl/
 SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV := .venv
@@ -18,7 +21,7 @@ export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
-.PHONY: setup browser test test-fast test-slurm demo lint clean
+.PHONY: setup browser test test-fast test-slurm demo lint clean gpu-check gpu-wheels
 
 setup: $(STAMP) browser
 
@@ -66,3 +69,29 @@ lint: setup
 
 clean:
 	rm -rf runs outputs multirun .pytest_cache
+
+# gpu-check runs from the working tree on a machine that has torch (the venv's python, else python3);
+# modules it lacks are installed from the wheels of .whl/ (make gpu-wheels) into .whl/site, which
+# PYTHONPATH puts before the system's packages (transformers 5.24 over an older one there).
+DEVICE ?=
+OUT ?= runs/gpu_check
+CHECK_PY := $(if $(wildcard $(PY)),$(PY),python3)
+WHEEL_PINS := hydra-core==1.3.8 omegaconf==2.3.1 av==18.1.0 transformers==5.24.0
+WHEEL_PLATFORMS := $(foreach n,28 17,--platform manylinux_2_$(n)_x86_64) --platform manylinux2014_x86_64
+
+gpu-check:
+	@export PYTHONPATH=$(CURDIR):$(CURDIR)/.whl/site$${PYTHONPATH:+:$$PYTHONPATH}; \
+	missing=$$($(CHECK_PY) -m train.bench gpu_check --missing); \
+	if [ -n "$$missing" ] && ls .whl/*.whl >/dev/null 2>&1; then \
+	  echo "gpu-check: installing $$missing from .whl/ into .whl/site"; \
+	  $(CHECK_PY) -m pip install -q --no-index --no-deps --no-compile --upgrade --target .whl/site .whl/*.whl || exit 2; \
+	fi; \
+	$(CHECK_PY) -m train.bench gpu_check $(if $(DEVICE),--device $(DEVICE)) --out $(OUT)
+
+gpu-wheels:
+	mkdir -p .whl
+	$(CHECK_PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  $(WHEEL_PLATFORMS) -d .whl $(WHEEL_PINS)
+	@# antlr4-python3-runtime 4.9.3 (omegaconf's parser) is published as a source archive only
+	$(CHECK_PY) -m pip wheel -q --no-deps -w .whl antlr4-python3-runtime==4.9.3
+	@du -ch .whl/*.whl | tail -1

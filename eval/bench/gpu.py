@@ -68,20 +68,35 @@ def toy_stream(index: int, steps: int, size: int) -> tuple[Stream, np.ndarray]:
     return stream, frames
 
 
-def bench_sft(model, renderer: TurnRenderer, device: str, steps: int, size: int, repeats: int) -> dict:
+def bench_sft(
+    model,
+    renderer: TurnRenderer,
+    device: str,
+    steps: int,
+    size: int,
+    repeats: int,
+    loss_fn=None,
+    lr: float = 1e-5,
+) -> dict:
+    """Median seconds of an SFT step (forward, loss, backward, AdamW) on one ``steps``-frame toy window.
+    ``loss_fn(model, inputs, labels, decision_mask)``: the step's loss (default: the model's own
+    next-token loss over every labelled position)."""
     stream, frames = toy_stream(0, steps, size)
     batch = renderer.render(stream, frames)
     inputs = {k: v.to(device) for k, v in batch.as_model_inputs().items()}
     labels = batch.labels[None].to(device)
+    decision = batch.decision_mask[None].to(device)
+    if loss_fn is None:
+        loss_fn = lambda m, x, y, d: m(**x, labels=y).loss  # noqa: E731
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=1e-5)
+    opt = torch.optim.AdamW(params, lr=lr)
     model.train()
     times = []
     _reset_peak(device)
     for i in range(repeats + 1):
         _sync(device)
         t0 = time.perf_counter()
-        loss = model(**inputs, labels=labels).loss
+        loss = loss_fn(model, inputs, labels, decision)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -95,6 +110,7 @@ def bench_sft(model, renderer: TurnRenderer, device: str, steps: int, size: int,
     return {
         "tokens": n_tokens,
         "frames": steps,
+        "patches": int(batch.pixel_values.shape[0]),
         "step_s": round(step_s, 4),
         "tokens_per_s": round(n_tokens / step_s, 1),
         "peak_gib": _peak_gib(device),
@@ -102,7 +118,7 @@ def bench_sft(model, renderer: TurnRenderer, device: str, steps: int, size: int,
     }
 
 
-def _timed(device: str, run):
+def timed_on(device: str, run):
     """``(run(), seconds)``, the device synchronised before the clock stops."""
     t0 = time.perf_counter()
     out = run()
@@ -133,12 +149,12 @@ def bench_stream(
         if compile:  # the batch's graphs too
             engine([s for s, _ in many], [f[:4] for _, f in many])
 
-    _, warmup_s = _timed(device, warm_up)
+    _, warmup_s = timed_on(device, warm_up)
     naive_run = NaiveStreamer(model, renderer, threshold=threshold, max_new_tokens=8)
-    naive, naive_s = _timed(device, lambda: naive_run.run(stream, frames))
-    [single], engine_s = _timed(device, lambda: engine([stream], [frames]))
-    _, sequential_s = _timed(device, lambda: [engine([s], [f]) for s, f in many])
-    _, batched_s = _timed(device, lambda: engine([s for s, _ in many], [f for _, f in many]))
+    naive, naive_s = timed_on(device, lambda: naive_run.run(stream, frames))
+    [single], engine_s = timed_on(device, lambda: engine([stream], [frames]))
+    _, sequential_s = timed_on(device, lambda: [engine([s], [f]) for s, f in many])
+    _, batched_s = timed_on(device, lambda: engine([s for s, _ in many], [f for _, f in many]))
     logit_diffs = [
         abs(a - b)
         for x, y in zip(naive.steps, single.steps)

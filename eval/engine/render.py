@@ -218,6 +218,15 @@ class TurnRenderer:
             parts += [text for k, text in self.later_turns(stream) if step == max(k, window_start)]
         return "\n".join(parts) if parts else None
 
+    def context_steps(self, stream: Stream, window_start: int, instruction: bool = True) -> set[int]:
+        """The steps at which :meth:`context_for_step` can return text (it returns ``None`` at every
+        other): the window's start, the instruction's step and the later turns' steps."""
+        steps = {window_start}
+        if instruction:
+            steps.add(max(self.instruction_step(stream), window_start))
+            steps.update(max(k, window_start) for k, _ in self.later_turns(stream))
+        return steps
+
     def later_turns(self, stream: Stream) -> list[tuple[int, str]]:
         """``(step, text)`` of the user's turns after the instruction, ``meta["user_turns"]`` (each
         ``{"time", "content"}`` on the record axis: a later question, a subtitle), on the step each

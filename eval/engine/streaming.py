@@ -211,6 +211,7 @@ class _Row:
     whole: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # step -> column ranges
     frame_span: dict[int, tuple[int, int]] = field(default_factory=dict)
     keep: set[int] = field(default_factory=set)  # steps with an instruction or a reply
+    context_at: set[int] | None = None  # the steps whose user turn may carry context (lazily)
 
 
 @dataclass(frozen=True)
@@ -582,7 +583,10 @@ class StreamingEngine:
         grids: list[torch.Tensor | None] = [None] * len(self.rows)
         for b in active:
             row = self.rows[b]
-            context = r.context_for_step(row.stream, first_steps[b] + k, first_steps[b])
+            if row.context_at is None:
+                row.context_at = r.context_steps(row.stream, first_steps[b])
+            step = first_steps[b] + k
+            context = r.context_for_step(row.stream, step, first_steps[b]) if step in row.context_at else None
             grids[b], n_image = self._grid(b, k)
             user = r.user_turn(times[b][k] - row.stream.clip_start, n_image, context)
             block = None
@@ -590,9 +594,13 @@ class StreamingEngine:
                 block = self.memory.evidence(row.stream, times[b][k], frame=row.frames[k])
             mem = evidence_turn(r, block) if block else []  # never evicted: outside whole/frame_span
             chunks[b] = row.pending + mem + user + r.assistant_open
-            start = self.mask.shape[1]
-            if row.pending:  # closing tokens of step k-1's assistant turn
-                row.whole.setdefault(k - 1, []).append((start, start + len(row.pending)))
+            start = self._mask_len
+            if row.pending:  # closing tokens of step k-1's assistant turn (one range with its turn's)
+                spans = row.whole.setdefault(k - 1, [])
+                if spans and spans[-1][1] == start:
+                    spans[-1] = (spans[-1][0], start + len(row.pending))
+                else:
+                    spans.append((start, start + len(row.pending)))
             u0 = start + len(row.pending) + len(mem)
             row.whole[k] = [(u0, start + len(chunks[b]))]
             ts = u0 + len(r._user_open) + (len(r.encode(context + "\n")) if context else 0)
@@ -719,7 +727,7 @@ class StreamingEngine:
         return [row.result for row in self.rows]
 
     def cache_length(self) -> int:
-        return int(self.mask.shape[1])
+        return self._mask_len
 
 
 def stream_batches(

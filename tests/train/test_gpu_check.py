@@ -1,0 +1,101 @@
+"""``make gpu-check``: every figure of the six parts, or the part's stated failure, on one JSON line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from train.bench import gpu_check
+
+ROOT = Path(__file__).resolve().parents[2]
+KEYS = (
+    "sft_step_s",
+    "sft_mfu",
+    "grpo_rollout_s",
+    "grpo_update_s",
+    "engine_steps_per_s",
+    "batched_stream_steps_per_s",
+    "compiled_vs_eager",
+    "probe_branch_vs_rerun",
+    "eval_streams_per_hour",
+)
+PARTS = ("sft", "grpo", "engine", "compiled", "probes", "eval")
+
+
+def _env() -> dict:
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def _number_or_time_out(value) -> bool:
+    """A figure, or a part stopped by its cap or the deadline (a shared machine's load); an error
+    inside a part ("failed: ...") is not accepted."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int | float):
+        return value > 0
+    return isinstance(value, str) and value.startswith(("timeout: timeout after", "skipped: "))
+
+
+@pytest.mark.slow
+def test_make_gpu_check_on_cpu_gives_every_key(tmp_path):
+    t0 = time.monotonic()
+    done = subprocess.run(
+        ["make", "gpu-check", "DEVICE=cpu", f"OUT={tmp_path}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=300,
+    )
+    wall = time.monotonic() - t0
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["device"] == "cpu" and out["torch"]
+    for key in KEYS:
+        assert _number_or_time_out(out[key]), (key, out[key], out["parts"])
+    assert set(out["peak_gib"]) == set(PARTS)
+    assert all(_number_or_time_out(v) for v in out["peak_gib"].values()), out["peak_gib"]
+    ran = [p for p in PARTS if out["parts"][p]["status"] == "ok"]
+    assert len(ran) >= 3, out["parts"]  # on a loaded machine a part may run out of time, not most
+    assert wall < 200, wall  # the deadline is 175 s of parts
+    table = Path(out["table"]).read_text()
+    assert all(f"| {key} |" in table for key in KEYS)
+    assert json.loads(Path(out["table"]).with_suffix(".json").read_text())["sft_mfu"] == out["sft_mfu"]
+
+
+def test_a_part_past_its_cap_is_killed_and_reported_while_the_next_runs():
+    t0 = time.monotonic()
+    late = gpu_check.spawn_part("sft", "cpu", cap=1.0, rerun_probes=2)
+    assert time.monotonic() - t0 < 10
+    assert late == {"status": "timeout", "error": "timeout after 1 s", "seconds": 1.0}
+    bad = gpu_check.spawn_part("sft", "nodevice", cap=60.0, rerun_probes=2)
+    assert bad["status"] == "failed" and "invalid choice: 'nodevice'" in bad["error"]
+    ok = {
+        "status": "ok",
+        "seconds": 3.0,
+        "figures": {"grpo_rollout_s": 1.5, "grpo_update_s": 0.5, "peak_gib": 0.9},
+    }
+    summary = gpu_check.summarize("cpu", {"sft": late, "grpo": ok})
+    assert summary["sft_step_s"] == summary["sft_mfu"] == "timeout: timeout after 1 s"
+    assert summary["grpo_rollout_s"] == 1.5 and summary["peak_gib"] == {
+        "sft": "timeout: timeout after 1 s",
+        "grpo": 0.9,
+    }
+
+
+def test_missing_modules_are_named_on_one_line_before_anything_loads():
+    code = (
+        "import sys; from train.bench import gpu_check as g; "
+        "g.NEEDED['no_such_module_xyz'] = ('no-such-dist', None); g.main(['--device', 'cpu'])"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=_env())
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "gpu-check: missing modules: no_such_module_xyz (make gpu-wheels, then carry .whl)"
+    ]
