@@ -64,12 +64,14 @@ from eval.engine.memory import build_memory
 from eval.engine.model import load_model_and_processor
 from eval.engine.render import TurnRenderer
 from eval.engine.streaming import EngineConfig
+from eval.preflight import check_stage
 from eval.ranks import RankGroup, Ranks, adopt, check_manifests, merge, shard_path, split, write_manifest
 from eval.runners import get_runner
 from eval.store import PredictionLog, PredictionWriteError
 from eval.sweep import fingerprint, point_dir, reuse_rows, sibling_passes, write_summary
 from eval.tracking import format_table, make_logger, plot_timelines
 from eval.view import write_view
+from infra.entry import front_door
 from infra.files import LOCK_FILE, OutputLock, OutputLocked, write_text_atomic
 from infra.progress import Progress, console
 from infra.schema import CONF_DIR, compose, validate
@@ -380,6 +382,7 @@ def _main(cfg: DictConfig) -> None:
     console()
     try:
         cfg = validate(cfg, EvalConfig)
+        check_stage("eval", cfg)
         metrics = evaluate(cfg, sweep=HydraConfig.get().mode == RunMode.MULTIRUN)
     except (ValueError, OutputLocked, FileNotFoundError, PredictionWriteError) as exc:  # RecordError too
         print(f"eval.run: {exc}", file=sys.stderr)
@@ -395,6 +398,7 @@ def main() -> None:
     resumable evaluation has nothing to save before the requeue."""
     signal.signal(signal.SIGUSR1, signal.SIG_DFL)
     add_render_to_command_line("eval.run")
+    front_door("eval.run", "eval", EvalConfig, check=lambda cfg: check_stage("eval", cfg))
     _main()
 
 

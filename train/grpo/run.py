@@ -44,8 +44,10 @@ from eval.engine.checkpoints import (
     render_overrides,
     write_render,
 )
+from eval.preflight import check_stage
 from eval.runners import evaluate_model, get_runner
 from eval.tracking import make_logger
+from infra.entry import front_door
 from infra.files import OutputLock
 from infra.progress import console
 from infra.schema import CONF_DIR, compose, validate
@@ -79,6 +81,7 @@ def run(cfg: DictConfig, out: Path | None = None) -> Path:
     """Train from a validated config; returns the final checkpoint dir (model + processor), or with
     ``grpo.keep_best`` the best one on the held-out split."""
     signals = SignalFlag()  # first: a signal while the model loads is caught too
+    check_stage("grpo", cfg)  # eval.preflight: splits, init, the memory plan on a GPU
     main = is_rank_zero()
     lock = OutputLock(out or cfg.grpo.output_dir, "train.grpo").acquire() if main else None  # one run per dir
     try:
@@ -380,6 +383,7 @@ def main() -> None:
         sys.exit(2)
     note_swept_keys(sys.argv[1:])
     add_render_to_command_line("train.grpo", key="init")
+    front_door("train.grpo", "grpo", GRPOConfig, check=lambda cfg: check_stage("grpo", cfg))
     _main()
 
 

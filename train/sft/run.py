@@ -32,6 +32,8 @@ from eval.config import quiet_libraries
 from eval.engine.checkpoints import checkpoint_name, checkpoint_step, write_render
 from eval.engine.model import count_parameters, load_model_and_processor
 from eval.engine.render import TurnRenderer
+from eval.preflight import check_stage
+from infra.entry import front_door
 from infra.files import OutputLock
 from infra.progress import console
 from infra.schema import CONF_DIR, compose, validate
@@ -143,7 +145,10 @@ def build_trainer(cfg: DictConfig) -> tuple[DecisionTrainer, PreemptionCallback]
 
 
 def train(cfg: DictConfig) -> Path:
-    """Run the SFT stage of a validated config; returns the final checkpoint dir (model + processor)."""
+    """Run the SFT stage of a validated config; returns the final checkpoint dir (model + processor).
+    The pre-flight (``eval.preflight.check_stage``) runs first: a split or data dir that is missing,
+    or a plan that would not fit the GPU, stops it before the model loads."""
+    check_stage("sft", cfg)
     t = cfg.train
     out = Path(t.output_dir)
     resume = resolve_resume(t.resume, out)
@@ -227,7 +232,7 @@ def compose_config(overrides: list[str] | None = None) -> DictConfig:
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="sft", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+def _main(cfg: DictConfig) -> None:
     try:
         cfg = validate(cfg, SFTConfig)
     except (ValueError, OmegaConfBaseException) as exc:
@@ -242,6 +247,13 @@ def main(cfg: DictConfig) -> None:
         sys.exit(exc.exit_code)
     end_process_group()
     print(json.dumps({"final_checkpoint": str(final)}))
+
+
+def main() -> None:
+    """The command line: composed, validated and pre-flighted (``eval.preflight``: the splits, the
+    data dir, the memory plan on a GPU) before Hydra runs it, so a mistake is one line, exit 2."""
+    front_door("train.sft", "sft", SFTConfig, check=lambda cfg: check_stage("sft", cfg))
+    _main()
 
 
 if __name__ == "__main__":
