@@ -4,8 +4,8 @@ before Hydra runs it, so a user's mistake ends the command with one line naming 
 
     cfg = front_door("eval.run", "eval", EvalConfig, check=lambda c: check_stage("eval", c))
 
-A key the schema lacks gets "did you mean" from the schema's own key paths (``splt`` -> ``split``,
-``train.per_device_batchsize`` -> ``train.per_device_batch_size``), whether it was written ``splt=``
+A key the schema lacks gets "did you mean" from the schema's own key paths (``splt`` -> ``split``),
+whether it was written ``splt=``
 (Hydra: "Could not override") or ``+splt=`` (the schema: "not in struct"). A sweep (``-m``,
 ``a,b``) is checked at its first value of each swept key; ``--cfg``/``--help`` skip ``check`` (the
 stage's pre-flight), so printing a config never waits for or reads anything.

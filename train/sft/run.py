@@ -1,9 +1,9 @@
 """SFT stage: Qwen3-VL on silence/response streams with a focal, frequency-balanced decision loss.
 
     python -m train.sft model=tiny data=toy experiment=toy_sft                  # the demo's settings, CPU
-    python -m train.sft model=qwen3_vl_4b data=mix_p3i data.dir=/data/mix_p3i   # the recipe (lr 1e-5, 1 epoch)
-    accelerate launch --config_file conf/accelerate/zero2.yaml -m train.sft model=qwen3_vl_4b ...
-    sbatch --gpus-per-node=8 slurm/sft.sh model=qwen3_vl_4b data=mix_p3i data.dir=/data/mix_p3i
+    python -m train.sft experiment=p3i_4b_sft data.dir=/data/mix_p3i   # the recipe (lr 1e-5, 1 epoch)
+    accelerate launch --config_file conf/accelerate/zero2.yaml -m train.sft experiment=p3i_4b_sft data.dir=/data/mix_p3i ...
+    sbatch --gpus-per-node=8 slurm/sft.sh experiment=p3i_4b_sft data.dir=/data/mix_p3i
 
 Assembles the parts and hands them to the Trainer: the model (``eval.engine.model``; vision tower frozen,
 merger and language model trained, or LoRA adapters), the training split of a built mixture as
