@@ -182,3 +182,11 @@ def test_the_front_door_refuses_in_process(capsys):
         "train.sft: unknown key train.per_device_batchsize (did you mean train.per_device_batch_size?)"
     ]
     assert front_door("train.sft", "sft", SFTConfig, ["--cfg", "job", "data.dir=/nowhere"]) is None
+
+
+@pytest.mark.slow
+def test_the_model_card_command_runs_in_a_fresh_process():
+    """README's ``python -m eval.engine.model model=tiny``, as a user runs it (no schema preloaded)."""
+    proc = run("eval.engine.model", "model=tiny")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["name"] == "tiny"
