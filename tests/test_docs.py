@@ -279,6 +279,8 @@ def stage_lines() -> list[tuple[str, str, list[str], int, int | None]]:
         for m in STAGE_LINE.finditer(text):
             module = m["module"] or ("eval.watch" if m["watch"] else SCRIPT_MODULE[m["script"]])
             args = m["args"].split()
+            if args == ["-m"]:  # a mention of a sweep, not a command
+                continue
             if "..." in m["args"] or any(NOT_REPO.search(a) or a.split("=")[-1].isupper() for a in args):
                 continue
             overrides = split_argv([a for a in args if "=" in a or a.startswith("-")])[0]
@@ -309,6 +311,23 @@ def text_line(m: re.Match) -> str:
     return text[text.rfind("\n", 0, m.start()) + 1 : text.find("\n", m.end()) % (len(text) + 1)]
 
 
+def sft_finals(configs: list, where: str, before: int) -> set[str]:
+    """The ``runs/<run_name>/final`` folders the documented SFT lines make: for a line of the README,
+    those above it (the steps a reader has run); for a doc or a comment, any line's.
+    The demo's SFT stage (``train.demo``: ``runs/demo/sft``) counts everywhere."""
+    source = where.split(": ", 1)[0]
+    ordered = source == "README.md"
+    finals = {"runs/demo/sft/final"}
+    for j, (w, module, cfg, *_rest) in enumerate(configs):
+        if (
+            module == "train.sft"
+            and cfg is not None
+            and (not ordered or (w.startswith(source + ":") and j < before))
+        ):
+            finals.add(f"runs/{cfg.run_name}/final")
+    return finals
+
+
 def preflight_failures(lines, gpu_memory_gb: float = 80.0) -> list[str]:
     """What each stage's pre-flight (``eval.preflight``) says of each line, on the config alone: the
     splits are ones the data set has, a real model's plan fits ``gpu_memory_gb`` on the GPUs the line
@@ -328,16 +347,21 @@ def preflight_failures(lines, gpu_memory_gb: float = 80.0) -> list[str]:
             )
             continue
         configs.append((where, module, cfg, gpus, zero, None))
-    finals = {
-        f"runs/{c.run_name}/final" for _, m, c, _, _, _ in configs if m == "train.sft" and c is not None
-    }
-    finals.add("runs/demo/sft/final")  # the demo's SFT stage (train.demo: runs/<run_name=demo>/sft)
     failures = [f"{where}: {err}" for where, _, _, _, _, err in configs if err]
-    for where, module, cfg, gpus, zero, _ in configs:
+    for i, (where, module, cfg, gpus, zero, _) in enumerate(configs):
         if cfg is None or zero is None:
             continue
-        if module == "train.grpo" and cfg.init and cfg.init.startswith("runs/") and cfg.init not in finals:
-            failures.append(f"{where}: init={cfg.init} is made by no documented SFT line ({sorted(finals)})")
+        init = os.path.normpath(cfg.init) if module == "train.grpo" and cfg.init else ""
+        finals = sft_finals(configs, where, i)
+        if init.startswith("runs/") and init not in finals:
+            failures.append(
+                f"{where}: init={init} is made by no documented SFT line before it ({sorted(finals)})"
+            )
+        sweep = " -m " in where.split(module, 1)[-1] + " "
+        if module == "train.grpo" and sweep and not cfg.grpo.eval_every:
+            failures.append(
+                f"{where}: a sweep without held-out evaluations (grpo.eval_every=0) cannot be compared"
+            )
         if module.startswith("train.") and cfg.model.kind == "pretrained":
             result = plan(STAGE_OF[module], cfg, gpu_memory_gb=gpu_memory_gb, gpus=gpus, zero=zero)
             if not result["fits"]:
@@ -361,9 +385,11 @@ def test_the_preflight_check_finds_what_would_fail_after_the_queue():
         ("a", "eval.watch", ["run_dir=runs/sft_4b", "data=mix_p3i", "split=test"], 1, 0),
         ("b", "train.sft", ["model=qwen3_vl_4b", "data=mix_p3i", "data.dir=/d"], 16, 2),
         ("c", "train.grpo", ["init=runs/nowhere/final", "data.dir=/d"], 1, 0),
+        ("d: -m train.grpo -m", "train.grpo", ["init=runs/sft/final", "reward.reward_weights.prs=1"], 1, 0),
     ]
     failures = sorted(preflight_failures(lines))
     assert failures[0].startswith("a: PreflightError: split=test: data=mix_p3i has no split 'test'")
     assert failures[1] == "b: would not fit 80 GB x 16 (activations)"
-    assert failures[2].startswith("c: init=runs/nowhere/final is made by no documented SFT line")
-    assert len(failures) == 3
+    assert failures[2].startswith("c: init=runs/nowhere/final is made by no documented SFT line before it")
+    assert failures[3].startswith("d: -m train.grpo -m: a sweep without held-out evaluations")
+    assert len(failures) == 4
