@@ -190,3 +190,30 @@ def test_the_model_card_command_runs_in_a_fresh_process():
     proc = run("eval.engine.model", "model=tiny")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1])["name"] == "tiny"
+
+
+def test_mix_names_every_missing_source(tmp_path):
+    from data_builders.mixture import BuildFailed, MixtureConfig, build_mixture
+    from infra.schema import typed
+
+    cfg = compose("mix", ["data=mix_p3i", f"data.root={tmp_path}", f"data.dir={tmp_path}/mix"])
+    mixture = typed(MixtureConfig, dict(cfg.data), "data")
+    with pytest.raises(BuildFailed) as err:
+        build_mixture(mixture)
+    message = str(err.value)
+    assert "4 of 4 sources have no records" in message
+    for name in ("ego4d_events", "llava_video", "nexar", "shot2story"):
+        assert f"{name} ({tmp_path}/{name})" in message
+    assert not (tmp_path / "mix").exists()
+
+
+@pytest.mark.slow
+def test_demo_answers_cfg_job_and_a_mistyped_key():
+    proc = run("train.demo", "--cfg", "job")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "n_streams: 512" in proc.stdout
+    proc = run("train.demo", "demo.n_strams=3")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "train.demo: unknown key demo.n_strams (did you mean demo.n_streams?)"
+    ]
