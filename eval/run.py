@@ -207,10 +207,12 @@ def _run_streams(
         skip=done,
     )
     bar = Progress(len(streams) - len(done), "eval", unit="record")
+    fired = 0
     for row in rows:
         log.append(row)
         n += 1
-        bar.update(1, fired=sum(row["fired"]))
+        fired += sum(row["fired"])
+        bar.update(1, fired=fired)  # replies so far over every record streamed, not the last one's
     bar.close()
     return n
 

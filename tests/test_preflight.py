@@ -217,3 +217,27 @@ def test_demo_answers_cfg_job_and_a_mistyped_key():
     assert proc.stderr.strip().splitlines() == [
         "train.demo: unknown key demo.n_strams (did you mean demo.n_streams?)"
     ]
+
+
+def test_a_run_of_epochs_is_finished_only_at_its_planned_steps(tmp_path):
+    """``train.max_steps=-1`` (epochs): a resumed run is finished at the Trainer's planned count, not
+    at any step (every step is >= -1)."""
+    from train.sft.run import _finished
+
+    ckpt = tmp_path / "checkpoint-3"
+    ckpt.mkdir()
+    (ckpt / "trainer_state.json").write_text(json.dumps({"max_steps": 5, "global_step": 3}))
+    (tmp_path / "final").mkdir()
+    (tmp_path / "final" / "config.json").write_text("{}")
+    assert _finished(tmp_path, str(ckpt), -1) is False
+    (ckpt / "trainer_state.json").write_text(json.dumps({"max_steps": 3, "global_step": 3}))
+    assert _finished(tmp_path, str(ckpt), -1) is True
+    assert _finished(tmp_path, str(ckpt), 4) is False
+
+
+def test_the_data_docs_list_every_task():
+    from data_builders.records import TASKS
+
+    text = (ROOT / "docs" / "data.md").read_text()
+    paragraph = text[text.index("- `task` is one of") :].split("\n- ", 1)[0]
+    assert sorted(t for t in TASKS if f"`{t}`" not in paragraph) == []

@@ -37,6 +37,7 @@ from data_builders.splits import split_records
 from data_builders.video import FrameCache
 from eval.config import BenchmarkConfig, LoggerConfig, quiet_libraries
 from eval.engine.checkpoints import (
+    COMPLETE_MARKER,
     add_render_to_command_line,
     check_checkpoint,
     check_render,
@@ -289,6 +290,8 @@ def _save(loop, out: Path, processor, render_cfg: RenderConfig, last: Path) -> P
         processor.save_pretrained(final)
         write_render(final, render_cfg)
     parallel.barrier()
+    if parallel.is_main:  # written last, once every rank's part is saved (docs/design.md)
+        (final / COMPLETE_MARKER).write_text(f"{loop.step}\n")
     log.info("final checkpoint %s (last update checkpoint %s)", final, last)
     if g.keep_best:
         best = loop.best

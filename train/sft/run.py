@@ -29,7 +29,7 @@ from omegaconf.errors import OmegaConfBaseException
 from data_builders.config import RenderConfig
 from data_builders.video import FrameCache
 from eval.config import quiet_libraries
-from eval.engine.checkpoints import checkpoint_name, checkpoint_step, write_render
+from eval.engine.checkpoints import COMPLETE_MARKER, checkpoint_name, checkpoint_step, write_render
 from eval.engine.model import count_parameters, load_model_and_processor
 from eval.engine.render import TurnRenderer
 from eval.preflight import check_stage
@@ -158,11 +158,12 @@ def train(cfg: DictConfig) -> Path:
     try:
         if resume and _finished(out, resume, t.max_steps):
             log.info(
-                "%s: %s already reached train.max_steps=%d and final/ is saved: nothing to train "
+                "%s: %s already reached the run's %d steps (%s) and final/ is saved: nothing to train "
                 "(raise train.max_steps to train on, or train.resume=none to start over)",
                 out,
                 Path(resume).name,
-                t.max_steps,
+                _planned_steps(resume, t.max_steps),
+                f"train.max_steps={t.max_steps}" if t.max_steps > 0 else f"train.num_epochs={t.num_epochs:g}",
             )
             return out / "final"
         return _train(cfg, out, resume)
@@ -174,8 +175,17 @@ def train(cfg: DictConfig) -> Path:
 def _finished(out: Path, resume: str, max_steps: int) -> bool:
     """Whether the run in ``out`` is done: the checkpoint to resume from is at ``max_steps`` and
     ``final/`` was saved after it (the Trainer, resumed there, would train one step more)."""
-    step = checkpoint_step(resume)
-    return step is not None and step >= max_steps and (out / "final" / "config.json").is_file()
+    step, planned = checkpoint_step(resume), _planned_steps(resume, max_steps)
+    return None not in (step, planned) and step >= planned and (out / "final" / "config.json").is_file()
+
+
+def _planned_steps(resume: str, max_steps: int) -> int | None:
+    """The run's step count: ``train.max_steps``, or under ``-1`` (epochs) the count the Trainer
+    planned, in the checkpoint's ``trainer_state.json``."""
+    if max_steps > 0:
+        return max_steps
+    state = Path(resume) / "trainer_state.json"
+    return json.loads(state.read_text()).get("max_steps") if state.is_file() else None
 
 
 def _train(cfg: DictConfig, out: Path, resume: str | None) -> Path:
@@ -216,6 +226,8 @@ def _train(cfg: DictConfig, out: Path, resume: str | None) -> Path:
     if trainer.is_world_process_zero():
         write_render(final, cfg.render)
     trainer.accelerator.wait_for_everyone()
+    if trainer.is_world_process_zero():  # written last, once every rank's part is saved (docs/design.md)
+        (final / COMPLETE_MARKER).write_text(f"{trainer.state.global_step}\n")
     if "wandb" in trainer.args.report_to and trainer.is_world_process_zero():
         import wandb
 
