@@ -29,6 +29,7 @@ MODULE="${EVAL_MODULE:-eval.run}"
 if [[ $MODULE == eval.watch ]]; then
   LAUNCHER_COMMAND=python # the watcher is one process; it launches each evaluation itself
 fi
+[[ -f "${SLURM_SUBMIT_DIR:-.}/slurm/launch.sh" ]] || { echo "slurm/eval.sh: no slurm/launch.sh under ${SLURM_SUBMIT_DIR:-$PWD}: submit from the repository root" >&2; exit 2; }
 # shellcheck source=launch.sh source-path=SCRIPTDIR
 source "${SLURM_SUBMIT_DIR:-.}/slurm/launch.sh"
 

@@ -241,3 +241,33 @@ def test_the_data_docs_list_every_task():
     text = (ROOT / "docs" / "data.md").read_text()
     paragraph = text[text.index("- `task` is one of") :].split("\n- ", 1)[0]
     assert sorted(t for t in TASKS if f"`{t}`" not in paragraph) == []
+
+
+def test_every_eval_score_flag_is_documented(capsys):
+    import re
+
+    from eval.score import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    flags = set(re.findall(r"(--[a-z][a-z-]+)", capsys.readouterr().out)) - {"--help"}
+    assert len(flags) > 15
+    doc = (ROOT / "docs" / "evaluation.md").read_text()
+    assert sorted(f for f in flags if f"`{f}`" not in doc) == []
+
+
+@pytest.mark.parametrize("script", ["sft", "grpo", "eval", "frames"])
+def test_a_job_submitted_outside_the_repository_stops_in_one_line(script, tmp_path):
+    env = {**ENV, "SLURM_SUBMIT_DIR": str(tmp_path), "SLURM_ARRAY_TASK_ID": "0", "SLURM_ARRAY_TASK_COUNT": "1"}
+    proc = subprocess.run(
+        ["bash", str(ROOT / "slurm" / f"{script}.sh"), "data=toy"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"slurm/{script}.sh: no slurm/launch.sh under {tmp_path}: submit from the repository root"
+    ]
