@@ -104,7 +104,7 @@ def _check_grpo(cfg: Any, on_disk: bool) -> None:
     check_split(cfg.data, g.train_split, "grpo.train_split", on_disk)
     if g.eval_every and g.eval_split and not g.eval_records:
         check_split(cfg.data, g.eval_split, "grpo.eval_split", on_disk)
-    if on_disk and cfg.init and not Path(cfg.init).exists():
+    if on_disk and cfg.init and cfg.init != "random" and not Path(cfg.init).exists():
         raise PreflightError(
             f"init={cfg.init} does not exist: give the SFT run's final/ (or a checkpoint-N/)"
         )

@@ -344,7 +344,9 @@ def _check_start(cfg: DictConfig) -> None:
     (``eval.preflight``: the split is one the data set has), a missing run dir under ``once=true``."""
     check_stage("eval", cfg)
     if cfg.once and not run_dir_wait(cfg) and cfg.run_dir and not Path(cfg.run_dir).is_dir():
-        raise FileNotFoundError(f"run_dir={cfg.run_dir} does not exist (once=true evaluates what is there now)")
+        raise FileNotFoundError(
+            f"run_dir={cfg.run_dir} does not exist (once=true evaluates what is there now)"
+        )
 
 
 def main() -> None:

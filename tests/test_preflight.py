@@ -61,6 +61,9 @@ def test_grpo_refuses_a_missing_init_and_a_lacking_eval_split(tmp_path):
     cfg = compose("grpo", [f"data.dir={tmp_path}", f"init={tmp_path}/sft/final"], GRPOConfig)
     with pytest.raises(PreflightError, match=r"init=.*sft/final does not exist"):
         check_stage("grpo", cfg)
+    check_stage(
+        "grpo", compose("grpo", [f"data.dir={tmp_path}", "init=random"], GRPOConfig)
+    )  # the model config
     cfg = compose("grpo", ["data=mix_p3i", "grpo.eval_every=5", "grpo.eval_split=test"], GRPOConfig)
     with pytest.raises(PreflightError, match=r"grpo.eval_split=test: data=mix_p3i has no split 'test'"):
         check_stage("grpo", cfg, on_disk=False)
@@ -258,7 +261,12 @@ def test_every_eval_score_flag_is_documented(capsys):
 
 @pytest.mark.parametrize("script", ["sft", "grpo", "eval", "frames"])
 def test_a_job_submitted_outside_the_repository_stops_in_one_line(script, tmp_path):
-    env = {**ENV, "SLURM_SUBMIT_DIR": str(tmp_path), "SLURM_ARRAY_TASK_ID": "0", "SLURM_ARRAY_TASK_COUNT": "1"}
+    env = {
+        **ENV,
+        "SLURM_SUBMIT_DIR": str(tmp_path),
+        "SLURM_ARRAY_TASK_ID": "0",
+        "SLURM_ARRAY_TASK_COUNT": "1",
+    }
     proc = subprocess.run(
         ["bash", str(ROOT / "slurm" / f"{script}.sh"), "data=toy"],
         cwd=tmp_path,
