@@ -376,6 +376,14 @@ def renamed_keys(argv: list[str]) -> list[str]:
     return found
 
 
+def _check_start(cfg: DictConfig) -> None:
+    """What the command line refuses before Hydra runs it: the config's own checks (init, reward,
+    options: :func:`check_config`), then the stage's pre-flight (``eval.preflight``)."""
+    if not cfg.entry.target:
+        check_config(cfg)
+        check_stage("grpo", cfg)
+
+
 def main() -> None:
     """The command line; renamed keys refused, a sweep's swept keys noted (``train.sweeps``), and the
     ``init`` checkpoint's render block added as overrides (``eval.engine.checkpoints.render_overrides``: the
@@ -386,7 +394,7 @@ def main() -> None:
         sys.exit(2)
     note_swept_keys(sys.argv[1:])
     add_render_to_command_line("train.grpo", key="init")
-    front_door("train.grpo", "grpo", GRPOConfig, check=lambda cfg: check_stage("grpo", cfg))
+    front_door("train.grpo", "grpo", GRPOConfig, check=_check_start)
     _main()
 
 
