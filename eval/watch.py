@@ -343,7 +343,7 @@ def _check_start(cfg: DictConfig) -> None:
     """What ``watch`` refuses at once, before waiting for the run dir: the pre-flight
     (``eval.preflight``: the split is one the data set has), a missing run dir under ``once=true``."""
     check_stage("eval", cfg)
-    if cfg.once and not run_dir_wait(cfg) and cfg.run_dir and not Path(cfg.run_dir).is_dir():
+    if cfg.once and cfg.run_dir_wait_s is None and cfg.run_dir and not Path(cfg.run_dir).is_dir():
         raise FileNotFoundError(
             f"run_dir={cfg.run_dir} does not exist (once=true evaluates what is there now)"
         )
