@@ -20,10 +20,12 @@ from __future__ import annotations
 import json
 import sys
 
+from omegaconf import OmegaConf
+
 from eval.config import EvalConfig
 from eval.engine.checkpoints import render_overrides
 from eval.preflight import check_stage, plan
-from infra.entry import front_door, refuse
+from infra.entry import front_door, refuse, split_argv
 from train.grpo.config import GRPOConfig
 from train.sft.config import SFTConfig
 
@@ -58,9 +60,14 @@ def parse(argv: list[str]) -> tuple[dict, list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    own, overrides = parse(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if "--help" in argv or "-h" in argv:
+        print(__doc__)
+        return 0
+    own, overrides = parse(argv)
     stage = own["stage"]
     root, schema, key = STAGES[stage]
+    overrides, printing = split_argv(overrides)
     cfg = front_door(
         "train.plan",
         root,
@@ -69,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
         check=lambda c: check_stage(stage, c, on_disk=False, memory=False),
         transform=(lambda o: render_overrides(o, key=key)) if key else None,
     )
+    if printing:  # --cfg job: the stage's composed config the plan reads
+        print(OmegaConf.to_yaml(cfg, resolve=True), end="")
+        return 0
     result = plan(stage, cfg, gpu_memory_gb=own["gpu_memory_gb"], gpus=own["gpus"], zero=own["zero"])
     print(json.dumps(result))
     return 0 if result["fits"] else 1
