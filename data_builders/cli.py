@@ -110,9 +110,9 @@ def mix_main(cfg: DictConfig) -> None:
     mixture = typed(MixtureConfig, OmegaConf.to_container(cfg.data, resolve=True), "data")
     try:
         summary = build_mixture(mixture)  # holds data.dir's output lock, as a build holds its out
-    except (BuildFailed, OutputLocked) as exc:
+    except (BuildFailed, OutputLocked) as exc:  # a missing source is the user's to fix: exit 2
         print(f"mixture failed: {exc}", file=sys.stderr)
-        sys.exit(1)
+        sys.exit(1 if isinstance(exc, OutputLocked) else 2)
     print(json.dumps(summary, sort_keys=True))
 
 

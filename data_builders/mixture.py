@@ -193,6 +193,7 @@ def build_mixture(cfg: MixtureConfig, out: str | Path | None = None) -> dict[str
     if not str(out) or str(out) == ".":
         raise BuildFailed("mixture output dir not set (data.dir=...)")
     _check_mixture(cfg)
+    _check_sources(cfg)
     chosen, summary_sources = _sample_sources(cfg)
     by_split: dict[str, list[Stream]] = {name: [] for name in cfg.splits}
     for s, group in zip(chosen, video_groups(chosen), strict=True):
@@ -241,6 +242,22 @@ def _check_mixture(cfg: MixtureConfig) -> None:
         raise BuildFailed(
             f"mixture {cfg.name}: split names must be plain folder names (not hidden, no '/', not "
             f"mixture.json or {SWAP_FILE}), got {bad}"
+        )
+
+
+def _check_sources(cfg: MixtureConfig) -> None:
+    """Every source's records are there, or one error naming every one that is missing (a mixture of
+    four sources built one at a time is told all it lacks at once)."""
+    missing = []
+    for name in sorted(cfg.sources):
+        path = _records_path(cfg, name, cfg.sources[name])
+        if not (path.is_file() or (path.is_dir() and any(path.glob("*.parquet")))):
+            missing.append(f"{name} ({path})")
+    if missing:
+        raise BuildFailed(
+            f"mixture {cfg.name}: {len(missing)} of {len(cfg.sources)} sources have no records: "
+            f"{', '.join(missing)}; build each with python -m data_builders build source=<name> "
+            f"out={cfg.root or '<root>'}/<name>"
         )
 
 

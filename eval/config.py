@@ -82,6 +82,18 @@ def quiet_libraries() -> None:
 
 
 @dataclass
+class PlanSettings:
+    """The pre-flight memory check (``plan`` block of every stage): refuse at start a config whose
+    peak memory per GPU (``eval.preflight.plan``) would not fit the GPU."""
+
+    check: bool = True
+    """Run the check at start on a GPU (``plan.check=false``: run anyway)."""
+    longest_window_steps: int | None = bounded(None, ge=1)
+    """Steps of the longest window the plan sizes activations for (null: the window length, else the
+    longest clip of ``<data.dir>/<split>/stats.json``, else the 30 steps of the measured H200 step)."""
+
+
+@dataclass
 class ModelBlocks:
     """The blocks of every root that runs the model (``conf/sft.yaml``, ``grpo.yaml``, ``eval.yaml``,
     ``demo.yaml``): where things live, the model, the logger and the render config, defined once."""
@@ -92,6 +104,8 @@ class ModelBlocks:
     render: RenderConfig = field(default_factory=RenderConfig)
     """Frame size and history budget: the model group's (``model=tiny``: ``render=toy``), saved in
     every checkpoint as ``render.json``; ``eval.run`` with a checkpoint reads that back."""
+    plan: PlanSettings = field(default_factory=PlanSettings)
+    """The memory check each stage runs at start on a GPU (``eval.preflight``)."""
 
 
 @dataclass

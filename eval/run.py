@@ -69,6 +69,7 @@ from eval.engine.memory import build_memory
 from eval.engine.model import load_model_and_processor
 from eval.engine.render import TurnRenderer
 from eval.engine.streaming import EngineConfig
+from eval.preflight import check_stage
 from eval.provenance import RECORD_FIELD, decides, describe_difference, record_fingerprint
 from eval.ranks import (
     PREDICTIONS,
@@ -86,6 +87,7 @@ from eval.store import PredictionLog, PredictionWriteError
 from eval.sweep import point_dir, reuse_rows, sibling_passes, write_summary
 from eval.tracking import format_table, make_logger, plot_timelines
 from eval.view import write_view
+from infra.entry import front_door
 from infra.files import LOCK_FILE, DiskFullError, OutputLock, OutputLocked, write_text_atomic
 from infra.progress import Progress, console
 from infra.schema import CONF_DIR, compose, load_literal, validate
@@ -218,10 +220,12 @@ def _run_streams(
     )
     bar = Progress(len(streams) - len(done), "eval", unit="record")
     by_id = {s.id: s for s in streams}
+    fired = 0
     for row in rows:
         log.append(row | {RECORD_FIELD: record_fingerprint(by_id[row["id"]])})
         n += 1
-        bar.update(1, fired=sum(row["fired"]))
+        fired += sum(row["fired"])
+        bar.update(1, fired=fired)  # replies so far over every record streamed, not the last one's
     bar.close()
     return n
 
@@ -437,6 +441,7 @@ def _main(cfg: DictConfig) -> None:
     console()
     try:
         cfg = validate(cfg, EvalConfig)
+        check_stage("eval", cfg)
         metrics = evaluate(cfg, sweep=HydraConfig.get().mode == RunMode.MULTIRUN)
     except USER_ERRORS as exc:
         print(f"eval.run: {exc}", file=sys.stderr)
@@ -452,6 +457,7 @@ def main() -> None:
     resumable evaluation has nothing to save before the requeue."""
     signal.signal(signal.SIGUSR1, signal.SIG_DFL)
     add_render_to_command_line("eval.run")
+    front_door("eval.run", "eval", EvalConfig, check=lambda cfg: check_stage("eval", cfg))
     _main()
 
 

@@ -14,7 +14,7 @@ folder holds the other config's evaluation), with ``checkpoint=<that dir>`` and
 ``step=<its training step>``, into ``<run_dir>/eval/<benchmark>/<checkpoint-N>/`` (or
 ``<out_dir>/<checkpoint-N>/``). A ``run_dir`` that does not exist yet (the watcher submitted
 with the training job, which is still queued) is waited for up to ``run_dir_wait_s`` (default 24 h;
-the log says until when), then it is an error naming it. A result is recorded (atomically: write, fsync, rename) only after its
+the log says until when; with ``once=true`` none, unless given), then it is an error naming it. A result is recorded (atomically: write, fsync, rename) only after its
 evaluation finished, so a killed watcher redoes at most the checkpoint it was on, and that one resumes
 from its ``predictions.jsonl``; a restarted watcher evaluates nothing twice. Each entry holds the
 sha256 of the weights it evaluated (``eval.engine.checkpoints.fingerprint_dir``; a poll re-reads a file only
@@ -64,7 +64,9 @@ from eval.engine.checkpoints import (
     named_step,
     render_overrides,
 )
+from eval.preflight import check_stage
 from eval.provenance import decides, digest
+from infra.entry import front_door, refuse
 from infra.files import write_text_atomic
 from infra.progress import console
 from infra.schema import CONF_DIR, bounded, compose, literal, load_literal, store_schema, validate
@@ -80,6 +82,9 @@ TRAINING_RUN_ENV = ("WANDB_RUN_ID", "WANDB_RESUME")
 class WatchConfig(EvalConfig):
     """``python -m eval.watch``: ``conf/eval.yaml``'s evaluation, applied to each new checkpoint."""
 
+    split: str = "val"
+    """The split of ``data`` each checkpoint is evaluated on: checkpoint selection reads the held-out
+    ``val``, never ``test`` (a benchmark score reads the benchmark's records: ``records=``)."""
     run_dir: str | None = None
     """The training run dir to watch (``train.output_dir`` / ``grpo.output_dir``)."""
     poll_s: float = 60.0
@@ -95,12 +100,12 @@ class WatchConfig(EvalConfig):
     --num_processes <num_processes> -m eval.run`` on this node (``eval.ranks``)."""
     num_processes: int = bounded(1, ge=1)
     """Processes (GPUs) of each evaluation with ``launch=accelerate``."""
-    run_dir_wait_s: float = 86400.0
+    run_dir_wait_s: float | None = bounded(None, ge=0)
     """How long to wait for a ``run_dir`` that does not exist yet (a training job still queued), then
-    fail naming it; 0 fails at once."""
+    fail naming it; 0 fails at once; null: a day (86400 s), 0 with ``once=true``."""
 
 
-WATCH_KEYS = {f.name for f in fields(WatchConfig)} - {f.name for f in fields(EvalConfig)}
+WATCH_KEYS = {f.name for f in fields(WatchConfig)} - {f.name for f in fields(EvalConfig)} | {"split"}
 store_schema("watch", WatchConfig, keys=[f.name for f in fields(WatchConfig) if f.name in WATCH_KEYS])
 
 
@@ -307,8 +312,9 @@ def watch(cfg: DictConfig, evaluate: Callable[[DictConfig], dict] = _run_evaluat
     evaluated by this call. Stops after one pass (``once``) or when the run finished (``final/``)."""
     if not cfg.run_dir:
         raise ValueError("give run_dir=<training run dir>")
+    _check_start(cfg)
     run_dir = Path(cfg.run_dir)
-    wait_for_run_dir(run_dir, cfg.run_dir_wait_s, cfg.poll_s)
+    wait_for_run_dir(run_dir, run_dir_wait(cfg), cfg.poll_s)
     for key in TRAINING_RUN_ENV:
         os.environ.pop(key, None)
     if cfg.launch not in ("inline", "accelerate"):
@@ -338,26 +344,41 @@ def load_config(overrides: list[str] | None = None) -> DictConfig:
 @hydra.main(config_path=CONF, config_name="watch", version_base="1.3")
 def _main(cfg: DictConfig) -> None:
     console()
-    cfg = validate(cfg, WatchConfig)
-    evaluated = watch(cfg)
+    try:
+        cfg = validate(cfg, WatchConfig)
+        evaluated = watch(cfg)
+    except (ValueError, FileNotFoundError) as exc:  # CheckpointError, PreflightError too
+        refuse("eval.watch", str(exc))
     print(json.dumps({"run_dir": cfg.run_dir, "evaluated": evaluated}))
+
+
+def run_dir_wait(cfg: DictConfig) -> float:
+    """Seconds to wait for a missing run dir: ``run_dir_wait_s``, else a day, or none under ``once``."""
+    if cfg.run_dir_wait_s is not None:
+        return cfg.run_dir_wait_s
+    return 0.0 if cfg.once else 86400.0
+
+
+def _check_start(cfg: DictConfig) -> None:
+    """What ``watch`` refuses at once, before waiting for the run dir: the pre-flight
+    (``eval.preflight``: the split is one the data set has), a missing run dir under ``once=true``."""
+    check_stage("eval", cfg)
+    if cfg.once and cfg.run_dir_wait_s is None and cfg.run_dir and not Path(cfg.run_dir).is_dir():
+        raise FileNotFoundError(
+            f"run_dir={cfg.run_dir} does not exist (once=true evaluates what is there now)"
+        )
 
 
 def main() -> None:
     """The command line, composed at the render block the watched run trains with (so a run dir that
     does not exist yet is waited for first, as ``watch`` would)."""
-    given = dict(a.split("=", 1) for a in sys.argv[1:] if "=" in a and not a.startswith("-"))
-    if given.get("run_dir") not in (None, "", "null"):
+    cfg = front_door("eval.watch", "watch", WatchConfig, check=_check_start)
+    if cfg is not None and cfg.run_dir:  # not --cfg job / --help: those print at once
         console()
         try:
-            wait_for_run_dir(
-                Path(given["run_dir"]),
-                float(given.get("run_dir_wait_s", WatchConfig.run_dir_wait_s)),
-                float(given.get("poll_s", WatchConfig.poll_s)),
-            )
+            wait_for_run_dir(Path(cfg.run_dir), run_dir_wait(cfg), cfg.poll_s)
         except (FileNotFoundError, ValueError) as exc:
-            print(f"eval.watch: {exc}", file=sys.stderr)
-            sys.exit(2)
+            refuse("eval.watch", str(exc))
     add_render_to_command_line("eval.watch", key="run_dir")
     _main()
 

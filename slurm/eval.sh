@@ -1,5 +1,5 @@
 #!/bin/bash
-# sbatch --partition="$PARTITION" --account="$ACCOUNT" slurm/eval.sh checkpoint=runs/sft_4b/checkpoint-500 benchmark=p3i data=mix_p3i data.dir=/data/mix_p3i logger=wandb
+# sbatch --partition="$PARTITION" --account="$ACCOUNT" slurm/eval.sh checkpoint=runs/sft_4b/checkpoint-500 benchmark=p3i data=mix_p3i data.dir=/data/mix_p3i split=val logger=wandb
 #   sbatch --nodes=2 --gpus-per-node=8 slurm/eval.sh checkpoint=... benchmark=egoserve ...   (16 ranks)
 #   EVAL_MODULE=eval.watch sbatch slurm/eval.sh run_dir=runs/sft_4b benchmark=p3i data=mix_p3i data.dir=/data/mix_p3i
 #       (the watcher: evaluates every new complete checkpoint of a training run once, beside the training)
@@ -29,6 +29,7 @@ MODULE="${EVAL_MODULE:-eval.run}"
 if [[ $MODULE == eval.watch ]]; then
   LAUNCHER_COMMAND=python # the watcher is one process; it launches each evaluation itself
 fi
+[[ -f "${SLURM_SUBMIT_DIR:-.}/slurm/launch.sh" ]] || { echo "slurm/eval.sh: no slurm/launch.sh under ${SLURM_SUBMIT_DIR:-$PWD}: submit from the repository root" >&2; exit 2; }
 # shellcheck source=launch.sh source-path=SCRIPTDIR
 source "${SLURM_SUBMIT_DIR:-.}/slurm/launch.sh"
 

@@ -33,6 +33,7 @@ if ((last - first + 1 != SLURM_ARRAY_TASK_COUNT)); then
   exit 2
 fi
 SHARD="$((SLURM_ARRAY_TASK_ID - first))/$SLURM_ARRAY_TASK_COUNT"
+[[ -f "${SLURM_SUBMIT_DIR:-.}/slurm/launch.sh" ]] || { echo "slurm/frames.sh: no slurm/launch.sh under ${SLURM_SUBMIT_DIR:-$PWD}: submit from the repository root" >&2; exit 2; }
 # shellcheck source=launch.sh source-path=SCRIPTDIR
 source "${SLURM_SUBMIT_DIR:-.}/slurm/launch.sh"
 

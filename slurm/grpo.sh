@@ -25,6 +25,7 @@
 #SBATCH --open-mode=append
 #SBATCH --output=slurm-%x-%j.log
 set -euo pipefail
+[[ -f "${SLURM_SUBMIT_DIR:-.}/slurm/launch.sh" ]] || { echo "slurm/grpo.sh: no slurm/launch.sh under ${SLURM_SUBMIT_DIR:-$PWD}: submit from the repository root" >&2; exit 2; }
 # shellcheck source=launch.sh source-path=SCRIPTDIR
 source "${SLURM_SUBMIT_DIR:-.}/slurm/launch.sh"
 pin_wandb_run

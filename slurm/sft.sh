@@ -1,5 +1,5 @@
 #!/bin/bash
-# sbatch --nodes=2 --gpus-per-node=8 --partition="$PARTITION" --account="$ACCOUNT" slurm/sft.sh model=qwen3_vl_4b data=mix_p3i data.dir=/data/mix_p3i run_name=sft_4b logger=wandb
+# sbatch --nodes=2 --gpus-per-node=8 --partition="$PARTITION" --account="$ACCOUNT" slurm/sft.sh experiment=p3i_4b_sft data.dir=/data/mix_p3i run_name=sft_4b logger=wandb
 #   ACCELERATE_CONFIG=conf/accelerate/zero3.yaml sbatch --nodes=4 --gpus-per-node=8 slurm/sft.sh model=qwen3_vl_8b ...   (ZeRO-3)
 #   sbatch --gpus=1 --cpus-per-task=2 --time=01:00:00 slurm/sft.sh experiment=toy_sft data.dir=data/toy   (smoke test, a small node)
 #
@@ -22,6 +22,7 @@
 #SBATCH --open-mode=append
 #SBATCH --output=slurm-%x-%j.log
 set -euo pipefail
+[[ -f "${SLURM_SUBMIT_DIR:-.}/slurm/launch.sh" ]] || { echo "slurm/sft.sh: no slurm/launch.sh under ${SLURM_SUBMIT_DIR:-$PWD}: submit from the repository root" >&2; exit 2; }
 # shellcheck source=launch.sh source-path=SCRIPTDIR
 source "${SLURM_SUBMIT_DIR:-.}/slurm/launch.sh"
 pin_wandb_run

@@ -1,5 +1,5 @@
 #!/bin/bash
-# slurm/submit.sh --gpus-per-node=8 --cpus-per-task=32 slurm/sft.sh model=qwen3_vl_4b data=mix_p3i data.dir=/data/mix_p3i
+# slurm/submit.sh --gpus-per-node=8 --cpus-per-task=32 slurm/sft.sh experiment=p3i_4b_sft data.dir=/data/mix_p3i
 #   slurm/submit.sh --check --nodes=1 --cpus-per-task=16 --gpus-per-node=1 --wrap=true     (ask only: exit 0 or 2)
 #
 # sbatch, once Slurm has said the job can ever start: "sbatch --test-only" with the same arguments

@@ -252,3 +252,144 @@ def test_every_advertised_command_starts():
         results = list(pool.map(_run_entry_point, sorted(found)))
     failed = [f"{found[key][0]} -> exit {rc}\n{tail}" for key, rc, tail in results if rc != 0]
     assert failed == [], "\n\n".join(failed)
+
+
+#: A stage's command in the docs, the slurm headers or the conf comments: ``python -m <stage>``,
+#: ``accelerate launch ... -m <stage>`` or ``sbatch ... slurm/<script>.sh`` (with ``EVAL_MODULE=``).
+STAGE_LINE = re.compile(
+    r"(?:(?P<watch>EVAL_MODULE=eval\.watch )?(?:sbatch|slurm/submit\.sh)(?P<flags>[^`#|\n]*?)slurm/(?P<script>sft|grpo|eval)\.sh"
+    r"|-m (?P<module>train\.sft|train\.grpo|eval\.run|eval\.watch))(?P<args>[^`#|\n(]*)"
+)
+STAGE_OF = {"train.sft": "sft", "train.grpo": "grpo", "eval.run": "eval", "eval.watch": "eval"}
+ROOT_OF = {"train.sft": "sft", "train.grpo": "grpo", "eval.run": "eval", "eval.watch": "watch"}
+SCRIPT_MODULE = {"sft": "train.sft", "grpo": "train.grpo", "eval": "eval.run"}
+
+
+def stage_lines() -> list[tuple[str, str, list[str], int, int | None]]:
+    from infra.entry import split_argv
+
+    """(where, module, overrides, GPUs the line asks for, its ZeRO stage) of every documented stage
+    command whose arguments are all given (no ``...``, no placeholder); a sweep at its first values.
+    ZeRO: the line's ``conf/accelerate/zero<N>`` config, else 2 for the sbatch scripts (their
+    default), 0 for one plain process; None for a line that only prints (``--cfg``)."""
+
+    out = []
+    for f in _sources():
+        text = _text(f)
+        for m in STAGE_LINE.finditer(text):
+            module = m["module"] or ("eval.watch" if m["watch"] else SCRIPT_MODULE[m["script"]])
+            args = m["args"].split()
+            if args == ["-m"]:  # a mention of a sweep, not a command
+                continue
+            if "..." in m["args"] or any(NOT_REPO.search(a) or a.split("=")[-1].isupper() for a in args):
+                continue
+            overrides = split_argv([a for a in args if "=" in a or a.startswith("-")])[0]
+            flags = m["flags"] or ""
+            nodes = re.search(r"--nodes[= ](\d+)", flags)
+            per_node = re.search(r"--gpus-per-node[= ](\d+)|--gres[= ]gpu:(\d+)|--gpus[= ](\d+)", flags)
+            gpus = int(nodes[1]) if nodes else 1
+            gpus *= int(next(g for g in per_node.groups() if g)) if per_node else 1
+            line = text_line(m)
+            zero = re.search(r"conf/accelerate/zero(\d)", line)
+            zero = int(zero[1]) if zero else (2 if m["script"] else 0)
+            printing = split_argv(args)[1]
+            out.append(
+                (
+                    f"{f.relative_to(ROOT)}: {m.group(0).strip()}",
+                    module,
+                    overrides,
+                    gpus,
+                    None if printing else zero,
+                )
+            )
+    return out
+
+
+def text_line(m: re.Match) -> str:
+    """The whole line a match is on."""
+    text = m.string
+    return text[text.rfind("\n", 0, m.start()) + 1 : text.find("\n", m.end()) % (len(text) + 1)]
+
+
+def sft_finals(configs: list, where: str, before: int) -> set[str]:
+    """The ``runs/<run_name>/final`` folders the documented SFT lines make: for a line of the README,
+    those above it (the steps a reader has run); for a doc or a comment, any line's.
+    The demo's SFT stage (``train.demo``: ``runs/demo/sft``) counts everywhere."""
+    source = where.split(": ", 1)[0]
+    ordered = source == "README.md"
+    finals = {"runs/demo/sft/final"}
+    for j, (w, module, cfg, *_rest) in enumerate(configs):
+        if (
+            module == "train.sft"
+            and cfg is not None
+            and (not ordered or (w.startswith(source + ":") and j < before))
+        ):
+            finals.add(f"runs/{cfg.run_name}/final")
+    return finals
+
+
+def preflight_failures(lines, gpu_memory_gb: float = 80.0) -> list[str]:
+    """What each stage's pre-flight (``eval.preflight``) says of each line, on the config alone: the
+    splits are ones the data set has, a real model's plan fits ``gpu_memory_gb`` on the GPUs the line
+    asks for, and GRPO's ``init=runs/<name>/final`` is the final/ of a documented SFT line's run."""
+    from eval.preflight import check_stage, plan
+    from infra.schema import compose
+    from train.config import SCHEMAS
+
+    configs = []
+    for where, module, overrides, gpus, zero in lines:
+        try:
+            cfg = compose(ROOT_OF[module], overrides, SCHEMAS[ROOT_OF[module]])
+            check_stage(STAGE_OF[module], cfg, on_disk=False, memory=False)
+        except Exception as exc:  # noqa: BLE001 (each line's failure is reported, whatever it is)
+            configs.append(
+                (where, module, None, gpus, zero, f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
+            )
+            continue
+        configs.append((where, module, cfg, gpus, zero, None))
+    failures = [f"{where}: {err}" for where, _, _, _, _, err in configs if err]
+    for i, (where, module, cfg, gpus, zero, _) in enumerate(configs):
+        if cfg is None or zero is None:
+            continue
+        init = os.path.normpath(cfg.init) if module == "train.grpo" and cfg.init else ""
+        finals = sft_finals(configs, where, i)
+        if init.startswith("runs/") and init not in finals:
+            failures.append(
+                f"{where}: init={init} is made by no documented SFT line before it ({sorted(finals)})"
+            )
+        sweep = " -m " in where.split(module, 1)[-1] + " "
+        if module == "train.grpo" and sweep and not cfg.grpo.eval_every:
+            failures.append(
+                f"{where}: a sweep without held-out evaluations (grpo.eval_every=0) cannot be compared"
+            )
+        if module.startswith("train.") and cfg.model.kind == "pretrained":
+            result = plan(STAGE_OF[module], cfg, gpu_memory_gb=gpu_memory_gb, gpus=gpus, zero=zero)
+            if not result["fits"]:
+                failures.append(f"{where}: would not fit {gpu_memory_gb:g} GB x {gpus} ({result['biggest']})")
+    return failures
+
+
+@pytest.mark.slow
+def test_every_documented_stage_command_passes_its_preflight():
+    """~60 lines composed in-process (a minute on 2 cores)."""
+    lines = stage_lines()
+    modules = {line[1] for line in lines}
+    assert modules == set(STAGE_OF), modules
+    assert len(lines) > 20
+    failures = preflight_failures(lines)
+    assert failures == [], "\n".join(failures)
+
+
+def test_the_preflight_check_finds_what_would_fail_after_the_queue():
+    lines = [
+        ("a", "eval.watch", ["run_dir=runs/sft_4b", "data=mix_p3i", "split=test"], 1, 0),
+        ("b", "train.sft", ["model=qwen3_vl_4b", "data=mix_p3i", "data.dir=/d"], 16, 2),
+        ("c", "train.grpo", ["init=runs/nowhere/final", "data.dir=/d"], 1, 0),
+        ("d: -m train.grpo -m", "train.grpo", ["init=runs/sft/final", "reward.reward_weights.prs=1"], 1, 0),
+    ]
+    failures = sorted(preflight_failures(lines))
+    assert failures[0].startswith("a: PreflightError: split=test: data=mix_p3i has no split 'test'")
+    assert failures[1] == "b: would not fit 80 GB x 16 (activations)"
+    assert failures[2].startswith("c: init=runs/nowhere/final is made by no documented SFT line before it")
+    assert failures[3].startswith("d: -m train.grpo -m: a sweep without held-out evaluations")
+    assert len(failures) == 4

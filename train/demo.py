@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from data_builders.config import RenderConfig
 from data_builders.frames import stream_frames
@@ -40,7 +40,8 @@ from eval.engine.render import TurnRenderer
 from eval.run import evaluate
 from eval.run import load_config as eval_config
 from eval.tracking import format_table
-from infra.schema import CONF_DIR, compose
+from infra.entry import front_door, split_argv
+from infra.schema import CONF_DIR
 from train.config import DemoConfig
 from train.run_dir import read_progress
 
@@ -209,11 +210,16 @@ def _grpo_stage(
 
 def main(argv: list[str] | None = None) -> dict:
     """Compose ``conf/demo.yaml`` with command-line overrides (the stages compose their own roots,
-    so the demo is not a ``hydra.main`` app itself) and run it."""
+    so the demo is not a ``hydra.main`` app itself) and run it. It answers as a Hydra main does:
+    ``--cfg job`` prints the composed config, a mistyped key is one line (exit 2)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", force=True)
     logging.getLogger("progress").setLevel(logging.INFO)  # steps, rate and ETA of each stage
-    overrides = sys.argv[1:] if argv is None else argv
-    return run_demo(compose("demo", overrides, DemoConfig))
+    overrides, printing = split_argv(sys.argv[1:] if argv is None else argv)
+    cfg = front_door("train.demo", "demo", DemoConfig, overrides)  # a mistake: one line, exit 2
+    if printing:  # --cfg job (or --help): the composed config, as a Hydra entry point prints it
+        print(OmegaConf.to_yaml(cfg, resolve=True), end="")
+        return {}
+    return run_demo(cfg)
 
 
 if __name__ == "__main__":

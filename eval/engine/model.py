@@ -332,10 +332,10 @@ def main(argv: list[str] | None = None) -> int:
             "usage: python -m eval.engine.model [model=tiny|qwen3_vl_2b|qwen3_vl_4b|qwen3_vl_8b] [model.KEY=VALUE ...]"
         )
         return 0
-    from hydra import compose, initialize_config_dir
+    from eval.config import EvalConfig  # stores eval_schema, the first entry of conf/eval.yaml
+    from infra.schema import compose
 
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        cfg = compose(config_name="eval", overrides=argv)
+    cfg = compose("eval", argv, EvalConfig)
     model_cfg = _plain(cfg.model)
     if model_cfg["kind"] == "tiny" and model_cfg.get("path") is None:
         model_cfg["path"] = str(Path(cfg.paths.cache_dir) / f"tiny-{_fingerprint(model_cfg)}")

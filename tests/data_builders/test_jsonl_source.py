@@ -144,4 +144,4 @@ def test_a_users_source_is_mixed_alone_or_beside_the_toy_source_by_naming_it(tmp
         taken[group] = {k: v["taken"] for k, v in json.loads(out.stdout.splitlines()[-1])["sources"].items()}
     assert taken == {"own": {"mine": 5}, "toy": {"mine": 5, "toy": 8}}
     empty = cli("mix", "data=own", "data.root=data/built", "data.dir=data/none", cwd=tmp_path)
-    assert empty.returncode == 1 and "name one with data.sources.<name>.weight=1" in empty.stderr
+    assert empty.returncode == 2 and "name one with data.sources.<name>.weight=1" in empty.stderr

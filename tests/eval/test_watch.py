@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 
 from eval import tracking
 from eval.engine.checkpoints import COMPLETE_MARKER
-from eval.watch import LEDGER, load_config, read_ledger, watch
+from eval.watch import LEDGER, load_config, read_ledger, run_dir_wait, watch
 from tests.conftest import by_checkpoint
 from train.config import SCHEMAS
 
@@ -235,7 +235,8 @@ def test_a_run_dir_that_never_appears_fails_at_the_deadline(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"run_dir=.*never: no such folder after waiting 0.2 s"):
         watch(cfg_for(run_dir, "once=true", "run_dir_wait_s=0.2"), Recorder())
     assert 0.2 <= time.time() - t0 < 5
-    assert cfg_for(run_dir).run_dir_wait_s == 86400.0  # the default: a day
+    assert run_dir_wait(cfg_for(run_dir)) == 86400.0  # the default: a day
+    assert run_dir_wait(cfg_for(run_dir, "once=true")) == 0.0  # once: what is there now
 
 
 def test_the_command_waits_before_composing_and_names_the_deadline(tmp_path):

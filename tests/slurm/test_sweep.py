@@ -4,6 +4,7 @@ job with its own run dir and result."""
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import subprocess
@@ -119,3 +120,6 @@ def test_local_launcher_runs_every_point_as_a_submitit_job(toy_mixture, tmp_path
         assert (run / "final" / "model.safetensors").exists()
         assert yaml.safe_load((run / "config.yaml").read_text())["reward"]["reward_weights"]["prs"] == weight
         assert len((run / "history.jsonl").read_text().splitlines()) == 1
+    result = json.loads(out.strip().splitlines()[-1])  # the sweep's table, printed on this terminal
+    assert result["sweep_dir"] == str(sweep) and result["swept"] == ["reward.reward_weights.prs"]
+    assert [row["reward.reward_weights.prs"] for row in result["rows"]] == ["1", "2"]

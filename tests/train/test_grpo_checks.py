@@ -39,8 +39,14 @@ def _grpo(tmp: Path, *overrides: str) -> tuple[str, str, float]:
     ("overrides", "message"),
     [
         ((), "GRPO needs init=<SFT checkpoint dir>"),
-        (("init=random", "reward.reward_weights.prs=abc"), "full_key: reward.reward_weights.prs"),
-        (("init=random", "+reward.weight.prs=2"), "full_key: reward.weight"),
+        (
+            ("init=random", "reward.reward_weights.prs=abc"),
+            "train.grpo: reward.reward_weights.prs: Value 'abc' of type 'str' could not be converted",
+        ),
+        (
+            ("init=random", "+reward.weight.prs=2"),
+            "train.grpo: unknown key reward.weight (did you mean reward.reward_weights?)",
+        ),
         (("init=random", "+reward.redundancy.lamda=0.1"), "unknown redundancy options: ['lamda']"),
         (("init=random", "grpo.num_generations=1"), "grpo.num_generations=1: must be at least 2"),
         (("init=random", "reward.weights.prs=2"), "reward.weights.prs is now reward.reward_weights.prs"),

@@ -126,6 +126,8 @@ def test_keep_best_keeps_the_weights_of_the_best_held_out_evaluation(toy_mixture
     evals = {r["step"]: r["eval/with_negatives/prs_b"] for r in rows if "eval/with_negatives/prs_b" in r}
     assert list(evals) == [0, 2, 3]  # before the first update, every 2, and after the last
     best = json.loads((run / "best" / "best.json").read_text())
+    assert (run / "best" / "COMPLETE").read_text() == f"{best['step']}\n"  # written last (docs/design.md)
+    assert (run / "final" / "COMPLETE").read_text() == "3\n"
     first_max = next(step for step, v in evals.items() if v == max(evals.values()))
     assert best == {"step": first_max, "metric": "with_negatives/prs_b", "value": evals[first_max]}
     # the saved weights are those of that evaluation: they score it again, and differ from the last

@@ -51,6 +51,7 @@ def sft_cfg(data: Path, out: Path, *overrides: str):
 def test_two_steps_pinned_losses_checkpoint_and_run_dir(toy_data, tmp_path):
     final = train(sft_cfg(toy_data, tmp_path / "run"))
     run = tmp_path / "run"
+    assert (final / "COMPLETE").read_text() == "2\n"  # final/ marked whole, as its checkpoints are
     state = json.loads((run / "checkpoint-2" / "trainer_state.json").read_text())
     logs = [h for h in state["log_history"] if "loss" in h]
     assert [round(h["loss"], 5) for h in logs] == pytest.approx(PINNED_LOSSES, abs=2e-4)
@@ -213,6 +214,7 @@ def test_the_command_line_ends_with_one_json_line(tmp_path, monkeypatch, capsys)
     import train.sft.run as sft
 
     final = tmp_path / "run" / "final"
+    (tmp_path / "data" / "toy" / "train").mkdir(parents=True)  # the pre-flight: data.dir is built
     monkeypatch.setattr(sft, "train", lambda cfg: final)
     monkeypatch.setattr(
         sys, "argv", ["train.sft", f"paths.root_dir={tmp_path}", f"train.output_dir={final.parent}"]

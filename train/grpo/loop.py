@@ -522,6 +522,7 @@ class GRPOLoop:
             self.processor.save_pretrained(tmp)
             write_render(tmp, self.renderer.cfg)
             (tmp / BEST_FILE).write_text(json.dumps(best) + "\n")
+            (tmp / COMPLETE_MARKER).write_text(f"{best['step']}\n")  # last: the copy is whole
             shutil.rmtree(path, ignore_errors=True)
             tmp.rename(path)
             log.info(

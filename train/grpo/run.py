@@ -1,7 +1,7 @@
 """GRPO stage: streaming rollouts scored with the evaluator's own PRS, clipped-ratio updates.
 
     python -m train.grpo init=runs/sft/final data=toy
-    python -m train.grpo -m init=runs/sft/final reward.reward_weights.prs=1,2 reward.redundancy.lambda=0.1,0.2
+    python -m train.grpo -m init=runs/sft/final reward.reward_weights.prs=1,2 reward.redundancy.lambda=0.1,0.2 grpo.eval_every=20
     python -m train.grpo experiment=toy_overfire                                     # CPU learning check
     accelerate launch --config_file conf/accelerate/zero2.yaml -m train.grpo experiment=p3i_4b_grpo init=...
 
@@ -37,6 +37,7 @@ from data_builders.splits import split_records
 from data_builders.video import FrameCache
 from eval.config import BenchmarkConfig, LoggerConfig, quiet_libraries
 from eval.engine.checkpoints import (
+    COMPLETE_MARKER,
     add_render_to_command_line,
     check_checkpoint,
     check_render,
@@ -44,8 +45,10 @@ from eval.engine.checkpoints import (
     render_overrides,
     write_render,
 )
+from eval.preflight import check_stage
 from eval.runners import evaluate_model, get_runner
 from eval.tracking import make_logger
+from infra.entry import front_door
 from infra.files import OutputLock
 from infra.progress import console
 from infra.schema import CONF_DIR, compose, validate
@@ -79,6 +82,7 @@ def run(cfg: DictConfig, out: Path | None = None) -> Path:
     """Train from a validated config; returns the final checkpoint dir (model + processor), or with
     ``grpo.keep_best`` the best one on the held-out split."""
     signals = SignalFlag()  # first: a signal while the model loads is caught too
+    check_stage("grpo", cfg)  # eval.preflight: splits, init, the memory plan on a GPU
     main = is_rank_zero()
     lock = OutputLock(out or cfg.grpo.output_dir, "train.grpo").acquire() if main else None  # one run per dir
     try:
@@ -286,6 +290,8 @@ def _save(loop, out: Path, processor, render_cfg: RenderConfig, last: Path) -> P
         processor.save_pretrained(final)
         write_render(final, render_cfg)
     parallel.barrier()
+    if parallel.is_main:  # written last, once every rank's part is saved (docs/design.md)
+        (final / COMPLETE_MARKER).write_text(f"{loop.step}\n")
     log.info("final checkpoint %s (last update checkpoint %s)", final, last)
     if g.keep_best:
         best = loop.best
@@ -370,6 +376,14 @@ def renamed_keys(argv: list[str]) -> list[str]:
     return found
 
 
+def _check_start(cfg: DictConfig) -> None:
+    """What the command line refuses before Hydra runs it: the config's own checks (init, reward,
+    options: :func:`check_config`), then the stage's pre-flight (``eval.preflight``)."""
+    if not cfg.entry.target:
+        check_config(cfg)
+        check_stage("grpo", cfg)
+
+
 def main() -> None:
     """The command line; renamed keys refused, a sweep's swept keys noted (``train.sweeps``), and the
     ``init`` checkpoint's render block added as overrides (``eval.engine.checkpoints.render_overrides``: the
@@ -380,6 +394,7 @@ def main() -> None:
         sys.exit(2)
     note_swept_keys(sys.argv[1:])
     add_render_to_command_line("train.grpo", key="init")
+    front_door("train.grpo", "grpo", GRPOConfig, check=_check_start)
     _main()
 
 

@@ -1,9 +1,9 @@
 """SFT stage: Qwen3-VL on silence/response streams with a focal, frequency-balanced decision loss.
 
     python -m train.sft model=tiny data=toy experiment=toy_sft                  # the demo's settings, CPU
-    python -m train.sft model=qwen3_vl_4b data=mix_p3i data.dir=/data/mix_p3i   # the recipe (lr 1e-5, 1 epoch)
-    accelerate launch --config_file conf/accelerate/zero2.yaml -m train.sft model=qwen3_vl_4b ...
-    sbatch --gpus-per-node=8 slurm/sft.sh model=qwen3_vl_4b data=mix_p3i data.dir=/data/mix_p3i
+    python -m train.sft experiment=p3i_4b_sft data.dir=/data/mix_p3i   # the recipe (lr 1e-5, 1 epoch)
+    accelerate launch --config_file conf/accelerate/zero2.yaml -m train.sft experiment=p3i_4b_sft data.dir=/data/mix_p3i ...
+    sbatch --gpus-per-node=8 slurm/sft.sh experiment=p3i_4b_sft data.dir=/data/mix_p3i
 
 Assembles the parts and hands them to the Trainer: the model (``eval.engine.model``; vision tower frozen,
 merger and language model trained, or LoRA adapters), the training split of a built mixture as
@@ -29,9 +29,11 @@ from omegaconf.errors import OmegaConfBaseException
 from data_builders.config import RenderConfig
 from data_builders.video import FrameCache
 from eval.config import quiet_libraries
-from eval.engine.checkpoints import checkpoint_name, checkpoint_step, write_render
+from eval.engine.checkpoints import COMPLETE_MARKER, checkpoint_name, checkpoint_step, write_render
 from eval.engine.model import count_parameters, load_model_and_processor
 from eval.engine.render import TurnRenderer
+from eval.preflight import check_stage
+from infra.entry import front_door
 from infra.files import OutputLock
 from infra.progress import console
 from infra.schema import CONF_DIR, compose, validate
@@ -143,7 +145,10 @@ def build_trainer(cfg: DictConfig) -> tuple[DecisionTrainer, PreemptionCallback]
 
 
 def train(cfg: DictConfig) -> Path:
-    """Run the SFT stage of a validated config; returns the final checkpoint dir (model + processor)."""
+    """Run the SFT stage of a validated config; returns the final checkpoint dir (model + processor).
+    The pre-flight (``eval.preflight.check_stage``) runs first: a split or data dir that is missing,
+    or a plan that would not fit the GPU, stops it before the model loads."""
+    check_stage("sft", cfg)
     t = cfg.train
     out = Path(t.output_dir)
     resume = resolve_resume(t.resume, out)
@@ -153,11 +158,12 @@ def train(cfg: DictConfig) -> Path:
     try:
         if resume and _finished(out, resume, t.max_steps):
             log.info(
-                "%s: %s already reached train.max_steps=%d and final/ is saved: nothing to train "
+                "%s: %s already reached the run's %d steps (%s) and final/ is saved: nothing to train "
                 "(raise train.max_steps to train on, or train.resume=none to start over)",
                 out,
                 Path(resume).name,
-                t.max_steps,
+                _planned_steps(resume, t.max_steps),
+                f"train.max_steps={t.max_steps}" if t.max_steps > 0 else f"train.num_epochs={t.num_epochs:g}",
             )
             return out / "final"
         return _train(cfg, out, resume)
@@ -169,8 +175,17 @@ def train(cfg: DictConfig) -> Path:
 def _finished(out: Path, resume: str, max_steps: int) -> bool:
     """Whether the run in ``out`` is done: the checkpoint to resume from is at ``max_steps`` and
     ``final/`` was saved after it (the Trainer, resumed there, would train one step more)."""
-    step = checkpoint_step(resume)
-    return step is not None and step >= max_steps and (out / "final" / "config.json").is_file()
+    step, planned = checkpoint_step(resume), _planned_steps(resume, max_steps)
+    return None not in (step, planned) and step >= planned and (out / "final" / "config.json").is_file()
+
+
+def _planned_steps(resume: str, max_steps: int) -> int | None:
+    """The run's step count: ``train.max_steps``, or under ``-1`` (epochs) the count the Trainer
+    planned, in the checkpoint's ``trainer_state.json``."""
+    if max_steps > 0:
+        return max_steps
+    state = Path(resume) / "trainer_state.json"
+    return json.loads(state.read_text()).get("max_steps") if state.is_file() else None
 
 
 def _train(cfg: DictConfig, out: Path, resume: str | None) -> Path:
@@ -211,6 +226,8 @@ def _train(cfg: DictConfig, out: Path, resume: str | None) -> Path:
     if trainer.is_world_process_zero():
         write_render(final, cfg.render)
     trainer.accelerator.wait_for_everyone()
+    if trainer.is_world_process_zero():  # written last, once every rank's part is saved (docs/design.md)
+        (final / COMPLETE_MARKER).write_text(f"{trainer.state.global_step}\n")
     if "wandb" in trainer.args.report_to and trainer.is_world_process_zero():
         import wandb
 
@@ -227,7 +244,7 @@ def compose_config(overrides: list[str] | None = None) -> DictConfig:
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="sft", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+def _main(cfg: DictConfig) -> None:
     try:
         cfg = validate(cfg, SFTConfig)
     except (ValueError, OmegaConfBaseException) as exc:
@@ -242,6 +259,13 @@ def main(cfg: DictConfig) -> None:
         sys.exit(exc.exit_code)
     end_process_group()
     print(json.dumps({"final_checkpoint": str(final)}))
+
+
+def main() -> None:
+    """The command line: composed, validated and pre-flighted (``eval.preflight``: the splits, the
+    data dir, the memory plan on a GPU) before Hydra runs it, so a mistake is one line, exit 2."""
+    front_door("train.sft", "sft", SFTConfig, check=lambda cfg: check_stage("sft", cfg))
+    _main()
 
 
 if __name__ == "__main__":

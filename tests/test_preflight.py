@@ -1,0 +1,281 @@
+"""The pre-flight each stage runs at start (``eval.preflight``), the one-line errors of the entry
+points' front door (``infra.entry``) and the memory plan (``python -m train.plan``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from eval.config import EvalConfig
+from eval.preflight import PreflightError, check_stage, plan
+from eval.watch import WatchConfig, load_config
+from infra.entry import did_you_mean
+from infra.schema import compose
+from train.grpo.config import GRPOConfig
+from train.sft.config import SFTConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
+
+
+def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=ENV
+    )
+
+
+def test_a_split_the_data_set_lacks_is_refused_before_the_model_loads(tmp_path):
+    t0 = time.time()
+    proc = run("eval.run", "checkpoint=null", "data=mix_p3i", f"data.dir={tmp_path}", "split=test")
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1].startswith("eval.run: split=test: data=mix_p3i has no split 'test' (it has train, val)")
+    assert "Traceback" not in proc.stderr and proc.stdout.strip() == ""
+    assert time.time() - t0 < 60
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_checkpoint_selection_reads_val_by_default(tmp_path):
+    cfg = load_config([f"run_dir={tmp_path}", "benchmark=p3i", "data=mix_p3i", "data.dir=/data/mix_p3i"])
+    assert cfg.split == "val"
+    check_stage("eval", cfg, on_disk=False)  # the README's watch line passes
+    grpo = compose("grpo", ["grpo.eval_every=5"], GRPOConfig)
+    assert grpo.grpo.eval_split == "val"
+
+
+def test_a_built_mixture_without_the_split_is_named(tmp_path):
+    (tmp_path / "train").mkdir()
+    cfg = compose("sft", ["data=mix_p3i", f"data.dir={tmp_path}", "train.eval_split=val"], SFTConfig)
+    with pytest.raises(PreflightError, match=r"train.eval_split=val: .* has no val/ \(it has train\)"):
+        check_stage("sft", cfg)
+
+
+def test_grpo_refuses_a_missing_init_and_a_lacking_eval_split(tmp_path):
+    (tmp_path / "train").mkdir()
+    cfg = compose("grpo", [f"data.dir={tmp_path}", f"init={tmp_path}/sft/final"], GRPOConfig)
+    with pytest.raises(PreflightError, match=r"init=.*sft/final does not exist"):
+        check_stage("grpo", cfg)
+    check_stage(
+        "grpo", compose("grpo", [f"data.dir={tmp_path}", "init=random"], GRPOConfig)
+    )  # the model config
+    cfg = compose("grpo", ["data=mix_p3i", "grpo.eval_every=5", "grpo.eval_split=test"], GRPOConfig)
+    with pytest.raises(PreflightError, match=r"grpo.eval_split=test: data=mix_p3i has no split 'test'"):
+        check_stage("grpo", cfg, on_disk=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["eval.run", "+splt=test"], "eval.run: unknown key splt (did you mean split?)"),
+        (["eval.run", "splt=test"], "eval.run: unknown key splt (did you mean split?)"),
+        (["train.sft", "data.dir=/nonexistent/mix"], "train.sft: data.dir=/nonexistent/mix does not exist"),
+        (
+            ["eval.watch", "run_dir=/nonexistent/run", "once=true"],
+            "eval.watch: run_dir=/nonexistent/run does not exist",
+        ),
+    ],
+)
+def test_a_mistake_is_one_line_exit_2(args, line):
+    proc = run(*args)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(line)
+
+
+def test_did_you_mean_comes_from_the_schema_keys():
+    assert (
+        did_you_mean("train.per_device_batchsize", SFTConfig)
+        == " (did you mean train.per_device_batch_size?)"
+    )
+    assert did_you_mean("grpo.windows_per_stp", GRPOConfig) == " (did you mean grpo.windows_per_step?)"
+    assert did_you_mean("zzz", EvalConfig) == ""
+
+
+@pytest.mark.slow
+def test_watch_cfg_job_with_a_missing_run_dir_returns_at_once():
+    t0 = time.time()
+    proc = run("eval.watch", "run_dir=/nonexistent/run", "--cfg", "job")
+    assert proc.returncode == 0, proc.stderr
+    assert "run_dir: /nonexistent/run" in proc.stdout and "split: val" in proc.stdout
+    assert time.time() - t0 < 60
+
+
+SFT_4B = ["model=qwen3_vl_4b", "experiment=p3i_4b_sft"]
+
+
+def test_the_4b_recipe_fits_80_gb_and_the_stage_defaults_do_not():
+    recipe = plan("sft", compose("sft", SFT_4B, SFTConfig), gpu_memory_gb=80, gpus=16, zero=2)
+    assert recipe["fits"] is True
+    assert recipe["parameters"] == {
+        "value": 4437815808,
+        "kind": "measured",
+        "source": "the model config built on the meta device",
+    }
+    assert 10 < recipe["memory_gb"]["peak"]["value"] < 80
+    defaults = SFT_4B + ["train.per_device_batch_size=8", "train.gradient_checkpointing=false"]
+    big = plan("sft", compose("sft", defaults, SFTConfig), gpu_memory_gb=80, gpus=16, zero=2)
+    assert big["fits"] is False and big["biggest"] == "activations"
+    assert big["memory_gb"]["activations"]["value"] > 80
+    for term in recipe["memory_gb"].values():
+        assert term["kind"] in ("measured", "estimated") and term["source"]
+
+
+def test_the_plan_reproduces_the_measured_h200_step():
+    """The calibration point: one 30-frame window, one process, no ZeRO, no checkpointing (the
+    H200 step of docs/performance.md, 74.5 GiB with logits at every position)."""
+    from eval.preflight import GIB, activation_bytes_per_token, calibration, model_parameters, state_bytes
+
+    cfg = compose("sft", SFT_4B, SFTConfig)
+    p = model_parameters(cfg.model)
+    states = sum(state_bytes(p, zero=0, gpus=1).values())
+    acts = activation_bytes_per_token(p, False, full_logits=True) * calibration(p) * 6701
+    assert (states + acts) / GIB == pytest.approx(74.5, rel=1e-6)
+    assert 0.5 < calibration(p) < 2.0  # the width formula is within 2x of the measurement
+
+
+@pytest.mark.slow
+def test_train_plan_prints_one_json_line():
+    proc = run("train.plan", "stage=sft", *SFT_4B, "gpu_memory_gb=80", "gpus=16")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["fits"] is True and out["gpus"] == 16 and out["gpu_hours"]["value"] > 0
+    proc = run(
+        "train.plan",
+        "stage=sft",
+        *SFT_4B,
+        "gpu_memory_gb=80",
+        "gpus=16",
+        "train.per_device_batch_size=8",
+        "train.gradient_checkpointing=false",
+    )
+    assert proc.returncode == 1 and json.loads(proc.stdout.strip().splitlines()[-1])["fits"] is False
+
+
+def test_the_gpu_check_refuses_what_would_not_fit(monkeypatch):
+    import eval.preflight as preflight
+
+    monkeypatch.setattr(preflight, "_device_memory_gb", lambda: 80.0)
+    monkeypatch.setenv("WORLD_SIZE", "16")
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2")
+    big = SFT_4B + ["train.per_device_batch_size=8", "train.gradient_checkpointing=false"]
+    with pytest.raises(PreflightError, match=r"would not fit: .* > 80 GB \(activations: .*plan.check=false"):
+        check_stage("sft", compose("sft", big, SFTConfig), on_disk=False)
+    assert check_stage("sft", compose("sft", big + ["plan.check=false"], SFTConfig), on_disk=False) is None
+    assert check_stage("sft", compose("sft", SFT_4B, SFTConfig), on_disk=False)["fits"] is True
+    assert WatchConfig.split == "val"
+
+
+def test_the_front_door_refuses_in_process(capsys):
+    """``front_door`` as the entry points call it: a mistyped key ends the command, exit 2, one line."""
+    from infra.entry import front_door
+
+    with pytest.raises(SystemExit) as stop:
+        front_door("train.sft", "sft", SFTConfig, ["train.per_device_batchsize=2"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "train.sft: unknown key train.per_device_batchsize (did you mean train.per_device_batch_size?)"
+    ]
+    assert front_door("train.sft", "sft", SFTConfig, ["--cfg", "job", "data.dir=/nowhere"]) is None
+
+
+@pytest.mark.slow
+def test_the_model_card_command_runs_in_a_fresh_process():
+    """README's ``python -m eval.engine.model model=tiny``, as a user runs it (no schema preloaded)."""
+    proc = run("eval.engine.model", "model=tiny")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["name"] == "tiny"
+
+
+def test_mix_names_every_missing_source(tmp_path):
+    from data_builders.mixture import BuildFailed, MixtureConfig, build_mixture
+    from infra.schema import typed
+
+    cfg = compose("mix", ["data=mix_p3i", f"data.root={tmp_path}", f"data.dir={tmp_path}/mix"])
+    mixture = typed(MixtureConfig, dict(cfg.data), "data")
+    with pytest.raises(BuildFailed) as err:
+        build_mixture(mixture)
+    message = str(err.value)
+    assert "4 of 4 sources have no records" in message
+    for name in ("ego4d_events", "llava_video", "nexar", "shot2story"):
+        assert f"{name} ({tmp_path}/{name})" in message
+    assert not (tmp_path / "mix").exists()
+
+
+@pytest.mark.slow
+def test_demo_answers_cfg_job_and_a_mistyped_key():
+    proc = run("train.demo", "--cfg", "job")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "n_streams: 512" in proc.stdout
+    proc = run("train.demo", "demo.n_strams=3")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "train.demo: unknown key demo.n_strams (did you mean demo.n_streams?)"
+    ]
+
+
+def test_a_run_of_epochs_is_finished_only_at_its_planned_steps(tmp_path):
+    """``train.max_steps=-1`` (epochs): a resumed run is finished at the Trainer's planned count, not
+    at any step (every step is >= -1)."""
+    from train.sft.run import _finished
+
+    ckpt = tmp_path / "checkpoint-3"
+    ckpt.mkdir()
+    (ckpt / "trainer_state.json").write_text(json.dumps({"max_steps": 5, "global_step": 3}))
+    (tmp_path / "final").mkdir()
+    (tmp_path / "final" / "config.json").write_text("{}")
+    assert _finished(tmp_path, str(ckpt), -1) is False
+    (ckpt / "trainer_state.json").write_text(json.dumps({"max_steps": 3, "global_step": 3}))
+    assert _finished(tmp_path, str(ckpt), -1) is True
+    assert _finished(tmp_path, str(ckpt), 4) is False
+
+
+def test_the_data_docs_list_every_task():
+    from data_builders.records import TASKS
+
+    text = (ROOT / "docs" / "data.md").read_text()
+    paragraph = text[text.index("- `task` is one of") :].split("\n- ", 1)[0]
+    assert sorted(t for t in TASKS if f"`{t}`" not in paragraph) == []
+
+
+def test_every_eval_score_flag_is_documented(capsys):
+    import re
+
+    from eval.score import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    flags = set(re.findall(r"(--[a-z][a-z-]+)", capsys.readouterr().out)) - {"--help"}
+    assert len(flags) > 15
+    doc = (ROOT / "docs" / "evaluation.md").read_text()
+    assert sorted(f for f in flags if f"`{f}`" not in doc) == []
+
+
+@pytest.mark.parametrize("script", ["sft", "grpo", "eval", "frames"])
+def test_a_job_submitted_outside_the_repository_stops_in_one_line(script, tmp_path):
+    env = {
+        **ENV,
+        "SLURM_SUBMIT_DIR": str(tmp_path),
+        "SLURM_ARRAY_TASK_ID": "0",
+        "SLURM_ARRAY_TASK_COUNT": "1",
+    }
+    proc = subprocess.run(
+        ["bash", str(ROOT / "slurm" / f"{script}.sh"), "data=toy"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"slurm/{script}.sh: no slurm/launch.sh under {tmp_path}: submit from the repository root"
+    ]
