@@ -37,6 +37,7 @@ import platform
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from importlib import metadata
 from pathlib import Path
@@ -95,13 +96,30 @@ def is_rank_zero() -> bool:
 
 def end_process_group() -> None:
     """Destroy the launch's default process group, if one was made, while the interpreter is still
-    whole. A gloo process left to interpreter teardown can die of SIGABRT after its work is done (its
-    worker threads free tensors once Python is gone): a 2-node GRPO job on CPU once ended with rank 1
-    killed by signal 6 and rank 0 waiting five minutes on the launcher's exit barrier."""
+    whole."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def leave_launch(code: int = 0) -> None:
+    """End a training stage's process: the process group destroyed; in a launch of several ranks the
+    process then exits at once (``os._exit``), its streams and logs flushed, without interpreter
+    teardown. A 2-rank GRPO job on CPU ended twice with one rank killed by SIGABRT after its work
+    was done ("terminate called without an active exception": a native thread still joinable when
+    the interpreter's teardown destroyed it, with the process group already destroyed the second
+    time) and the other rank's launcher waiting five minutes on its exit barrier. Every file a stage
+    writes is closed and its tracker finished before this is called. One process alone returns
+    (``code`` 0) or exits with ``code`` as usual."""
+    end_process_group()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    if code:
+        sys.exit(code)
 
 
 def is_write_failure(exc: BaseException) -> bool:

@@ -6,10 +6,8 @@ The example file is the one of docs/data.md (read from the page, so the two cann
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +15,7 @@ import pytest
 from data_builders.build import BuildFailed, build_source
 from data_builders.records import load_streams
 from data_builders.synthetic.toy import generate_toy
+from tests.conftest import run_module
 
 ROOT = Path(__file__).resolve().parents[2]
 MARK = "<!-- example: streams.jsonl -->\n```\n"
@@ -42,15 +41,7 @@ def write_example(root: Path) -> Path:
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "data_builders", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_module("data_builders", *args, cwd=cwd)
 
 
 def test_the_example_file_builds_into_five_records_with_the_documented_defaults(tmp_path):

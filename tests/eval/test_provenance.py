@@ -5,9 +5,7 @@ with another config evaluates again."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,21 +14,13 @@ import pytest
 from data_builders.records import Target, load_streams, write_jsonl
 from eval.provenance import RECORD_FIELD, decides, describe_difference, first_difference, record_fingerprint
 from eval.store import PredictionLog
-from tests.conftest import eval_overrides
+from tests.conftest import eval_overrides, run_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def eval_run(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        [sys.executable, "-m", "eval.run", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        check=False,
-    )
+    return run_module("eval.run", *args)
 
 
 def test_first_difference_names_the_dotted_key_and_both_values():

@@ -32,6 +32,12 @@ def _env() -> dict:
     return {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
+def _shell_env() -> dict:
+    """The environment of a user's shell: under ``make test`` the variables a make hands its children
+    would make this make a sub-make, which prints "Entering/Leaving directory" after the JSON line."""
+    return {k: v for k, v in _env().items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+
+
 def _number_or_time_out(value) -> bool:
     """A figure, or a part stopped by its cap or the deadline (a shared machine's load); an error
     inside a part ("failed: ...") is not accepted."""
@@ -50,7 +56,7 @@ def test_make_gpu_check_on_cpu_gives_every_key(tmp_path):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        env=_env(),
+        env=_shell_env(),
         timeout=300,
     )
     wall = time.monotonic() - t0

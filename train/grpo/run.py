@@ -58,8 +58,8 @@ from train.run_dir import (
     NonFiniteLoss,
     Preempted,
     SignalFlag,
-    end_process_group,
     is_rank_zero,
+    leave_launch,
     resolve_resume,
     retire_nonfinite,
     set_aside_previous_run,
@@ -348,12 +348,11 @@ def _main(cfg: DictConfig) -> None:
         selected = run(cfg, out)
     except Preempted as exc:
         log.warning("%s", exc)
-        end_process_group()
-        sys.exit(exc.exit_code)
-    end_process_group()
+        leave_launch(exc.exit_code)
     key = "best_checkpoint" if cfg.grpo.keep_best else "final_checkpoint"
     if main:
         print(json.dumps({key: str(selected)}))
+    leave_launch()
 
 
 #: Keys the GRPO config had before it took trl's names (docs/grpo.md): an old command line is told

@@ -41,9 +41,9 @@ from train.run_dir import (
     CheckpointWriteError,
     NonFiniteLoss,
     Preempted,
-    end_process_group,
     is_rank_zero,
     is_write_failure,
+    leave_launch,
     resolve_resume,
     retire_nonfinite,
     set_aside_previous_run,
@@ -255,10 +255,9 @@ def _main(cfg: DictConfig) -> None:
         final = train(cfg)
     except Preempted as exc:
         log.warning("%s", exc)
-        end_process_group()
-        sys.exit(exc.exit_code)
-    end_process_group()
+        leave_launch(exc.exit_code)
     print(json.dumps({"final_checkpoint": str(final)}))
+    leave_launch()
 
 
 def main() -> None:
