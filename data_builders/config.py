@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -111,7 +112,11 @@ class FramesConfig:
     """``i/n``: decode only shard ``i`` of ``n`` of the clips (``data_builders.frames.clip_shard``),
     one task of a Slurm array (``slurm/frames.sh``); null: every clip."""
     render: RenderConfig = field(default_factory=RenderConfig)
-    """Frame size and video backend: the training run's (``render=toy|hd``)."""
+    """Frame size and video backend: the training run's, from its model group (``model=tiny``: toy,
+    the Qwen3-VL models: hd), or ``render=toy|hd`` given."""
+    model: dict[str, Any] = field(default_factory=dict)
+    """The training run's model group (``model=qwen3_vl_4b``), as in every stage: only its render
+    block is used here (the default, as in every stage, is the tiny model)."""
     paths: PathsConfig = field(default_factory=PathsConfig)
     """``paths.frame_cache_dir`` is the cache filled."""
     data: MixtureConfig | None = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,11 @@ def quiet_libraries() -> None:
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
     logging.getLogger("DeepSpeed").setLevel(logging.ERROR)
+    if "deepspeed" not in sys.modules and "DS_ACCELERATOR" not in os.environ:
+        import torch
+
+        if not torch.cuda.is_available():  # DeepSpeed prints its CPU fallback on stdout, after our JSON
+            os.environ["DS_ACCELERATOR"] = "cpu"
 
 
 @dataclass

@@ -1,13 +1,13 @@
 #!/bin/bash
-# sbatch --array=0-7 --partition="$PARTITION" --account="$ACCOUNT" slurm/frames.sh data=mix_p3i data.dir=/data/mix_p3i
-#   sbatch --array=0-3 slurm/frames.sh records=/data/built/nexar render=hd workers=32      (one build dir)
+# sbatch --array=0-7 --partition="$PARTITION" --account="$ACCOUNT" slurm/frames.sh model=qwen3_vl_4b data=mix_p3i data.dir=/data/mix_p3i
+#   sbatch --array=0-3 slurm/frames.sh records=/data/built/nexar model=qwen3_vl_4b workers=32      (one build dir)
 #
 # The frames stage over many nodes: each task of the Slurm array decodes its shard of the clips into
 # the one shared frame cache (paths.frame_cache_dir, on a file system every node mounts at the same
 # path): task i of an array of n runs "python -m data_builders frames ... shard=i/n" (i counts from the
 # array's first index, n is SLURM_ARRAY_TASK_COUNT), with workers = the task's CPUs unless an override
 # says otherwise. Arguments are Hydra overrides of conf/frames.yaml, passed through unchanged; give the
-# training run's render (render=hd for Qwen3-VL). Entries are renamed into place only once whole, so
+# training run's render (its model group's: model=qwen3_vl_4b gives render=hd). Entries are renamed into place only once whole, so
 # the tasks never cut each other's entries; a task that dies (or is pre-empted and requeued) decodes
 # on its rerun only the clips it had not finished, and a resubmitted array skips every cached clip.
 # Partition, account and time come from your sbatch flags or SBATCH_* variables. Submit from the

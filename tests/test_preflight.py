@@ -279,3 +279,15 @@ def test_a_job_submitted_outside_the_repository_stops_in_one_line(script, tmp_pa
     assert proc.stderr.strip().splitlines() == [
         f"slurm/{script}.sh: no slurm/launch.sh under {tmp_path}: submit from the repository root"
     ]
+
+
+def test_deepspeed_says_nothing_on_stdout_after_a_stage_quiets_the_libraries():
+    """DeepSpeed, imported on a machine without CUDA, printed "Setting accelerator to CPU" on stdout
+    (a GRPO or export command's output then did not end with its JSON line alone)."""
+    code = "from eval.config import quiet_libraries; quiet_libraries(); import deepspeed; deepspeed.get_accelerator()"
+    env = {k: v for k, v in os.environ.items() if k != "DS_ACCELERATOR"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-1000:]
+    assert done.stdout == ""

@@ -49,7 +49,7 @@ def test_frames_and_mixture_configs_compose():
     plain = OmegaConf.to_container(frames, resolve=True)
     c = typed(FramesConfig, plain, "frames")
     assert (c.records, c.steps_per_second, c.data) == ("/tmp/d", 1.0, None)
-    assert c.render.max_pixels == 448 * 448  # render=hd: the Qwen3-VL models' frames
+    assert c.render.max_pixels == 64 * 64  # model=tiny, the default of every stage: render=toy
     assert c.paths.frame_cache_dir == "./.cache/frames"  # the cache every stage reads
     m = typed(MixtureConfig, OmegaConf.to_container(mix.data), "data")
     assert {k: (s.weight, s.count) for k, s in m.sources.items()} == {

@@ -14,12 +14,14 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import yaml
 
 from data_builders.build import build_source
 from data_builders.config import RenderConfig
 from data_builders.frames import cache_frames, clip_jobs, clip_shard, parse_shard
 from data_builders.records import load_streams, write_jsonl
 from data_builders.video import writer_host
+from tests.conftest import run_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -74,11 +76,13 @@ def test_the_shards_split_every_clip_once_whatever_the_record_order(tmp_path):
 def test_shards_running_at_once_leave_the_cache_one_run_leaves(tmp_path):
     out, ref, shared = tmp_path / "toy", tmp_path / "ref", tmp_path / "shared"
     build_source("toy", out, options={"n": 10, "seed": 0}, workers=1)
-    hd = RenderConfig(max_pixels=200704, frame_format="jpeg90")  # conf/render/hd.yaml, the command's default
+    hd = RenderConfig(max_pixels=200704, frame_format="jpeg90")  # conf/render/hd.yaml, model=qwen3_vl_4b's
     one = cache_frames(out, ref, render=hd, workers=1, progress=False)
     # two shards and a whole run at once: every key is written by two processes at the same time
     procs = [
-        subprocess.Popen(frames_command(out, shared, *a), env=env(), stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            frames_command(out, shared, "model=qwen3_vl_4b", *a), env=env(), stdout=subprocess.PIPE, text=True
+        )
         for a in (["shard=0/2"], ["shard=1/2"], [])
     ]
     results = [json.loads(p.communicate(timeout=300)[0].strip().splitlines()[-1]) for p in procs]
@@ -168,3 +172,15 @@ def test_another_hosts_temp_files_go_only_once_stale(tmp_path):
     mine.rename(mine := folder / mine.name.replace("x_", f"{writer_host()}_"))
     cache_frames(out, cache, workers=1, progress=False)
     assert sorted(p.name for p in cache.rglob("*.tmp")) == [fresh.name]  # its writer may be alive
+
+
+@pytest.mark.parametrize(
+    ("args", "max_pixels"),
+    [([], 64 * 64), (["model=qwen3_vl_4b"], 448 * 448), (["model=qwen3_vl_4b", "render=toy"], 64 * 64)],
+)
+def test_the_frames_stage_caches_at_the_render_of_the_model_the_training_run_uses(args, max_pixels):
+    """As every stage, the default model is the tiny one (its toy render: the cache a tiny-model SFT
+    reads); a Qwen3-VL model's group gives the hd render; an explicit render= wins."""
+    done = run_module("data_builders", "frames", *args, "--cfg", "job", timeout=120)
+    assert done.returncode == 0, done.stderr[-1000:]
+    assert yaml.safe_load(done.stdout)["render"]["max_pixels"] == max_pixels
