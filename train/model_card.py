@@ -49,8 +49,18 @@ processor = AutoProcessor.from_pretrained(MODEL)
 model = AutoModelForImageTextToText.from_pretrained(MODEL).eval()
 tok = processor.tokenizer
 silence, response, im_end = tok.convert_tokens_to_ids(["</Silence>", "</Response>", "<|im_end|>"])
-banned = tok.convert_tokens_to_ids(["<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>",
-                                    "<|im_start|>", "<|endoftext|>", "</Silence>", "</Response>"])
+banned = tok.convert_tokens_to_ids(
+    [
+        "<|image_pad|>",
+        "<|video_pad|>",
+        "<|vision_start|>",
+        "<|vision_end|>",
+        "<|im_start|>",
+        "<|endoftext|>",
+        "</Silence>",
+        "</Response>",
+    ]
+)
 max_pixels = json.load(open(f"{MODEL}/render.json"))["max_pixels"]  # the frame size it was trained at
 
 
@@ -84,8 +94,15 @@ with torch.no_grad():
         positions, _ = model.model.get_rope_index(ids, mm, image_grid_thw=inputs.image_grid_thw)
         positions = positions + offset
         offset = int(positions.max()) + 1
-        out = model(input_ids=ids, pixel_values=inputs.pixel_values, image_grid_thw=inputs.image_grid_thw,
-                    mm_token_type_ids=mm, position_ids=positions, cache=cache, use_cache=True)
+        out = model(
+            input_ids=ids,
+            pixel_values=inputs.pixel_values,
+            image_grid_thw=inputs.image_grid_thw,
+            mm_token_type_ids=mm,
+            position_ids=positions,
+            cache=cache,
+            use_cache=True,
+        )
         cache = out.cache
         p_response = torch.softmax(out.logits[0, -1, [silence, response]].double(), dim=-1)[1]
         if p_response < THRESHOLD:
@@ -93,8 +110,12 @@ with torch.no_grad():
             continue
         reply = [response]
         while True:  # greedy decoding of the reply, fed token by token into the same cache
-            out = model(input_ids=torch.tensor([reply[-1:]]), position_ids=torch.full((3, 1, 1), offset),
-                        cache=cache, use_cache=True)
+            out = model(
+                input_ids=torch.tensor([reply[-1:]]),
+                position_ids=torch.full((3, 1, 1), offset),
+                cache=cache,
+                use_cache=True,
+            )
             cache, offset = out.cache, offset + 1
             logits = out.logits[0, -1].clone()
             logits[banned] = -float("inf")

@@ -37,7 +37,7 @@ def grpo_sweep(tmp: Path, *args: str, env: dict | None = None) -> subprocess.Pop
     )
 
 
-def test_slurm_launcher_submits_one_array_task_per_point(tmp_path):
+def test_slurm_launcher_submits_one_array_task_per_point(toy_mixture, tmp_path):
     bin_dir, log = tmp_path / "bin", tmp_path / "log"
     bin_dir.mkdir()
     log.mkdir()
@@ -46,7 +46,14 @@ def test_slurm_launcher_submits_one_array_task_per_point(tmp_path):
         (bin_dir / name).chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_"))}
     env |= {"PATH": f"{bin_dir}:{env['PATH']}", "FAKE_LOG": str(log)}
-    proc = grpo_sweep(tmp_path, "hydra/launcher=slurm", "reward.reward_weights.prs=1,2,4", env=env)
+    proc = grpo_sweep(
+        tmp_path,
+        "hydra/launcher=slurm",
+        "init=random",
+        f"data.dir={toy_mixture}",
+        "reward.reward_weights.prs=1,2,4",
+        env=env,
+    )  # what the pre-flight checks before anything is submitted: the init and the data
     folder = tmp_path / "runs" / "grpo_sweep" / ".submitit"
     t0 = time.time()
     try:  # the jobs stay PENDING under the fake sacct: stop waiting once all three are submitted
