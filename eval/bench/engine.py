@@ -1,6 +1,6 @@
 """Streaming engine benchmark on the tiny model and toy streams (CPU), one run, ratios within it.
 
-    python -m eval.bench                       # ~4-8 min on 2 cores, by load (long stream, probes: half)
+    python -m eval.bench                       # ~5-9 min on 2 cores, by load (long stream, probes: half)
     python -m eval.bench --steps 10,20 --window-at 20,60 --repeats 1 --long-steps none --probe-steps 40 --probes 4
                                                (a quick check)
     python -m eval.bench memory                (the long-horizon memory benchmark, eval/bench/memory.py)
@@ -201,7 +201,7 @@ def run_bench(
     repeats: int,
     long_steps: tuple[int, int] | None = (600, 7200),
     probes: tuple[int, int, int] = (600, 20, 8),
-    ranks: tuple[int, int] | None = (8, 30),
+    ranks: tuple[int, int] | None = (16, 60),
 ) -> dict:
     quiet_libraries()
     tmp = Path(tempfile.mkdtemp(prefix="eval-bench-"))
@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--probes", type=int, default=20, help="probes spread over that stream")
     parser.add_argument("--probe-tokens", type=int, default=8, help="max_new_tokens of a probe's answer")
     parser.add_argument(
-        "--ranks", default="8,30", help="records,steps of the eval.run 2-ranks figure ('none': skip)"
+        "--ranks", default="16,60", help="records,steps of the eval.run 2-ranks figure ('none': skip)"
     )
     args = parser.parse_args(argv)
     ranks = None if args.ranks == "none" else tuple(int(x) for x in args.ranks.split(","))
