@@ -1,6 +1,6 @@
 """Streaming engine benchmark on the tiny model and toy streams (CPU), one run, ratios within it.
 
-    python -m eval.bench                       # ~4-8 min on 2 cores, by load (long stream, probes: half)
+    python -m eval.bench                       # ~5-9 min on 2 cores, by load (long stream, probes: half)
     python -m eval.bench --steps 10,20 --window-at 20,60 --repeats 1 --long-steps none --probe-steps 40 --probes 4
                                                (a quick check)
     python -m eval.bench memory                (the long-horizon memory benchmark, eval/bench/memory.py)
@@ -33,6 +33,11 @@ Prints one JSON object on its last line:
   cut video (``mode="rerun"``, what a per-probe harness does) over that of one pass with a branch
   per probe; ``probe_wall_s`` the two runs' wall times, ``probe_answers_identical`` whether the two
   gave the same texts with logits within 1e-4 (one run of each: 1-2 minutes of this command).
+- ``eval_ranks_speedup``: ``python -m eval.run`` on ``--ranks`` toy records (records,steps) over 2
+  ranks of one torch thread each, in records per second, over 1 rank of one thread; the rate runs
+  from the first record landing to the merged predictions, process start and model load left out
+  (``eval/bench/ranks.py``); ``eval_ranks_identical`` whether the merged predictions equal the one
+  rank's (``--ranks none`` skips it).
 
 Run times are this process's CPU seconds (``time.process_time``), medians over ``--repeats``
 interleaved repetitions after a warm-up: on a shared machine other processes stretch wall time
@@ -65,6 +70,7 @@ from data_builders.frames import stream_frames
 from data_builders.records import Stream
 from data_builders.synthetic.toy import generate_toy
 from eval.bench.long_stream import long_stream_peaks
+from eval.bench.ranks import ranks_figures
 from eval.config import model_preset, quiet_libraries
 from eval.engine.model import build_tiny_checkpoint, load_model_and_processor
 from eval.engine.naive import NaiveStreamer
@@ -195,6 +201,7 @@ def run_bench(
     repeats: int,
     long_steps: tuple[int, int] | None = (600, 7200),
     probes: tuple[int, int, int] = (600, 20, 8),
+    ranks: tuple[int, int] | None = (16, 60),
 ) -> dict:
     quiet_libraries()
     tmp = Path(tempfile.mkdtemp(prefix="eval-bench-"))
@@ -217,6 +224,7 @@ def run_bench(
         seq_t.append(timed(lambda: [engine([s], [f]) for s, f in zip(streams, frames, strict=True)]))
     probe = probe_figures(model, renderer, streams[0], frames[0], *probes)
     long = long_stream_peaks(*long_steps, window=window, checkpoint=ckpt) if long_steps else {}
+    over_ranks = ranks_figures(ckpt, tmp, *ranks) if ranks else {}
     return (
         {
             "engine_vs_naive": {k: round(v, 2) for k, v in speedup.items()},
@@ -234,6 +242,7 @@ def run_bench(
         }
         | probe
         | long
+        | over_ranks
     )
 
 
@@ -254,7 +263,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--probe-steps", type=int, default=600, help="stream steps of the probe figure")
     parser.add_argument("--probes", type=int, default=20, help="probes spread over that stream")
     parser.add_argument("--probe-tokens", type=int, default=8, help="max_new_tokens of a probe's answer")
+    parser.add_argument(
+        "--ranks", default="16,60", help="records,steps of the eval.run 2-ranks figure ('none': skip)"
+    )
     args = parser.parse_args(argv)
+    ranks = None if args.ranks == "none" else tuple(int(x) for x in args.ranks.split(","))
     long_steps = None if args.long_steps == "none" else tuple(int(x) for x in args.long_steps.split(","))
     a, b = (int(x) for x in args.window_at.split(","))
     previous = torch.get_num_threads()
@@ -268,6 +281,7 @@ def main(argv: list[str] | None = None) -> dict:
             args.repeats,
             long_steps,
             (args.probe_steps, args.probes, args.probe_tokens),
+            ranks,
         )
     finally:
         torch.set_num_threads(previous)

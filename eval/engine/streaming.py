@@ -243,6 +243,9 @@ class StreamingEngine:
         #: Relative M-RoPE positions of a chunk, by its shape (length, image span, grid): the
         #: positions of a step's chunk follow one pattern, computed once and shifted by the offset.
         self._rope: dict[tuple, torch.Tensor] = {}
+        #: The flat image positions of a step (on the device), by the rows' placeholder runs and the
+        #: chunk's width when every row's run is one block: the same few patterns every step.
+        self._flat: dict[tuple, torch.Tensor] = {}
         #: Per step, in CPU seconds of the engine's thread (``time.thread_time``: what a busy machine
         #: does to the wall clock does not count): the whole step, the language model's forward, the
         #: vision call (processor + vision tower); the rest is the engine's own host work
@@ -340,6 +343,16 @@ class StreamingEngine:
             found = self._rope[key] = (rel, int(rel.max()))
         return found
 
+    def _flat_positions(self, columns: list[Sequence[int]], width: int) -> torch.Tensor:
+        """:func:`eval.engine.image_merge.flat_positions` on the device, memoized by pattern."""
+        if not all(isinstance(c, range) for c in columns):
+            return self._upload(torch.tensor(flat_positions(columns, width)))
+        key = (width, *((c.start, c.stop) for c in columns))
+        found = self._flat.get(key)
+        if found is None:
+            found = self._flat[key] = self._upload(torch.tensor(flat_positions(columns, width)))
+        return found
+
     def _append_mask(self, new: torch.Tensor | int, width: int) -> None:
         """Append ``width`` columns (a rows x width tensor, or one value for all) to the attention
         mask, in a buffer on the model's device that doubles: no copy of the whole mask, to the
@@ -350,7 +363,11 @@ class StreamingEngine:
             grown = buf.new_zeros((buf.shape[0], max(2 * (n + width), 64)))
             grown[:, :n] = buf[:, :n]
             self._mask_buf = grown
-        self._mask_buf[:, n : n + width] = new
+        cols = self._mask_buf.narrow(1, n, width)
+        if isinstance(new, int):
+            cols.fill_(new)
+        else:
+            cols.copy_(new)
         self._mask_len = n + width
 
     @property
@@ -446,7 +463,7 @@ class StreamingEngine:
         self._append_mask(new_mask, width)
         at = None
         if image is not None:
-            at = self._upload(torch.tensor(flat_positions(columns, width)))
+            at = self._flat_positions(columns, width)
         t0 = time.thread_time()
         hidden = self._language_model(self._upload(ids), self._upload(pos), at, image)
         if len(chunks) == 1:
@@ -469,7 +486,7 @@ class StreamingEngine:
         for b, row in enumerate(self.rows):
             ranges = [row.frame_span[k]] if k in row.keep else row.whole.get(k, [])
             for a, z in ranges:
-                self._mask_buf[b, a:z] = 0
+                self._mask_buf[b].narrow(0, a, z - a).zero_()
             row.whole.pop(k, None)
             row.frame_span.pop(k, None)
         self._dead += 1

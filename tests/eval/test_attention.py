@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import transformers.integrations.sdpa_attention as hf_sdpa
+from transformers import masking_utils
 
 from data_builders.config import RenderConfig
 from data_builders.frames import stream_frames
@@ -28,6 +29,30 @@ def test_folded_groups_equal_transformers_sdpa(q_length):
     out, _ = attention.streaming_sdpa(module, query, key, value, mask, scaling=0.25)
     assert out.shape == ref.shape == (2, q_length, 8, 16)
     assert (out - ref).abs().max() < 1e-6
+
+
+def test_the_streaming_mask_is_transformers_causal_mask_as_an_additive_mask():
+    """A chunk of 5 queries over a cache of 9 columns with holes (2 rows), and a 2-D mask shorter
+    than the keys: -inf exactly where transformers' boolean mask is False, 0 where True; the same
+    attention, bit for bit. A first chunk with no cache (its mask dropped) and a one-token query
+    stay transformers'."""
+    g = torch.Generator().manual_seed(0)
+    padding = (torch.rand(2, 14, generator=g) > 0.3).long()
+    padding[:, -5:] = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    for pad, kv in ((padding, 14), (padding[:, :12], 14)):
+        args = dict(batch_size=2, q_length=5, kv_length=kv, q_offset=9, attention_mask=pad)
+        ref = masking_utils.sdpa_mask(**args, allow_is_causal_skip=True).bool()
+        got = attention.streaming_mask(**args, dtype=torch.float32, allow_is_causal_skip=True)
+        assert got.dtype == torch.float32 and got.shape == ref.shape == (2, 1, 5, 14)
+        assert torch.equal(got == 0, ref) and torch.equal(got[~ref], torch.full_like(got[~ref], -torch.inf))
+        assert int((~ref).sum()) > 10  # the causal corner, the holes and the columns past the 2-D mask
+        q, k, v = (torch.randn(2, 2, n, 16, generator=g) for n in (5, 14, 14))
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=got)
+        assert torch.equal(out, torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=ref))
+    first = dict(batch_size=1, q_length=5, kv_length=5, attention_mask=torch.ones(1, 5, dtype=torch.long))
+    assert attention.streaming_mask(**first, allow_is_causal_skip=True) is None
+    one = dict(batch_size=2, q_length=1, kv_length=14, q_offset=13, attention_mask=padding)
+    assert torch.equal(attention.streaming_mask(**one), masking_utils.sdpa_mask(**one))
 
 
 @pytest.mark.slow  # engine runs at the 4B's attention shapes (24 s loaded)

@@ -9,12 +9,12 @@ import pytest
 from eval.bench import engine as bench
 
 
-@pytest.mark.slow  # the engine bench end to end (20 s loaded)
+@pytest.mark.slow  # the engine bench end to end, 3 eval.run processes among it (40 s loaded)
 def test_bench_prints_one_json_object_with_every_figure(capsys):
     result = bench.main(
         ["--steps", "8,24", "--window-at", "12,30", "--window", "6", "--batch", "3", "--repeats", "1"]
         + ["--long-steps", "none"]  # the long-stream figure: tests/eval/test_long_stream.py
-        + ["--probe-steps", "40", "--probes", "4", "--probe-tokens", "4"]
+        + ["--probe-steps", "40", "--probes", "4", "--probe-tokens", "4", "--ranks", "4,12"]
     )
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == result
     assert set(result["engine_vs_naive"]) == {"8", "24"} and all(
@@ -33,6 +33,11 @@ def test_bench_prints_one_json_object_with_every_figure(capsys):
     # 4 probes on 40 steps: the reruns prefill 10 + 20 + 30 + 40 steps, the branched pass 40
     assert result["probe_answers_identical"] is True and result["probe_branch_vs_rerun"] > 1
     assert set(result["probe_wall_s"]) == {"branch", "rerun"}
+    # eval.run over 2 ranks vs 1 on 4 records: a rate each side, the merged predictions the one rank's
+    assert result["eval_ranks_speedup"] > 0 and result["eval_ranks_identical"] is True
+    assert all(r > 0 for r in result["eval_ranks_records_per_s"].values())
+    assert result["eval_ranks_shard_records"] == [2, 2]  # each rank streamed its share
+    assert result["eval_ranks_setup"] == {"ranks": 2, "records": 4, "steps": 12, "threads": 1}
 
 
 def test_kv_bench_prints_both_appends_and_both_attentions(capsys):

@@ -1,0 +1,118 @@
+"""``eval_ranks_speedup``: ``python -m eval.run`` over 2 ranks of one thread each vs 1 rank of one thread.
+
+Both sides run the same command on the same toy records and the same tiny checkpoint, each process
+with ``OMP_NUM_THREADS=1`` (one torch thread); the 2 ranks get ``RANK`` / ``WORLD_SIZE`` /
+``MASTER_ADDR`` / ``MASTER_PORT`` as a launcher sets them (``eval.ranks``: the split, the manifests'
+barriers, the shards, rank 0's merge). The bench watches the prediction files as records land
+(each line is fsynced as its record finishes): a side's rate is the records after each rank's
+first over the time from the first record landing to the end of the streaming, which for 2 ranks
+is the merged ``predictions.jsonl`` appearing (the slower rank, the barrier and the merge
+included). Process start and model load, the same on both sides, are left out; so is scoring,
+which runs after the merge. ``eval_ranks_identical``: the merged predictions equal the one rank's,
+row for row (``batch_size=1``: the same batches on both sides); ``eval_ranks_shard_records`` the
+records each rank's shard holds.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from data_builders.records import write_jsonl
+from data_builders.synthetic.toy import generate_toy
+from eval.ranks import PREDICTIONS, shard_path
+from eval.store import PredictionLog
+
+ROOT = Path(__file__).resolve().parents[2]
+POLL_S = 0.01
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _lines(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+def _launch(world: int, args: list[str], logs: Path) -> list[subprocess.Popen]:
+    """``world`` processes of ``python -m eval.run`` with the environment a launcher gives its ranks,
+    each one's stderr to ``logs/rank-R.log``."""
+    logs.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    port = str(_free_port())
+    procs = []
+    for rank in range(world):
+        if world > 1:
+            env |= {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world)}
+            env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
+        with (logs / f"rank-{rank}.log").open("w") as err:
+            cmd = [sys.executable, "-m", "eval.run", *args]
+            procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err))
+    return procs
+
+
+def _watch(out: Path, world: int, procs: list[subprocess.Popen]) -> tuple[list[list[float]], float]:
+    """Each rank's record landing times and when the streaming ended (the merge, for several ranks)."""
+    shards = [shard_path(out, r, world) for r in range(world)]
+    landed: list[list[float]] = [[] for _ in range(world)]
+    merged = None
+    while True:
+        running = any(p.poll() is None for p in procs)
+        now = time.perf_counter()
+        for r, path in enumerate(shards):
+            landed[r] += [now] * (_lines(path) - len(landed[r]))
+        if world > 1 and merged is None and (out / PREDICTIONS).exists():
+            merged = now
+        if not running:
+            break
+        time.sleep(POLL_S)
+    for r, p in enumerate(procs):
+        if p.wait():
+            err = (out.parent / f"{out.name}_logs" / f"rank-{r}.log").read_text().strip().splitlines()
+            raise RuntimeError(f"eval.run rank {r} of {world} exited {p.returncode}: {err[-1:]}")
+    return landed, merged if world > 1 else max(t[-1] for t in landed if t)
+
+
+def _rate(landed: list[list[float]], end: float) -> float:
+    """Records per second after each rank's first record, from the first landing to ``end``."""
+    if min(len(t) for t in landed) < 2:
+        raise RuntimeError(f"each rank needs 2 records for a rate, got {[len(t) for t in landed]}")
+    return sum(len(t) - 1 for t in landed) / (end - min(t[0] for t in landed))
+
+
+def ranks_figures(checkpoint: Path, tmp: Path, records: int, seconds: int, world: int = 2) -> dict:
+    """``eval_ranks_speedup`` (the module docstring) on ``records`` toy records of ``seconds`` steps."""
+    toy = tmp / "ranks_toy"
+    write_jsonl(toy / "records.jsonl", generate_toy(toy, n=records, seed=1, duration=seconds))
+    rates, walls, rows, shards = {}, {}, {}, []
+    for w in (1, world):
+        out = tmp / f"ranks_{w}"
+        args = [f"checkpoint={checkpoint}", f"records={toy / 'records.jsonl'}", f"out_dir={out}"]
+        args += [f"paths.cache_dir={tmp / f'ranks_cache_{w}'}", "batch_size=1", "timelines=0"]
+        args += ["view=false", "logger=none"]
+        t0 = time.perf_counter()
+        landed, end = _watch(out, w, _launch(w, args, tmp / f"ranks_{w}_logs"))
+        walls[w] = time.perf_counter() - t0
+        rates[w] = _rate(landed, end)
+        rows[w] = PredictionLog(out / PREDICTIONS).rows()
+        shards = [len(t) for t in landed]
+    return {
+        "eval_ranks_speedup": round(rates[world] / rates[1], 2),
+        "eval_ranks_identical": rows[world] == rows[1],
+        "eval_ranks_shard_records": shards,
+        "eval_ranks_records_per_s": {str(w): round(r, 2) for w, r in rates.items()},
+        "eval_ranks_wall_s": {str(w): round(t, 1) for w, t in walls.items()},
+        "eval_ranks_setup": {"ranks": world, "records": records, "steps": seconds, "threads": 1},
+    }
