@@ -13,6 +13,7 @@ SUBCOMMANDS = {
     "recall": "eval.bench.recall",
     "compile": "eval.bench.compile",
     "long_stream": "eval.bench.long_stream",
+    "ranks": "eval.bench.ranks",
 }
 
 if __name__ == "__main__":

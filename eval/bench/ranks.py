@@ -15,10 +15,13 @@ records each rank's shard holds.
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -116,3 +119,23 @@ def ranks_figures(checkpoint: Path, tmp: Path, records: int, seconds: int, world
         "eval_ranks_wall_s": {str(w): round(t, 1) for w, t in walls.items()},
         "eval_ranks_setup": {"ranks": world, "records": records, "steps": seconds, "threads": 1},
     }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """``python -m eval.bench ranks``: the figures above alone, as one JSON line (also part of
+    ``python -m eval.bench``)."""
+    parser = argparse.ArgumentParser(prog="python -m eval.bench ranks", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=16, help="toy records streamed by each side")
+    parser.add_argument("--steps", type=int, default=60, help="steps (seconds) of each record")
+    args = parser.parse_args(argv)
+    from eval.bench.engine import TINY
+    from eval.config import model_preset, quiet_libraries
+    from eval.engine.model import build_tiny_checkpoint
+
+    quiet_libraries()
+    tmp = Path(tempfile.mkdtemp(prefix="eval-bench-ranks-"))
+    result = ranks_figures(
+        build_tiny_checkpoint(model_preset(TINY), tmp / "tiny"), tmp, args.records, args.steps
+    )
+    print(json.dumps(result))
+    return result

@@ -193,7 +193,7 @@ def smoke_line(script: str) -> list[str]:
     raise AssertionError(f"slurm/{script} has no smoke-test line")
 
 
-def test_a_job_no_node_holds_is_refused_at_submission_naming_the_limit(slurm, work):
+def test_a_job_no_node_holds_is_refused_at_submission_naming_the_limit(slurm, toy, work):
     refused = slurm.run(SUBMIT, "--gpus-per-node=2", "slurm/sft.sh", "experiment=toy_sft", check=False)
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert "--cpus-per-task=32" in refused.stderr and f"n1: {CPUS} CPUs, gres gpu:2" in refused.stderr
@@ -209,6 +209,7 @@ def test_a_job_no_node_holds_is_refused_at_submission_naming_the_limit(slurm, wo
         "hydra/launcher=slurm",
         f"paths.root_dir={work / 'refused'}",
         "init=random",
+        f"data.dir={toy}",  # the pre-flight's checks pass: the refusal is Slurm's
         "reward.reward_weights.prs=1,2",
         check=False,
         timeout=120,
