@@ -128,14 +128,17 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--records", type=int, default=16, help="toy records streamed by each side")
     parser.add_argument("--steps", type=int, default=60, help="steps (seconds) of each record")
     args = parser.parse_args(argv)
-    from eval.bench.engine import TINY
     from eval.config import model_preset, quiet_libraries
     from eval.engine.model import build_tiny_checkpoint
+    from infra.schema import CONF_DIR
 
     quiet_libraries()
     tmp = Path(tempfile.mkdtemp(prefix="eval-bench-ranks-"))
     result = ranks_figures(
-        build_tiny_checkpoint(model_preset(TINY), tmp / "tiny"), tmp, args.records, args.steps
+        build_tiny_checkpoint(model_preset(CONF_DIR / "model" / "tiny.yaml"), tmp / "tiny"),
+        tmp,
+        args.records,
+        args.steps,
     )
     print(json.dumps(result))
     return result
