@@ -27,8 +27,11 @@ from pathlib import Path
 
 from data_builders.records import write_jsonl
 from data_builders.synthetic.toy import generate_toy
+from eval.config import model_preset, quiet_libraries
+from eval.engine.model import build_tiny_checkpoint
 from eval.ranks import PREDICTIONS, shard_path
 from eval.store import PredictionLog
+from infra.schema import CONF_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
 POLL_S = 0.01
@@ -128,10 +131,6 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--records", type=int, default=16, help="toy records streamed by each side")
     parser.add_argument("--steps", type=int, default=60, help="steps (seconds) of each record")
     args = parser.parse_args(argv)
-    from eval.config import model_preset, quiet_libraries
-    from eval.engine.model import build_tiny_checkpoint
-    from infra.schema import CONF_DIR
-
     quiet_libraries()
     tmp = Path(tempfile.mkdtemp(prefix="eval-bench-ranks-"))
     result = ranks_figures(
