@@ -28,6 +28,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from infra.ranks import Ranks
+
 GIB = 1024**3
 #: The one measured real-model training step (docs/performance.md, "One H200"): Qwen3-VL-4B, one
 #: 30-frame window of 6,701 tokens at 448 x 448, AdamW on a bf16 model in one process (no ZeRO), no
@@ -120,7 +122,7 @@ def check_stage(stage: str, cfg: Any, *, on_disk: bool = True, memory: bool = Tr
     memory = _device_memory_gb() if memory else None
     if memory is None or not cfg.plan.check:
         return None
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = Ranks.from_env().world
     return require_fit(plan(stage, cfg, gpu_memory_gb=memory, gpus=world))
 
 

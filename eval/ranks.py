@@ -4,12 +4,12 @@
     sbatch --nodes=2 --gpus-per-node=8 slurm/eval.sh checkpoint=DIR benchmark=p3i ...   (16 ranks)
 
 The rank and world size come from the environment a launcher sets (``RANK``, ``WORLD_SIZE``,
-``LOCAL_RANK``, as the training stages read them); without them (or ``WORLD_SIZE=1``) ``eval.run`` is
+``LOCAL_RANK``, read by ``infra.ranks.Ranks`` for every stage); without them (or ``WORLD_SIZE=1``) ``eval.run`` is
 the one process it always was, writing ``predictions.jsonl`` itself. With ``WORLD_SIZE=W > 1``:
 
 1. **The split** (:func:`split`). Every record has a shard key: its id (the OVO-Bench official
    runner keys by video, so one video's probes stay in one causal pass: ``shard_key``). The distinct
-   keys are sorted; the key at sorted position ``i`` goes to rank ``i mod W``. Each rank's share keeps
+   keys are sorted; the key at sorted position ``i`` goes to rank ``i mod W`` (``infra.ranks.shard``). Each rank's share keeps
    the records' file order, and its batches are the same fixed plan over that share on every run.
    The split depends only on the record set and ``W``, never on the file order or the host.
 2. **Setup, rank 0 only**, holding the output folder's lock: the config check (and the setting aside
@@ -36,7 +36,7 @@ the one process it always was, writing ``predictions.jsonl`` itself. With ``WORL
    shards and manifests stay (a rerun finds everything done and only re-scores). The other ranks log
    their share and print nothing on stdout, so rank 0's metrics JSON is the launch's last line.
 
-The barriers are ``torch.distributed`` barriers on a gloo group over the launcher's
+The barriers are the rank layer's (``infra.ranks``) on a gloo group over the launcher's
 ``MASTER_ADDR:MASTER_PORT`` (:class:`RankGroup`): gloo works the same on CPU hosts and GPU nodes
 (nothing goes on a GPU), and its timeout (``EVAL_RANK_TIMEOUT_S``, default 7 days) is a plain wait,
 unlike NCCL's watchdog, so a rank may finish hours before the slowest one. A rank that dies is
@@ -54,7 +54,6 @@ import json
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -62,6 +61,7 @@ from data_builders.records import RecordError, Stream
 from eval.provenance import describe_difference, digest, record_fingerprint
 from eval.store import PredictionLog
 from infra.files import write_text_atomic
+from infra.ranks import Ranks, barrier, gather, shard
 
 log = logging.getLogger("eval.ranks")
 PREDICTIONS = "predictions.jsonl"
@@ -70,31 +70,6 @@ TIMEOUT_ENV = "EVAL_RANK_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 7 * 24 * 3600
 #: The manifest layout: a rank that writes another one runs other code, and the launch stops.
 MANIFEST_VERSION = 2
-
-
-@dataclass(frozen=True)
-class Ranks:
-    """This process's place in a launch."""
-
-    rank: int = 0
-    world: int = 1
-    local_rank: int = 0
-
-    @classmethod
-    def from_env(cls) -> Ranks:
-        """From ``RANK`` / ``WORLD_SIZE`` / ``LOCAL_RANK`` (one process when unset)."""
-        try:
-            rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-            local = int(os.environ.get("LOCAL_RANK", str(rank)))
-        except ValueError as exc:
-            raise ValueError(f"RANK / WORLD_SIZE / LOCAL_RANK must be integers: {exc}") from None
-        if world < 1 or not 0 <= rank < world:
-            raise ValueError(f"RANK={rank} WORLD_SIZE={world}: need 0 <= RANK < WORLD_SIZE")
-        return cls(rank, world, local)
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
 
 
 def shard_path(out: Path, rank: int, world: int) -> Path:
@@ -120,7 +95,7 @@ def split(
     """The share of each rank: the distinct keys in sorted order, position ``i`` to rank ``i mod world``;
     each share in the records' order."""
     keys = sorted({key(s) for s in streams})
-    owner = {k: i % world for i, k in enumerate(keys)}
+    owner = {k: r for r in range(world) for k in shard(keys, r, world)}
     shares: list[list[Stream]] = [[] for _ in range(world)]
     for s in streams:
         shares[owner[key(s)]].append(s)
@@ -297,7 +272,11 @@ class RankGroup:
             )
 
     def barrier(self) -> None:
-        self.dist.barrier()
+        barrier()
+
+    def gather(self, obj) -> list:
+        """Every rank's ``obj``, in rank order (``infra.ranks.gather``; also a barrier)."""
+        return gather(obj)
 
     def close(self) -> None:
         if self.own and self.dist.is_initialized():

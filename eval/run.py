@@ -74,7 +74,6 @@ from eval.provenance import RECORD_FIELD, decides, describe_difference, record_f
 from eval.ranks import (
     PREDICTIONS,
     RankGroup,
-    Ranks,
     adopt,
     check_manifests,
     merge,
@@ -90,6 +89,7 @@ from eval.view import write_view
 from infra.entry import front_door
 from infra.files import LOCK_FILE, DiskFullError, OutputLock, OutputLocked, write_text_atomic
 from infra.progress import Progress, console
+from infra.ranks import Ranks
 from infra.schema import CONF_DIR, compose, load_literal, validate
 
 CONF = str(CONF_DIR)
@@ -375,8 +375,7 @@ def _evaluate_ranks(
             len(mine),
             shard.path,
         )
-        ran_all = [None] * ranks.world
-        group.dist.all_gather_object(ran_all, ran)  # also the barrier before the merge
+        ran_all = group.gather(ran)  # also the barrier before the merge
         if not ranks.main:
             return None
         rows = merge(out, streams, shares)

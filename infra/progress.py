@@ -17,6 +17,8 @@ import sys
 import time
 from typing import Any
 
+from infra.ranks import Ranks
+
 log = logging.getLogger("progress")
 
 
@@ -114,7 +116,6 @@ def console(log_path: str | None = None, level: int = logging.INFO) -> None:
     """Set up an entry point's console: log lines (with ``rank R/W`` under a multi-process launch, so
     interleaved ranks stay apart) and, with ``log_path``, a copy of everything printed to stdout and
     stderr appended to that file (the run folder's log holds what the console showed)."""
-    import os
     from pathlib import Path
 
     if log_path is not None:
@@ -123,8 +124,8 @@ def console(log_path: str | None = None, level: int = logging.INFO) -> None:
         if not isinstance(sys.stdout, _Tee):
             sys.stdout = _Tee(sys.stdout, handle)
             sys.stderr = _Tee(sys.stderr, handle)
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = f"rank {os.environ.get('RANK', '0')}/{world} " if world > 1 else ""
+    ranks = Ranks.from_env()
+    rank = f"rank {ranks.rank}/{ranks.world} " if ranks.world > 1 else ""
     logging.basicConfig(
         level=level,
         format=f"%(asctime)s {rank}%(levelname)s %(name)s: %(message)s",

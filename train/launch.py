@@ -8,7 +8,7 @@ run in this process by accelerate's own command line. One thing differs. On a pr
 saves its checkpoint, says so in one line (``preempted: saved <run>/checkpoint-N; exit 75 to be
 requeued``) and exits with the requeue status; torch's launcher under accelerate then reports each
 rank as failed and raises, printing a ~40-line traceback that reads like a crash. Here, when the first
-rank to end exited with :data:`train.run_dir.REQUEUE_EXIT_CODE` and the others did too or were
+rank to end exited with :data:`infra.run_control.REQUEUE_EXIT_CODE` and the others did too or were
 stopped by torch's launcher on that (SIGTERM), that report (the traceback and torch's per-rank
 error line) becomes one line and this process exits with the requeue status, which
 ``slurm/launch.sh`` turns into a requeue. Any other failure keeps accelerate's whole report.
@@ -20,7 +20,7 @@ import logging
 import signal
 import sys
 
-from train.run_dir import REQUEUE_EXIT_CODE
+from infra.run_control import REQUEUE_EXIT_CODE
 
 #: The logger of torch's worker supervision, which logs one error line per failed rank.
 WORKER_LOG = "torch.distributed.elastic.multiprocessing.api"

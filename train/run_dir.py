@@ -8,15 +8,12 @@ whether the tree was dirty, package versions, host, start time) written once whe
 ``resume=auto`` never restarts from a checkpoint a killed job left half-written (the marker and the
 listing are ``eval.engine.checkpoints``', which evaluation reads too).
 
-Both training stages share the run control here:
+What stops a run (signals, the time budget, non-finite losses) is ``infra.run_control``'s; what
+both training stages do with a run dir is here:
 
-- :class:`SignalFlag` catches SIGUSR1 / SIGTERM from the moment a stage starts (model loading
-  included); the stage saves a checkpoint at the end of the current step, or exits at once when
-  training has not started, and raises :class:`Preempted` (exit :data:`REQUEUE_EXIT_CODE` for the
-  sbatch script to requeue).
 - :func:`rotate_checkpoints` keeps the newest ``keep`` complete checkpoints and never removes the
   last complete one (a checkpoint is rotated away only after a newer one is marked complete).
-- :class:`NonFiniteLoss` stops a diverging run; :func:`retire_nonfinite` then takes the completion
+- after a ``NonFiniteLoss`` stop, :func:`retire_nonfinite` takes the completion
   marker off every newest checkpoint whose weights are not finite, so ``resume=auto`` restarts from
   the last healthy one.
 - :func:`resolve_resume` refuses an unexpected fresh start: a run dir holding checkpoints of which
@@ -35,7 +32,6 @@ import logging
 import os
 import platform
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -46,28 +42,11 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from eval.engine.checkpoints import COMPLETE_MARKER, complete_checkpoints, named_step
+from infra.ranks import Ranks, end_group
 
 log = logging.getLogger(__name__)
 #: Marker left in place of ``COMPLETE`` on a checkpoint whose weights are not finite.
 NONFINITE_MARKER = "NONFINITE"
-
-#: Exit status of a run that saved a checkpoint on SIGUSR1 / SIGTERM and should be requeued. 75 is
-#: the "temporary failure, try again" status of sysexits.h; 124 is left to ``timeout``'s own exit.
-REQUEUE_EXIT_CODE = 75
-
-
-class Preempted(RuntimeError):
-    """A signal arrived: a checkpoint was saved (``checkpoint``, None if there was none to save) and
-    the entry point exits with ``exit_code`` for the sbatch script to requeue."""
-
-    def __init__(self, checkpoint: Path | None, exit_code: int = REQUEUE_EXIT_CODE):
-        super().__init__(f"preempted: saved {checkpoint}; exit {exit_code} to be requeued")
-        self.checkpoint = checkpoint
-        self.exit_code = exit_code
-
-
-class NonFiniteLoss(RuntimeError):
-    """Too many NaN/inf losses in a row: the run is diverging or the data is broken."""
 
 
 class CheckpointWriteError(OSError):
@@ -88,21 +67,6 @@ class CheckpointWriteError(OSError):
 _WRITE_FAILURES = ("unexpected pos", "PytorchStreamWriter failed", "No space left on device", "Disk quota")
 
 
-def is_rank_zero() -> bool:
-    """Whether this process is rank 0 of a launch (``RANK`` as ``accelerate launch`` / ``torchrun``
-    set it; unset: one process, rank 0). Rank 0 writes the run dir's shared files."""
-    return int(os.environ.get("RANK", "0")) == 0
-
-
-def end_process_group() -> None:
-    """Destroy the launch's default process group, if one was made, while the interpreter is still
-    whole."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
-
-
 def leave_launch(code: int = 0) -> None:
     """End a training stage's process: the process group destroyed; in a launch of several ranks the
     process then exits at once (``os._exit``), its streams and logs flushed, without interpreter
@@ -112,8 +76,8 @@ def leave_launch(code: int = 0) -> None:
     time) and the other rank's launcher waiting five minutes on its exit barrier. Every file a stage
     writes is closed and its tracker finished before this is called. One process alone returns
     (``code`` 0) or exits with ``code`` as usual."""
-    end_process_group()
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    end_group()
+    if Ranks.from_env().world > 1:
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -127,24 +91,6 @@ def is_write_failure(exc: BaseException) -> bool:
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return True
     return any(m in str(exc) for m in _WRITE_FAILURES)
-
-
-class SignalFlag:
-    """Records SIGUSR1 / SIGTERM instead of dying on them, from construction until :meth:`restore`."""
-
-    SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
-
-    def __init__(self) -> None:
-        self.received: int | None = None
-        self._previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
-
-    def _handle(self, signum, frame) -> None:
-        self.received = signum
-        log.warning("signal %s: saving a checkpoint at the end of this step, then exiting", signum)
-
-    def restore(self) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
 
 
 def checkpoint_dirs(run_dir: str | Path) -> list[Path]:

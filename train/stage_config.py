@@ -2,7 +2,8 @@
 ``conf/grpo.yaml``): seed, optimizer, precision and run control, defined once.
 
 :class:`StageSettings` is the base of ``train.sft.config.TrainSettings`` and
-``train.grpo.config.GRPOSettings``, so the YAML keys and attribute names are the same in both stages.
+``train.grpo.config.GRPOSettings``, so the YAML keys and attribute names are the same in both stages;
+:func:`run_control` makes either stage's ``infra.run_control.RunControl`` from them.
 The keys whose default differs by stage (``output_dir``, ``learning_rate``, ``eval_split``,
 ``window_steps``, ``max_steps``, ``save_total_limit``) are declared by each stage.
 """
@@ -11,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from infra.run_control import REQUEUE_EXIT_CODE, RunControl
 from infra.schema import bounded
-from train.run_dir import REQUEUE_EXIT_CODE
 
 
 @dataclass
@@ -43,3 +44,16 @@ class StageSettings:
     (``slurm/sft.sh``, ``slurm/grpo.sh``) requeue on it."""
     num_threads: int | None = bounded(None, ge=1)
     """CPU threads for torch (None: torch's default); the toy runs use 1-2."""
+
+
+def run_control(settings: StageSettings, desc: str, unit: str, nonfinite_message: str) -> RunControl:
+    """The run control of a stage (``infra.run_control``) from its settings: the time budget, the
+    non-finite limit and the requeue status; its signal handlers are installed now."""
+    return RunControl(
+        desc,
+        unit,
+        time_budget_s=settings.time_budget_s,
+        max_nonfinite=settings.max_nonfinite_steps,
+        nonfinite_message=nonfinite_message,
+        requeue_exit_code=settings.requeue_exit_code,
+    )

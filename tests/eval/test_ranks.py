@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 
 from data_builders.records import RecordError, load_streams
-from eval.ranks import Ranks, adopt, check_manifests, merge, shard_path, split, write_manifest
+from eval.ranks import adopt, check_manifests, merge, shard_path, split, write_manifest
 from eval.run import evaluate, load_config
 from eval.runners import get_runner
 from eval.store import PredictionLog
+from infra.ranks import Ranks
 
 ROOT = Path(__file__).resolve().parents[2]
 FIRING = 0.47  # the untrained tiny model fires on about half the steps (tests/eval/test_run.py)

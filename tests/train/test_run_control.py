@@ -22,12 +22,11 @@ from eval.engine.checkpoints import (
     complete_checkpoints,
     named_step,
 )
+from infra.run_control import NonFiniteLoss
 from train.run_dir import (
     NONFINITE_MARKER,
-    NonFiniteLoss,
     UnexpectedFreshStart,
     checkpoint_dirs,
-    is_rank_zero,
     resolve_resume,
     rotate_checkpoints,
     set_aside_previous_run,
@@ -76,15 +75,6 @@ def test_one_checkpoint_name_is_written_and_parsed(tmp_path):
     assert [p.name for p in checkpoint_dirs(tmp_path)] == ["checkpoint-3", "checkpoint-12"]
     assert [p.name for p in complete_checkpoints(tmp_path)] == ["checkpoint-3", "checkpoint-12"]
     assert checkpoint_step(tmp_path / "checkpoint-12") == 12
-
-
-@pytest.mark.parametrize(("rank", "zero"), [(None, True), ("0", True), ("3", False)])
-def test_rank_zero_is_read_from_the_launchers_rank(monkeypatch, rank, zero):
-    if rank is None:
-        monkeypatch.delenv("RANK", raising=False)
-    else:
-        monkeypatch.setenv("RANK", rank)
-    assert is_rank_zero() is zero
 
 
 def test_rotation_keeps_the_newest_complete_checkpoints(tmp_path):

@@ -14,7 +14,8 @@ from transformers import TrainerCallback
 
 from data_builders.mixture import build_toy_mixture
 from eval.engine.checkpoints import complete_checkpoints, saved_render
-from train.run_dir import NonFiniteLoss, resolve_resume
+from infra.run_control import NonFiniteLoss
+from train.run_dir import resolve_resume
 from train.sft.run import build_trainer, compose_config, train
 from train.sft.trainer import logger_report_to
 
@@ -158,7 +159,7 @@ def test_nonfinite_loss_is_skipped_then_stops(toy_data, tmp_path):
     assert skipped == [0, 1, 0]
     poisoned.update(range(1, 100))
     trainer.args.max_steps = 10
-    trainer.max_nonfinite_steps = 3
+    trainer.run_control.max_nonfinite = 3
     with pytest.raises(NonFiniteLoss, match="3 non-finite losses in a row"):
         trainer.train()
 

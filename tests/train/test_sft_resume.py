@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 
 from data_builders.mixture import build_toy_mixture
 from eval.engine.checkpoints import complete_checkpoints
-from train.run_dir import REQUEUE_EXIT_CODE
+from infra.run_control import REQUEUE_EXIT_CODE
 from train.sft.run import compose_config, train
 
 ROOT = Path(__file__).resolve().parents[2]

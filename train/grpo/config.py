@@ -15,6 +15,11 @@ LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 SCALE_REWARDS = ("group", "batch", "none")
 #: ``grpo.credit`` values (``train.grpo.loop``).
 CREDITS = ("sequence", "decision")
+#: What a stop on non-finite losses says (``n`` updates in a row, the last at update ``step``).
+NONFINITE_MESSAGE = (
+    "{n} updates in a row had a non-finite loss (last at update {step}); stopping. Lower the learning "
+    "rate or check the data."
+)
 
 
 @dataclass
@@ -34,7 +39,7 @@ class GRPOSettings(StageSettings):
     """Rollouts per window (G, trl's ``num_generations``); advantages are centred within the group."""
     windows_per_step: int = bounded(8, ge=1)
     """Windows (groups) per update, over all ranks: with N processes, rank r rolls out windows
-    ``r, r + N, ...`` of the update's draw (``train.grpo.parallel.rank_share``), so a run is the same
+    ``r, r + N, ...`` of the update's draw (``infra.ranks.shard``), so a run is the same
     whatever the process count. G x ``windows_per_step`` rollouts per update."""
     credit: str = "sequence"
     """``sequence``: one advantage per rollout (GRPO as published); ``decision``: one per decision step,

@@ -51,9 +51,10 @@ from eval.engine.checkpoints import COMPLETE_MARKER, checkpoint_name, named_step
 from eval.engine.render import TurnRenderer
 from eval.engine.streaming import compiled_graphs
 from eval.tracking import flatten
-from infra.progress import Progress
+from infra.ranks import all_reduce, barrier, broadcast, gather, shard
+from infra.run_control import Preempted, RunControl
 from rewards.grpo import step_rewards
-from train.grpo.config import check_choices
+from train.grpo.config import NONFINITE_MESSAGE, check_choices
 from train.grpo.loss import (
     PolicyBatch,
     UpdateCounts,
@@ -63,7 +64,7 @@ from train.grpo.loss import (
     token_logprobs,
     token_weights,
 )
-from train.grpo.parallel import Single, rank_share
+from train.grpo.parallel import Single
 from train.grpo.rollout import (
     Rollout,
     Window,
@@ -74,15 +75,9 @@ from train.grpo.rollout import (
     rollout_group,
     step_returns,
 )
-from train.run_dir import (
-    CheckpointWriteError,
-    NonFiniteLoss,
-    Preempted,
-    SignalFlag,
-    is_write_failure,
-    rotate_checkpoints,
-)
+from train.run_dir import CheckpointWriteError, is_write_failure, rotate_checkpoints
 from train.safe_load import load_weights_only
+from train.stage_config import run_control
 
 log = logging.getLogger(__name__)
 STATE_FILE = "grpo_state.pt"
@@ -107,8 +102,6 @@ def best_value(metrics: dict, path: str) -> float:
 def kept_best(path: Path, metric: str) -> dict:
     """The ``best.json`` of a resumed run; one kept by another metric cannot be compared with."""
     best = json.loads(path.read_text())
-    if "metric" not in best and "prs_b" in best:  # written before best_metric existed
-        best = {"step": best["step"], "metric": "with_negatives/prs_b", "value": best["prs_b"]}
     if best.get("metric") != metric:
         raise ValueError(
             f"{path} kept the best by {best.get('metric')!r}, this run maximizes grpo.best_metric={metric}: "
@@ -183,14 +176,13 @@ class GRPOLoop:
             and (tmp / BEST_FILE).exists()
         ):  # crashed mid-swap
             tmp.rename(self.best_dir)
-        self.parallel.barrier()
+        barrier()
         best = self.best_dir / BEST_FILE
         self.best: dict | None = kept_best(best, cfg.best_metric) if cfg.keep_best and best.exists() else None
         self.step = 0
         self._orders: dict[int, list[int]] = {}  # epoch -> window order (the current one only)
         self.history: list[dict] = []
-        self.nonfinite = 0  # updates in a row with a non-finite loss
-        self.stopped_by: str | None = None  # why the last train() ended: max_steps, time_budget, signal
+        self.run: RunControl | None = None  # the run control of the last train()
 
     @property
     def optimizer(self):
@@ -205,7 +197,7 @@ class GRPOLoop:
         try:
             if par.is_main:
                 path.mkdir(parents=True, exist_ok=True)
-            par.barrier()
+            barrier()
             par.save_weights(path)
             state = par.optimizer_state(path)
             if par.is_main:
@@ -216,10 +208,10 @@ class GRPOLoop:
             if not is_write_failure(exc):
                 raise
             raise CheckpointWriteError(path, exc) from exc
-        par.barrier()
+        barrier()
         if not par.is_main:
             return path
-        if self.nonfinite:
+        if self.run is not None and self.run.nonfinite_in_a_row:
             log.warning("%s saved during a run of non-finite losses: not marked complete", path)
             return path
         (path / COMPLETE_MARKER).write_text(f"{self.step}\n")
@@ -269,7 +261,7 @@ class GRPOLoop:
         """This rank's windows of the draw, rolled out; a rank without one rolls out a padding
         window (index -1), so that it can take part in the update's collectives."""
         cfg, par = self.cfg, self.parallel
-        mine = rank_share(len(draw), par.rank, par.world) or [-1]
+        mine = shard(list(range(len(draw))), par.rank, par.world) or [-1]
         out = []
         self.model.eval()
         with par.full_weights(), par.autocast(), torch.no_grad():
@@ -309,7 +301,7 @@ class GRPOLoop:
             values = [
                 x for g, ret in zip(groups, returns, strict=True) if g.index >= 0 for row in ret for x in row
             ]
-            std = batch_std(*self.parallel.sum(list(moments(values))))
+            std = batch_std(*all_reduce(list(moments(values))))
         elif cfg.scale_rewards == "none":
             std = 1.0 - 1e-4  # divided by std + eps: the centred values as they are
         for g, per_step in zip(groups, per_steps, strict=True):
@@ -333,11 +325,11 @@ class GRPOLoop:
         t_reward = time.perf_counter() - t0 - t_rollout
         live, plan, counts = self._loss_plan(groups)
         total, sums, window_loss = self._backward(plan, len(live), counts)
-        total, nonfinite, *summed = par.sum(
+        total, nonfinite, *summed = all_reduce(
             [total, float(not torch.isfinite(torch.tensor(total))), *sums.values()]
         )
         records = [(g.index, g.rewards, g.parts, g.index in window_loss) for g in groups if g.index >= 0]
-        records = sorted(r for rank in par.gather(records) for r in rank)
+        records = sorted(r for rank in gather(records) for r in rank)
         row = self._row(records)
         if plan:
             row.update(loss=total, **self._ratios(dict(zip(SUMS, summed, strict=True))))
@@ -358,18 +350,18 @@ class GRPOLoop:
         the token weights divide by. Every rank runs as many forwards as the rank with the most
         live groups (DeepSpeed's collectives need the same calls on every rank): a rank with fewer
         pads with one of its own groups, at weight 0."""
-        cfg, par = self.cfg, self.parallel
+        cfg = self.cfg
         live = [g for g in groups if g.index >= 0 and g.live]
         max_tokens = cfg.window_steps * (cfg.max_new_tokens + 2)
         n_rollouts, n_groups, n_tokens, n_max = (
-            *par.sum(
+            *all_reduce(
                 [
                     sum(len(g.rollouts) for g in live),
                     len(live),
                     sum(int(g.batch.targets.numel()) for g in live),
                 ]
             ),
-            par.max([len(live)])[0],
+            all_reduce([len(live)], "max")[0],
         )
         counts = UpdateCounts(int(n_rollouts), int(n_groups), int(n_tokens), max_tokens)
         return live, live + [groups[0]] * (int(n_max) - len(live)), counts
@@ -436,47 +428,36 @@ class GRPOLoop:
 
     # -- the loop -----------------------------------------------------------------------------
 
-    def train(self, signals: SignalFlag | None = None) -> Path:
+    def train(self, run: RunControl | None = None) -> Path:
         """Updates from ``self.step`` to ``max_steps`` (or the time budget); returns the last
-        checkpoint. ``signals`` is the stage's flag, installed before the model loaded (else one is
-        installed here); a signal to any rank saves a checkpoint on every rank after the current
-        update and raises :class:`Preempted`."""
+        checkpoint. ``run`` is the stage's run control, made before the model loaded (else one is
+        made here from ``cfg``); a signal to any rank saves a checkpoint on every rank after the
+        current update and raises :class:`Preempted`."""
         cfg, par = self.cfg, self.parallel
-        flag = signals or SignalFlag()
-        start = time.perf_counter()
-        bar = Progress(cfg.max_steps, "grpo", unit="update", initial=self.step) if par.is_main else None
-        self.stopped_by = "max_steps"
+        self.run = run or run_control(cfg, "grpo", "update", NONFINITE_MESSAGE)
+        self.run.begin(cfg.max_steps, self.step)
         try:
             if self.evaluate and self.step == 0 and cfg.eval_every:
                 self._log_eval()
             while self.step < cfg.max_steps:
-                over = bool(cfg.time_budget_s and time.perf_counter() - start > cfg.time_budget_s)
-                if par.max([float(over)])[0]:  # rank 0's clock is everyone's
+                if self.run.over_budget(self.step, cfg.max_steps):
                     log.warning(
                         "time budget of %ss reached: stopping at update %d of %d",
                         cfg.time_budget_s,
                         self.step,
                         cfg.max_steps,
                     )
-                    self.stopped_by = "time_budget"
                     break
                 row = self.update()
-                self.nonfinite = self.nonfinite + 1 if row.get("nonfinite") else 0
-                if self.nonfinite >= cfg.max_nonfinite_steps:
-                    raise NonFiniteLoss(
-                        f"{self.nonfinite} updates in a row had a non-finite loss (last at update "
-                        f"{self.step}); stopping. Lower the learning rate or check the data."
-                    )
+                self.run.check_loss(not row.get("nonfinite"), self.step)
                 self.step += 1
                 self.history.append({"step": self.step, **row})
                 if par.is_main:
                     self.on_log(row, self.step)
                 if self.evaluate and cfg.eval_every and self.step % cfg.eval_every == 0:
                     self._log_eval()
-                if bar is not None:
-                    bar.update(1, reward=row["reward/mean"], **self._last_eval())
-                if par.max([float(flag.received is not None)])[0]:  # every rank stops at the same update
-                    self.stopped_by = "signal"
+                self.run.advance(1, reward=row["reward/mean"], **self._last_eval())
+                if self.run.signalled():  # every rank stops at the same update
                     raise Preempted(self.save(), cfg.requeue_exit_code)
                 if cfg.save_every and self.step % cfg.save_every == 0:
                     self.save()
@@ -484,10 +465,15 @@ class GRPOLoop:
                 self._log_eval()  # the last update is a candidate too
             return self.save()
         finally:
-            if bar is not None:
-                bar.close()
-            if signals is None:
-                flag.restore()
+            if run is None:
+                self.run.finish()
+            else:
+                self.run.close_bar()
+
+    @property
+    def stopped_by(self) -> str | None:
+        """Why the last :meth:`train` ended: ``max_steps``, ``time_budget`` or ``signal``."""
+        return self.run.stopped_by if self.run is not None else None
 
     def _last_eval(self) -> dict:
         for h in reversed(self.history):
@@ -501,7 +487,7 @@ class GRPOLoop:
         par = self.parallel
         with par.full_weights(), par.autocast(), torch.no_grad():
             metrics = self.evaluate(self.model) if par.is_main else None
-        metrics = par.broadcast(metrics)
+        metrics = broadcast(metrics)
         self.history.append({"step": self.step, "eval": metrics})
         if par.is_main:
             self.on_log(flatten(metrics, "eval"), self.step)
@@ -516,7 +502,7 @@ class GRPOLoop:
         path, tmp = self.best_dir, self.best_dir.with_name(f"{BEST_DIR}.tmp")
         if par.is_main:
             shutil.rmtree(tmp, ignore_errors=True)
-        par.barrier()
+        barrier()
         par.save_weights(tmp)
         if par.is_main:
             self.processor.save_pretrained(tmp)
@@ -528,5 +514,5 @@ class GRPOLoop:
             log.info(
                 "best held-out %s so far: %.2f at update %d", best["metric"], best["value"], best["step"]
             )
-        par.barrier()
+        barrier()
         self.best = best

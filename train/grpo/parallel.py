@@ -10,10 +10,11 @@ and ``ACCELERATE_DEEPSPEED_CONFIG_FILE`` in the environment; on CPU the ranks ta
 ``train.grpo.loop.GRPOLoop`` runs the same update either way:
 
 - Windows: the update's draw is the same on every rank; rank r rolls out windows ``r, r + N, ...``
-  (:func:`rank_share`) with each window's own seed, so a run's rollouts do not depend on N. A rank
+  (``infra.ranks.shard``) with each window's own seed, so a run's rollouts do not depend on N. A rank
   with no window in the draw (fewer windows than ranks) rolls out a padding window it never counts.
 - Rewards and advantages are computed per window group on its rank; ``scale_rewards=batch`` sums
-  the moments of every rank's rewards (:meth:`Single.sum`).
+  the moments of every rank's rewards (``infra.ranks.all_reduce``: the collectives are the rank
+  layer's, the identity in one process).
 - Gradients: every rank does the same number of loss forwards (the most windows with signal any
   rank has; padding forwards count with weight 0), and its loss is its share of the update's loss,
   times N because DeepSpeed averages the gradients of the ranks; the sum over ranks is then the
@@ -38,23 +39,14 @@ import logging
 import os
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import torch
 
+from infra.ranks import Ranks
 from train.safe_load import guard_deepspeed_loads
 
 log = logging.getLogger(__name__)
 DEEPSPEED_DIR, DEEPSPEED_TAG = "deepspeed", "state"
-
-
-def rank_share(n_windows: int, rank: int, world: int) -> list[int]:
-    """Indices of the update's windows that ``rank`` rolls out: every ``world``-th from ``rank``.
-
-    >>> rank_share(6, 1, 4), rank_share(6, 3, 4), rank_share(2, 3, 4)
-    ([1, 5], [3], [])
-    """
-    return list(range(rank, n_windows, world))
 
 
 def bf16_enabled(setting: str) -> bool:
@@ -111,23 +103,6 @@ class Single:
     def discard(self) -> None:
         """Drop the gradients of an update that is not applied (a non-finite loss)."""
         self.optimizer.zero_grad(set_to_none=True)
-
-    # -- collectives (identities on one process) -------------------------------------------------
-
-    def sum(self, values: list[float]) -> list[float]:
-        return list(values)
-
-    def max(self, values: list[float]) -> list[float]:
-        return list(values)
-
-    def gather(self, obj: Any) -> list[Any]:
-        return [obj]
-
-    def broadcast(self, obj: Any) -> Any:
-        return obj
-
-    def barrier(self) -> None:
-        pass
 
     # -- checkpoints -------------------------------------------------------------------------------
 
@@ -187,12 +162,11 @@ class DeepSpeedRanks(Single):
         self.config_file = config_file
         cuda = torch.cuda.is_available()
         if cuda:
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+            torch.cuda.set_device(Ranks.from_env().local_rank)
         deepspeed.init_distributed(
             dist_backend="nccl" if cuda else "gloo", timeout=timedelta(seconds=timeout_s)
         )
-        self.dist = torch.distributed
-        self.world, self.rank = self.dist.get_world_size(), self.dist.get_rank()
+        self.world, self.rank = torch.distributed.get_world_size(), torch.distributed.get_rank()
         self.device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
         self.engine = None
 
@@ -252,30 +226,6 @@ class DeepSpeedRanks(Single):
     def discard(self) -> None:
         self.engine.step()  # a non-finite gradient norm: DeepSpeed skips the update and drops the gradients
 
-    def _reduce(self, values: list[float], op) -> list[float]:
-        t = torch.tensor(values, dtype=torch.float64, device=self.device)
-        self.dist.all_reduce(t, op=op)
-        return t.tolist()
-
-    def sum(self, values: list[float]) -> list[float]:
-        return self._reduce(values, self.dist.ReduceOp.SUM)
-
-    def max(self, values: list[float]) -> list[float]:
-        return self._reduce(values, self.dist.ReduceOp.MAX)
-
-    def gather(self, obj: Any) -> list[Any]:
-        out: list[Any] = [None] * self.world
-        self.dist.all_gather_object(out, obj)
-        return out
-
-    def broadcast(self, obj: Any) -> Any:
-        box = [obj]
-        self.dist.broadcast_object_list(box, src=0)
-        return box[0]
-
-    def barrier(self) -> None:
-        self.dist.barrier()
-
     def save_weights(self, path: Path) -> None:
         """Rank 0 writes the HF weights; under ZeRO-3 every rank takes part in gathering them."""
         if self.stage == 3:
@@ -313,7 +263,7 @@ def from_environment(bf16: bool, timeout_s: float) -> Single:
     """:class:`DeepSpeedRanks` under ``accelerate launch`` with a DeepSpeed config, else
     :class:`Single`; several processes without DeepSpeed are refused (the update's gradients
     would not be averaged)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = Ranks.from_env().world
     config_file = os.environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE")
     if os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true" and config_file:
         return DeepSpeedRanks(config_file, bf16, timeout_s)

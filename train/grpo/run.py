@@ -51,14 +51,12 @@ from eval.tracking import make_logger
 from infra.entry import front_door
 from infra.files import OutputLock
 from infra.progress import console
+from infra.ranks import is_rank_zero
+from infra.run_control import NonFiniteLoss, Preempted, RunControl
 from infra.schema import CONF_DIR, compose, validate
 from rewards.grpo import build_reward
-from train.grpo.config import GRPOConfig, check_choices, reward_spec
+from train.grpo.config import NONFINITE_MESSAGE, GRPOConfig, check_choices, reward_spec
 from train.run_dir import (
-    NonFiniteLoss,
-    Preempted,
-    SignalFlag,
-    is_rank_zero,
     leave_launch,
     resolve_resume,
     retire_nonfinite,
@@ -66,6 +64,7 @@ from train.run_dir import (
     write_progress,
     write_run_info,
 )
+from train.stage_config import run_control
 from train.sweeps import note_swept_keys, sweep_identity
 
 log = logging.getLogger("train.grpo")
@@ -81,16 +80,18 @@ def _output_dir(cfg: DictConfig) -> Path:
 def run(cfg: DictConfig, out: Path | None = None) -> Path:
     """Train from a validated config; returns the final checkpoint dir (model + processor), or with
     ``grpo.keep_best`` the best one on the held-out split."""
-    signals = SignalFlag()  # first: a signal while the model loads is caught too
+    control = run_control(
+        cfg.grpo, "grpo", "update", NONFINITE_MESSAGE
+    )  # first: a signal while the model loads is caught too
     check_stage("grpo", cfg)  # eval.preflight: splits, init, the memory plan on a GPU
     main = is_rank_zero()
     lock = OutputLock(out or cfg.grpo.output_dir, "train.grpo").acquire() if main else None  # one run per dir
     try:
-        return _run(cfg, out, signals)
+        return _run(cfg, out, control)
     finally:
         if lock is not None:
             lock.release()
-        signals.restore()
+        control.finish()
 
 
 def check_config(cfg: DictConfig) -> object:
@@ -114,7 +115,7 @@ def check_config(cfg: DictConfig) -> object:
 # The phases below import torch and transformers inside: a bad config fails before they load.
 
 
-def _run(cfg: DictConfig, out: Path | None, signals: SignalFlag) -> Path:
+def _run(cfg: DictConfig, out: Path | None, control: RunControl) -> Path:
     """Config -> model -> windows -> held-out evaluator -> the loop -> the final checkpoint."""
     reward_fn = check_config(cfg)
     from train.grpo.loop import GRPOLoop
@@ -148,10 +149,10 @@ def _run(cfg: DictConfig, out: Path | None, signals: SignalFlag) -> Path:
         parallel.world,
         render_cfg.max_pixels,
     )
-    if signals.received is not None:  # during start-up: nothing trained, nothing to save
+    if control.received is not None:  # during start-up: nothing trained, nothing to save
         raise Preempted(None, g.requeue_exit_code)
     try:
-        last = loop.train(signals)
+        last = loop.train(control)
     except NonFiniteLoss:
         retire_nonfinite(out)
         raise

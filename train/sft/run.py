@@ -36,12 +36,11 @@ from eval.preflight import check_stage
 from infra.entry import front_door
 from infra.files import OutputLock
 from infra.progress import console
+from infra.ranks import is_rank_zero
+from infra.run_control import NonFiniteLoss, Preempted, RunControl
 from infra.schema import CONF_DIR, compose, validate
 from train.run_dir import (
     CheckpointWriteError,
-    NonFiniteLoss,
-    Preempted,
-    is_rank_zero,
     is_write_failure,
     leave_launch,
     resolve_resume,
@@ -54,15 +53,15 @@ from train.sft.config import SFTConfig
 from train.sft.data import StreamWindowDataset, WindowCollator
 from train.sft.losses import class_weights, counts_from_stats
 from train.sft.trainer import (
+    NONFINITE_MESSAGE,
     CheckpointCallback,
     DecisionTrainer,
-    PreemptionCallback,
-    StepProgressCallback,
-    TimeBudgetCallback,
+    RunControlCallback,
     WandbRunCallback,
     logger_report_to,
     training_arguments,
 )
+from train.stage_config import run_control
 
 log = logging.getLogger("train.sft")
 
@@ -83,11 +82,14 @@ def apply_lora(model, lora_cfg, decision_ids: list[int]):
     return get_peft_model(model, config)
 
 
-def build_trainer(cfg: DictConfig) -> tuple[DecisionTrainer, PreemptionCallback]:
-    """The Trainer of a validated config (model, data, loss, callbacks), ready to ``train()``."""
-    preemption = PreemptionCallback()  # first: a signal while the model loads is caught too
-    quiet_libraries()
+def build_trainer(cfg: DictConfig) -> tuple[DecisionTrainer, RunControl]:
+    """The Trainer of a validated config (model, data, loss, callbacks), ready to ``train()``, and
+    the run control it trains under."""
     t = cfg.train
+    run = run_control(
+        t, "sft", "step", NONFINITE_MESSAGE
+    )  # first: a signal while the model loads is caught too
+    quiet_libraries()
     if t.num_threads:
         torch.set_num_threads(t.num_threads)
     out = Path(t.output_dir)
@@ -117,12 +119,9 @@ def build_trainer(cfg: DictConfig) -> tuple[DecisionTrainer, PreemptionCallback]
     params = count_parameters(model)
     log.info("model %s: %s parameters, %s trainable", cfg.model.name, params["total"], params["trainable"])
     log.info("train windows: %d from %s; class weights %s", len(train_set), split_dir, static)
-    checkpoints = CheckpointCallback(render, t.save_total_limit)
-    callbacks = [preemption, checkpoints, StepProgressCallback()]
+    callbacks = [RunControlCallback(run), CheckpointCallback(render, t.save_total_limit, run)]
     if cfg.logger.name == "wandb":
         callbacks.append(WandbRunCallback(OmegaConf.to_container(cfg, resolve=True)))
-    if t.time_budget_s:
-        callbacks.append(TimeBudgetCallback(t.time_budget_s))
     trainer = DecisionTrainer(
         model=model,
         args=training_arguments(cfg, logger_report_to(cfg)),
@@ -138,10 +137,9 @@ def build_trainer(cfg: DictConfig) -> tuple[DecisionTrainer, PreemptionCallback]
         static_weights=static,
         decision_weight=cfg.loss.decision_weight,
         text_weight=cfg.loss.text_weight,
-        max_nonfinite_steps=t.max_nonfinite_steps,
+        run_control=run,
     )
-    checkpoints.trainer = trainer
-    return trainer, preemption
+    return trainer, run
 
 
 def train(cfg: DictConfig) -> Path:
@@ -190,10 +188,10 @@ def _planned_steps(resume: str, max_steps: int) -> int | None:
 
 def _train(cfg: DictConfig, out: Path, resume: str | None) -> Path:
     t = cfg.train
-    trainer, preemption = build_trainer(cfg)
+    trainer, run = build_trainer(cfg)
     processor = trainer.processing_class
-    if preemption.received is not None:  # during start-up: nothing trained, nothing to save
-        preemption.flag.restore()
+    if run.received is not None:  # during start-up: nothing trained, nothing to save
+        run.finish()
         raise Preempted(None, t.requeue_exit_code)
     if resume:
         log.info("resuming from %s", resume)
@@ -207,15 +205,11 @@ def _train(cfg: DictConfig, out: Path, resume: str | None) -> Path:
         if not is_write_failure(exc):
             raise
         raise CheckpointWriteError(out / checkpoint_name(trainer.state.global_step), exc) from exc
-    if preemption.received is not None:
+    if run.stopped_by == "signal" or run.received is not None:
         ckpt = out / checkpoint_name(trainer.state.global_step)
         raise Preempted(ckpt if ckpt.is_dir() else None, t.requeue_exit_code)
     if trainer.is_world_process_zero():
-        budget = any(
-            isinstance(c, TimeBudgetCallback) and c.fired for c in trainer.callback_handler.callbacks
-        )
-        stopped_by = "time_budget" if budget else "max_steps"
-        write_progress(out, trainer.state.global_step, trainer.state.max_steps, stopped_by)
+        write_progress(out, trainer.state.global_step, trainer.state.max_steps, run.stopped_by)
     final = out / "final"
     if cfg.lora.enabled and cfg.lora.merge_on_save:
         if trainer.is_world_process_zero():

@@ -13,13 +13,14 @@
   DeepSpeed through accelerate) is the Trainer's own.
 - NaN guard: a non-finite loss is replaced by a zero that touches no parameter, so the step leaves
   every gradient empty and AdamW leaves the weights (and its moments) as they were; it is logged,
-  and ``max_nonfinite_steps`` of them in a row stop training with :class:`NonFiniteLoss`.
-- :class:`PreemptionCallback`: SIGUSR1 / SIGTERM set a flag; at the end of the current step the
-  Trainer saves a checkpoint and stops, and the entry point exits with the requeue status.
+  and ``max_nonfinite_steps`` of them in a row stop training with ``NonFiniteLoss`` (the run
+  control's guard, ``infra.run_control.RunControl.check_loss``).
+- :class:`RunControlCallback`: the Trainer's adapter of ``infra.run_control.RunControl``: the
+  progress bar, then at the end of each step SIGUSR1 / SIGTERM on any rank (save a checkpoint and
+  stop; the entry point exits with the requeue status) or the time budget (save and stop).
 - :class:`CheckpointCallback`: writes ``render.json`` and ``COMPLETE`` into a checkpoint once the
   Trainer finished saving it (so ``resume=auto`` never picks a half-written one), then rotates the
   older ones, never the last complete one.
-- :class:`TimeBudgetCallback`: stops (and saves) after a wall-clock budget.
 - :func:`training_arguments`: ``TrainingArguments`` from the ``train`` block; under ``accelerate launch``
   with a DeepSpeed config it hands the JSON to the Trainer (and, on CPU, forms the gloo ranks).
 """
@@ -38,8 +39,9 @@ from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from eval.engine.checkpoints import COMPLETE_MARKER, checkpoint_name, write_render
 from eval.tracking import remember_run
-from infra.progress import Progress
-from train.run_dir import NonFiniteLoss, SignalFlag, rotate_checkpoints
+from infra.ranks import Ranks
+from infra.run_control import RunControl
+from train.run_dir import rotate_checkpoints
 from train.safe_load import guarding_prepare
 from train.sft.losses import WEIGHT_MODES, decision_metrics, loss_at_labels, selected_logits
 from train.steps import accumulation_steps
@@ -63,7 +65,7 @@ class DecisionTrainer(Trainer):
         static_weights: torch.Tensor | None = None,
         decision_weight: float = 1.0,
         text_weight: float = 1.0,
-        max_nonfinite_steps: int = 5,
+        run_control: RunControl,
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
@@ -79,8 +81,7 @@ class DecisionTrainer(Trainer):
         self.static_weights = static_weights
         self.decision_weight = decision_weight
         self.text_weight = text_weight
-        self.max_nonfinite_steps = max_nonfinite_steps
-        self.nonfinite_in_a_row = 0
+        self.run_control = run_control  # its guard counts the non-finite losses in a row
         self._reset_parts()
 
     def create_accelerator_and_postprocess(self) -> None:
@@ -123,38 +124,31 @@ class DecisionTrainer(Trainer):
 
     def _guard(self, loss: torch.Tensor, parts, n_tokens: int) -> torch.Tensor:
         """Account the batch's parts; replace a non-finite loss by a parameter-free zero."""
-        if torch.isfinite(loss.detach()).item():
-            self.nonfinite_in_a_row = 0
-            self._parts += torch.tensor(
-                [
-                    float(parts.decision_sum),
-                    float(parts.text_sum),
-                    float(parts.decision_ce_sum),
-                    parts.n_decisions,
-                    parts.n_text,
-                    n_tokens,
-                    0,
-                    0,
-                ],
-                dtype=torch.float64,
-            )
-            self._confusion += parts.confusion.cpu().double()
-            return loss
-        self.nonfinite_in_a_row += 1
-        self._parts[6] += 1
-        log.warning(
-            "non-finite loss (%s) at step %d: skipped (%d in a row)",
-            float(loss.detach()),
-            self.state.global_step,
-            self.nonfinite_in_a_row,
+        step = self.state.global_step
+        if not self.run_control.check_loss(
+            bool(torch.isfinite(loss.detach()).item()),
+            step,
+            on_skip=lambda n: log.warning(
+                "non-finite loss (%s) at step %d: skipped (%d in a row)", float(loss.detach()), step, n
+            ),
+        ):
+            self._parts[6] += 1
+            return torch.zeros((), device=loss.device, requires_grad=True)
+        self._parts += torch.tensor(
+            [
+                float(parts.decision_sum),
+                float(parts.text_sum),
+                float(parts.decision_ce_sum),
+                parts.n_decisions,
+                parts.n_text,
+                n_tokens,
+                0,
+                0,
+            ],
+            dtype=torch.float64,
         )
-        if self.nonfinite_in_a_row >= self.max_nonfinite_steps:
-            raise NonFiniteLoss(
-                f"{self.nonfinite_in_a_row} non-finite losses in a row (up to step {self.state.global_step}): "
-                "training stopped. Lower train.learning_rate, check the data, or resume from the last "
-                "checkpoint."
-            )
-        return torch.zeros((), device=loss.device, requires_grad=True)
+        self._confusion += parts.confusion.cpu().double()
+        return loss
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs and self.model.training:
@@ -181,44 +175,40 @@ class DecisionTrainer(Trainer):
         return out
 
 
-class PreemptionCallback(TrainerCallback):
-    """SIGUSR1 / SIGTERM -> save a checkpoint at the end of the current step and stop. The handlers
-    are installed when the callback is made (before the model loads), so a signal during start-up
-    is recorded too (``train.sft`` then exits with the requeue status before training)."""
+#: What a stop on non-finite losses says (``n`` in a row, up to ``step``).
+NONFINITE_MESSAGE = (
+    "{n} non-finite losses in a row (up to step {step}): training stopped. Lower train.learning_rate, "
+    "check the data, or resume from the last checkpoint."
+)
 
-    def __init__(self) -> None:
-        self.flag = SignalFlag()
 
-    @property
-    def received(self) -> int | None:
-        return self.flag.received
+class RunControlCallback(TrainerCallback):
+    """The Trainer's side of ``infra.run_control.RunControl``: the clock and the bar start with
+    training; at the end of each step the bar moves (with the last logged loss and fire rate), then a
+    signal on any rank, else a spent time budget, makes the Trainer save a checkpoint and stop. The
+    control is made before the model loads, so a signal during start-up is recorded too
+    (``train.sft`` then exits with the requeue status before training)."""
+
+    def __init__(self, control: RunControl) -> None:
+        self.run = control
+        self.figures: dict[str, float] = {}
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.run.begin(state.max_steps, state.global_step)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        for key in ("loss", "fire_rate"):
+            if logs and key in logs:
+                self.figures[key] = logs[key]
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self._any_rank_received():
+        self.run.advance(1, **self.figures)
+        if self.run.signalled() or self.run.over_budget(state.global_step, state.max_steps):
             control.should_save = True
             control.should_training_stop = True
 
-    def _any_rank_received(self) -> bool:
-        """Whether any rank got the signal: every rank must stop at the same step, or the
-        collective checkpoint save would wait forever for the ranks that went on."""
-        import torch
-        import torch.distributed as dist
-
-        flag = self.received is not None
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            backend = dist.get_backend()
-            device = (
-                torch.device("cuda", torch.cuda.current_device())
-                if backend == "nccl"
-                else torch.device("cpu")
-            )
-            t = torch.tensor([int(flag)], device=device)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
-            flag = bool(t.item())
-        return flag
-
     def on_train_end(self, args, state, control, **kwargs):
-        self.flag.restore()
+        self.run.finish()
 
 
 class CheckpointCallback(TrainerCallback):
@@ -228,10 +218,10 @@ class CheckpointCallback(TrainerCallback):
     checkpoint is complete, is off). A checkpoint saved during a run of non-finite losses is left
     incomplete, so ``resume=auto`` never restarts from it."""
 
-    def __init__(self, render=None, save_total_limit: int | None = None):
+    def __init__(self, render=None, save_total_limit: int | None = None, run: RunControl | None = None):
         self.render = render
         self.save_total_limit = save_total_limit
-        self.trainer: DecisionTrainer | None = None
+        self.run = run
 
     def on_save(self, args, state, control, **kwargs):
         if not state.is_world_process_zero:
@@ -239,39 +229,13 @@ class CheckpointCallback(TrainerCallback):
         ckpt = Path(args.output_dir) / checkpoint_name(state.global_step)
         if not ckpt.is_dir():
             return
-        if self.trainer is not None and self.trainer.nonfinite_in_a_row:
+        if self.run is not None and self.run.nonfinite_in_a_row:
             log.warning("%s saved during a run of non-finite losses: not marked complete", ckpt)
             return
         if self.render is not None:
             write_render(ckpt, self.render)
         (ckpt / COMPLETE_MARKER).write_text(f"{state.global_step}\n")
         rotate_checkpoints(args.output_dir, self.save_total_limit)
-
-
-class StepProgressCallback(TrainerCallback):
-    """Training steps as a bar with rate and ETA (a log line every 30 s without a terminal), with the
-    last logged loss and fire rate (``infra.progress.Progress``)."""
-
-    def __init__(self) -> None:
-        self.bar: Progress | None = None
-        self.figures: dict[str, float] = {}
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        if state.is_world_process_zero:
-            self.bar = Progress(state.max_steps, "sft", unit="step", initial=state.global_step)
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        for key in ("loss", "fire_rate"):
-            if logs and key in logs:
-                self.figures[key] = logs[key]
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if self.bar is not None:
-            self.bar.update(1, **self.figures)
-
-    def on_train_end(self, args, state, control, **kwargs):
-        if self.bar is not None:
-            self.bar.close()
 
 
 class WandbRunCallback(TrainerCallback):
@@ -292,24 +256,6 @@ class WandbRunCallback(TrainerCallback):
         remember_run(args.output_dir, wandb.run)
 
 
-class TimeBudgetCallback(TrainerCallback):
-    """Stops training (with a final save) once ``budget_s`` seconds of training have passed."""
-
-    def __init__(self, budget_s: float):
-        self.budget_s = budget_s
-        self.start = 0.0
-        self.fired = False
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.start = time.perf_counter()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if time.perf_counter() - self.start >= self.budget_s and state.global_step < state.max_steps:
-            self.fired = True
-            control.should_training_stop = True
-            control.should_save = True
-
-
 def training_arguments(cfg: DictConfig, report_to: list[str]) -> TrainingArguments:
     t = cfg.train
     bf16 = torch.cuda.is_available() if t.bf16 == "auto" else str(t.bf16).lower() == "true"
@@ -325,9 +271,7 @@ def training_arguments(cfg: DictConfig, report_to: list[str]) -> TrainingArgumen
         per_device_train_batch_size=t.per_device_batch_size,
         per_device_eval_batch_size=t.per_device_batch_size,
         gradient_accumulation_steps=(
-            accumulation_steps(
-                t.global_batch_size, t.per_device_batch_size, int(os.environ.get("WORLD_SIZE", "1"))
-            )
+            accumulation_steps(t.global_batch_size, t.per_device_batch_size, Ranks.from_env().world)
             if t.global_batch_size
             else t.gradient_accumulation_steps
         ),
@@ -359,7 +303,7 @@ def training_arguments(cfg: DictConfig, report_to: list[str]) -> TrainingArgumen
 def _cpu_ranks(use_deepspeed: bool) -> dict | None:
     """accelerate forms DeepSpeed ranks only on accelerators; under ``accelerate launch`` on CPU (the
     distributed test, laptops) the gloo group is made here and handed to the Trainer as is."""
-    if torch.cuda.is_available() or int(os.environ.get("WORLD_SIZE", "1")) == 1 or not use_deepspeed:
+    if torch.cuda.is_available() or Ranks.from_env().world == 1 or not use_deepspeed:
         return None
     from accelerate import PartialState
 
