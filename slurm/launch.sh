@@ -36,7 +36,7 @@
 #   3. On each node the launcher ignores USR1 (the node command runs "trap '' USR1" before exec:
 #      torch's elastic launcher underneath "accelerate launch" has no handler for it, and the default
 #      action would kill it and its workers mid-step). The workers inherit the ignore, but the trainer
-#      installs its own handler (train.sft.trainer.PreemptionCallback, train.grpo.loop.GRPOLoop), so
+#      installs its own handler (infra.run_control.RunControl, in train.sft and train.grpo), so
 #      each worker saves a complete checkpoint and exits with the requeue status 75.
 #   4. The launcher (python -m train.launch: accelerate launch) then prints one line and exits 75 when
 #      every rank did (torch's own report of "failed" ranks would be a ~40-line traceback); the

@@ -3,11 +3,11 @@
     python -m train.grpo -m init=runs/sft/final reward.reward_weights.prs=1,2 reward.redundancy.lambda=0.1,0.2 grpo.eval_every=20
     python -m eval.sweep_table runs/grpo_sweep         # one row per point: its values, final and best scores
 
-- :func:`note_swept_keys` (called by the entry point before Hydra parses the command line) records
-  which keys the command sweeps (``reward.reward_weights.prs=1,2``, ``x=range(1,4)``) in the environment
-  variable :data:`SWEEP_KEYS_ENV`, which every point's process inherits (local or Slurm jobs).
-- The ``sweep_point_dir`` resolver names a point's folder by those keys alone
-  (``reward.redundancy.lambda=0.1,reward.reward_weights.prs=2``), not by every fixed override of the command.
+- The ``sweep_point_dir`` resolver names a point's folder by the keys the command sweeps alone
+  (``reward.redundancy.lambda=0.1,reward.reward_weights.prs=2``), not by every fixed override of the
+  command. Which keys it sweeps (``reward.reward_weights.prs=1,2``, ``x=range(1,4)``) is read from the
+  command's overrides as Hydra saved them in the sweep folder (``multirun.yaml``, written before the
+  first point starts, on the disk every point's job sees: local or Slurm).
 - The ``local_gpus`` resolver gives the local launcher the node's GPUs (it would hide them with 0).
 - :class:`SlurmRequestCheck` (a callback of ``hydra/launcher=slurm``): before submitit's launcher submits, asks
   Slurm whether a point's job can ever start (``slurm/submit.sh --check``: ``sbatch --test-only`` with
@@ -29,7 +29,6 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-SWEEP_KEYS_ENV = "PROACTIVE_SWEEP_KEYS"
 SUBMIT = Path(__file__).resolve().parents[1] / "slurm" / "submit.sh"
 
 
@@ -105,20 +104,18 @@ def swept_keys(argv: list[str]) -> list[str]:
     return [o.key_or_group for o in parsed if o.is_sweep_override()]
 
 
-def note_swept_keys(argv: list[str]) -> None:
-    """Record the swept keys of a multirun command line for its points (module docstring)."""
-    if "-m" in argv or "--multirun" in argv:
-        os.environ[SWEEP_KEYS_ENV] = ",".join(swept_keys(argv))
-
-
 def _point_overrides() -> list[str]:
+    """The point's own ``key=value`` overrides of the keys its sweep sweeps (every override of the
+    point when the sweep folder holds no ``multirun.yaml``)."""
     from hydra.core.hydra_config import HydraConfig
 
-    task = list(HydraConfig.get().overrides.task)
-    keys = os.environ.get(SWEEP_KEYS_ENV)
-    if keys is None:  # a sweep started without note_swept_keys: every override of the point
+    hydra = HydraConfig.get()
+    task = list(hydra.overrides.task)
+    saved = Path(hydra.sweep.dir)
+    saved = (saved if saved.is_absolute() else Path(hydra.runtime.cwd) / saved) / "multirun.yaml"
+    if not saved.is_file():
         return task
-    wanted = set(keys.split(","))
+    wanted = set(swept_keys(list(OmegaConf.load(saved).hydra.overrides.task)))
     return [o for o in task if o.split("=", 1)[0].lstrip("+~") in wanted]
 
 

@@ -49,8 +49,6 @@ def _grpo(tmp: Path, *overrides: str) -> tuple[str, str, float]:
         ),
         (("init=random", "+reward.redundancy.lamda=0.1"), "unknown redundancy options: ['lamda']"),
         (("init=random", "grpo.num_generations=1"), "grpo.num_generations=1: must be at least 2"),
-        (("init=random", "reward.weights.prs=2"), "reward.weights.prs is now reward.reward_weights.prs"),
-        (("init=random", "grpo.group_size=8"), "grpo.group_size is now grpo.num_generations"),
     ],
     ids=[
         "no-init",
@@ -58,8 +56,6 @@ def _grpo(tmp: Path, *overrides: str) -> tuple[str, str, float]:
         "misspelt-key",
         "misspelt-option",
         "group-of-one",
-        "old-name",
-        "old-group",
     ],
 )
 def test_bad_grpo_configs_fail_before_the_model_loads(tmp_path, overrides, message):

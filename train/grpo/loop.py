@@ -24,9 +24,10 @@ plus ``grpo_state.pt`` (the step and, for one process, the optimizer state, read
 ``torch.load(weights_only=True)`` and the step checked; under DeepSpeed each rank's optimizer
 partition is in ``deepspeed/``, read back with ``weights_only=True`` too: ``train.safe_load``) and
 the ``COMPLETE`` marker, written once every rank has saved. ``resume=auto`` restarts from the
-newest complete one. SIGUSR1 / SIGTERM to any rank: after the current update
-every rank saves its part and stops with ``Preempted``; a non-finite loss skips the update, and
-``max_nonfinite_steps`` of them in a row stop the run with a clear error.
+newest complete one. The run control is ``infra.run_control.RunControl``, as SFT's: SIGUSR1 /
+SIGTERM to any rank: after the current update every rank saves its part and stops with
+``Preempted``; a non-finite loss skips the update, and ``max_nonfinite_steps`` of them in a row
+stop the run with a clear error; ``time_budget_s`` stops it before the next update.
 
 ``keep_best``: every held-out evaluation (before the first update, every ``eval_every``, after the
 last; on rank 0) that beats the best so far saves the weights to ``best/`` (model + processor,

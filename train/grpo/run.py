@@ -51,7 +51,7 @@ from eval.tracking import make_logger
 from infra.entry import front_door
 from infra.files import OutputLock
 from infra.progress import console
-from infra.ranks import is_rank_zero
+from infra.ranks import barrier, is_rank_zero
 from infra.run_control import NonFiniteLoss, Preempted, RunControl
 from infra.schema import CONF_DIR, compose, validate
 from rewards.grpo import build_reward
@@ -65,7 +65,7 @@ from train.run_dir import (
     write_run_info,
 )
 from train.stage_config import run_control
-from train.sweeps import note_swept_keys, sweep_identity
+from train.sweeps import sweep_identity
 
 log = logging.getLogger("train.grpo")
 
@@ -196,10 +196,10 @@ def _load_model(cfg: DictConfig, resume: str | None, parallel):
     if start:
         model_cfg |= {"kind": "pretrained", "path": str(start), "random_init": False}
     if not parallel.is_main:  # rank 0 first: it may build the model's files (model=tiny) in the cache
-        parallel.barrier()
+        barrier()
     model, processor = load_model_and_processor(model_cfg, cache_dir=cfg.paths.cache_dir)
     if parallel.is_main:
-        parallel.barrier()
+        barrier()
     if cfg.grpo.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return model, processor
@@ -290,7 +290,7 @@ def _save(loop, out: Path, processor, render_cfg: RenderConfig, last: Path) -> P
         write_progress(out, loop.step, g.max_steps, loop.stopped_by)
         processor.save_pretrained(final)
         write_render(final, render_cfg)
-    parallel.barrier()
+    barrier()
     if parallel.is_main:  # written last, once every rank's part is saved (docs/design.md)
         (final / COMPLETE_MARKER).write_text(f"{loop.step}\n")
     log.info("final checkpoint %s (last update checkpoint %s)", final, last)
@@ -356,26 +356,6 @@ def _main(cfg: DictConfig) -> None:
     leave_launch()
 
 
-#: Keys the GRPO config had before it took trl's names (docs/grpo.md): an old command line is told
-#: the new name instead of Hydra's "not in struct".
-RENAMED = {
-    "grpo.group_size": "grpo.num_generations",
-    "grpo.clip_eps": "grpo.epsilon",
-    "reward.weights": "reward.reward_weights",
-}
-
-
-def renamed_keys(argv: list[str]) -> list[str]:
-    """One line per override of ``argv`` that names a renamed key (or a key below one)."""
-    found = []
-    for arg in argv:
-        key = arg.split("=", 1)[0].lstrip("+~")
-        for old, new in RENAMED.items():
-            if key == old or key.startswith(old + "."):
-                found.append(f"{key} is now {new + key[len(old) :]} (trl's name)")
-    return found
-
-
 def _check_start(cfg: DictConfig) -> None:
     """What the command line refuses before Hydra runs it: the config's own checks (init, reward,
     options: :func:`check_config`), then the stage's pre-flight (``eval.preflight``)."""
@@ -385,14 +365,9 @@ def _check_start(cfg: DictConfig) -> None:
 
 
 def main() -> None:
-    """The command line; renamed keys refused, a sweep's swept keys noted (``train.sweeps``), and the
-    ``init`` checkpoint's render block added as overrides (``eval.engine.checkpoints.render_overrides``: the
-    frames it was trained on; an explicit ``render`` override wins, with a warning)."""
-    renamed = renamed_keys(sys.argv[1:])
-    if renamed:
-        print("train.grpo: " + "; ".join(renamed), file=sys.stderr)
-        sys.exit(2)
-    note_swept_keys(sys.argv[1:])
+    """The command line, with the ``init`` checkpoint's render block added as overrides
+    (``eval.engine.checkpoints.render_overrides``: the frames it was trained on; an explicit
+    ``render`` override wins, with a warning)."""
     add_render_to_command_line("train.grpo", key="init")
     front_door("train.grpo", "grpo", GRPOConfig, check=_check_start)
     _main()
