@@ -392,3 +392,22 @@ def test_a_planted_pickle_in_grpo_state_is_refused_naming_the_file(setup, tmp_pa
     ):
         loop.load_state(ckpt)
     assert not marker.exists()
+
+
+def test_the_run_control_stops_the_loop_on_its_time_budget(setup, tmp_path):
+    """The GRPO loop runs under the same run control as SFT (``infra.run_control``): a budget spent
+    before the first update stops the loop there, with a complete checkpoint and ``time_budget`` as
+    the reason; the signal handlers it installed are put back."""
+    import signal
+
+    from train.grpo.config import GRPOSettings
+    from train.grpo.loop import GRPOLoop
+
+    model, renderer, windows = setup
+    before = signal.getsignal(signal.SIGUSR1)
+    cfg = GRPOSettings(max_steps=3, time_budget_s=1e-9, eval_split=None)
+    loop = GRPOLoop(cfg, model, renderer.processor, renderer, None, windows, tmp_path)
+    last = loop.train()
+    assert last == tmp_path / "checkpoint-0" and (last / "COMPLETE").read_text() == "0\n"
+    assert loop.step == 0 and loop.history == [] and loop.stopped_by == "time_budget"
+    assert signal.getsignal(signal.SIGUSR1) is before

@@ -232,3 +232,21 @@ def test_rerunning_a_finished_run_trains_nothing(toy_data, tmp_path):
     train(more)  # a larger budget trains on from checkpoint-1
     assert complete_checkpoints(run)[-1].name == "checkpoint-2"
     assert (final / "model.safetensors").read_bytes() != weights
+
+
+def test_the_time_budget_stops_sft_with_a_complete_checkpoint(toy_data, tmp_path):
+    """A budget spent at the first step: the run control makes the Trainer save and stop there, the
+    final weights are written, and progress.json says what stopped it (1 of 50 steps)."""
+    from train.run_dir import read_progress
+
+    run = tmp_path / "run"
+    final = train(
+        compose_config(
+            sft_overrides(
+                toy_data, run, "train.max_steps=50", "train.save_steps=100", "train.time_budget_s=1e-6"
+            )
+        )
+    )
+    assert read_progress(run) == {"done": 1, "planned": 50, "stopped_by": "time_budget"}
+    assert [p.name for p in complete_checkpoints(run)] == ["checkpoint-1"]
+    assert (final / COMPLETE_MARKER).read_text() == "1\n"
