@@ -2,7 +2,7 @@
 
     PROTOCOLS = Registry("protocol", {"p3i": "eval.protocols.p3i:PROTOCOL", ...})
     PROTOCOLS.get("p3i")      # imports eval.protocols.p3i on first use, returns its PROTOCOL
-    PROTOCOLS.names()         # ["egoserve", "p3i", ...], importing nothing
+    PROTOCOLS.names()         # ["egoserve", "estp", ...] in the table's order, importing nothing
 
 Every registry of the project (benchmark protocols, data sources, content scorers, experiment
 loggers, memory embedders, the bench dispatchers' subcommands) is one :class:`Registry` whose table,
@@ -48,8 +48,8 @@ class Registry:
         self._loaded.pop(name, None)
 
     def names(self) -> list[str]:
-        """Every listed name, sorted; nothing is imported."""
-        return sorted(self._where)
+        """Every listed name, in the table's order; nothing is imported."""
+        return list(self._where)
 
     def where(self, name: str) -> str:
         """The ``"module:attr"`` that ``name`` is listed at."""
@@ -74,7 +74,7 @@ class Registry:
             return
         close = difflib.get_close_matches(str(name), self._where, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise KeyError(f"unknown {self.kind} {name!r} (known: {', '.join(self.names())}){hint}")
+        raise KeyError(f"unknown {self.kind} {name!r} (known: {', '.join(sorted(self._where))}){hint}")
 
     def __contains__(self, name: object) -> bool:
         return name in self._where

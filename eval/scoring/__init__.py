@@ -24,19 +24,37 @@ count is reported under ``unscorable`` and, with the judge, ``unrated`` (:class:
 
 from __future__ import annotations
 
-import importlib
 import math
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from data_builders.records import RecordError, Reply, Stream, Target
 from eval.config import ScoringConfig
-from rewards.content import ContentScorer, get_content_scorer
+from infra.registry import Registry
+from rewards.content import PURE, ContentScorer
 from rewards.turns import split_category
 
-#: Modules that register the I/O-bearing content scorers when imported.
-SCORER_MODULES = {"embedding": "eval.scoring.embedding", "judge": "eval.scoring.judge"}
-CONTENT_SCORERS = ("exact", "label", "embedding", "judge", "any")
+#: Every content scorer: name -> its factory ``(**config) -> scorer``; ``embedding`` and ``judge``
+#: (I/O) here, the pure ones in ``rewards.content.PURE``. A module holding an I/O scorer also holds
+#: ``config_from_args(settings)``, its config from the scoring settings.
+CONTENT = Registry(
+    "content scorer",
+    {
+        "exact": PURE["exact"],
+        "label": PURE["label"],
+        "embedding": "eval.scoring.embedding:make_embedding",
+        "judge": "eval.scoring.judge:make_judge",
+        "any": PURE["any"],
+    },
+)
+CONTENT_SCORERS = tuple(CONTENT.names())
+
+
+def get_content_scorer(name: str, **config: Any) -> ContentScorer:
+    """Build the content scorer ``name`` (any of :data:`CONTENT_SCORERS`) with its config."""
+    return CONTENT.get(name)(**config)
 
 
 @dataclass
@@ -120,10 +138,10 @@ def build_content(settings: ScoreSettings) -> ContentScorer:
 
 def _build_named(name: str, settings: ScoreSettings) -> ContentScorer:
     try:
-        if name in SCORER_MODULES:
-            module = importlib.import_module(SCORER_MODULES[name])
-            return get_content_scorer(name, **module.config_from_args(settings))
-        return get_content_scorer(name)
+        factory = CONTENT.get(name)
+        if factory.__module__ != "rewards.content":  # an I/O scorer: its config from the settings
+            return factory(**sys.modules[factory.__module__].config_from_args(settings))
+        return factory()
     except (KeyError, ValueError, OSError) as exc:
         raise RecordError(f"cannot build the {name!r} content scorer: {exc}") from None
 

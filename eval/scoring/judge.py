@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.scoring.chat_client import ChatClient, ChatError, ChatFatal
-from rewards.content import TargetLike, Unscorable, register_content
+from rewards.content import TargetLike, Unscorable
 
 _HEADER = """You rate a proactive assistant that watches a first-person video and offers help without being asked.
 An annotator wrote the reference service for the same moment.
@@ -306,7 +306,6 @@ class JudgeScorer:
         return max(0.0, (r - 1) / 4)
 
 
-@register_content("judge")
 def make_judge(**config: Any) -> JudgeScorer:
     return JudgeScorer(Judge(**config))
 
