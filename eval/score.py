@@ -54,12 +54,7 @@ from eval.protocols.egoserve_files import EventGroup, detect_release, read_relea
 from eval.scoring import GroundTruth, ScoreSettings, pair
 from eval.scoring.chat_client import ChatFatal
 from eval.scoring.judge import config_from_args
-from eval.scoring.options import (  # noqa: F401 (eval.score.add_scoring_flags, settings_from_args: its names)
-    SCORING_CHOICES,
-    add_scoring_flags,
-    parse_options,
-    settings_from_args,
-)
+from eval.scoring.options import parse_options, settings_from_args
 
 
 def _gt_from_row(row: object) -> GroundTruth:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from data_builders.records import RecordError, Reply, Stream
 from eval.config import BenchmarkConfig, ScoringConfig
 from eval.scoring import Paired, ScoreSettings, default_uses_judge, ground_truth, pair
+from eval.scoring.options import settings_from_args
 from rewards.outcomes import FireOutcome, StreamOutcomes
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ class Protocol:
         """The official figures of the release file ``args.gt`` and the prediction file (or folder)
         ``args.pred`` (``eval.score``'s parsed options), with ``protocol`` first."""
         assert self.official is not None, f"protocol {self.name!r} has no official format"
-        settings = ScoreSettings(**{f.name: getattr(args, f.name) for f in dataclass_fields(ScoringConfig)})
+        settings = settings_from_args(args)
         if self.uses_judge(settings):
             from eval.scoring.judge import config_from_args
 

@@ -130,7 +130,7 @@ def pair(
 
 
 def build_content(settings: ScoreSettings) -> ContentScorer:
-    """The content scorer of ``settings`` (importing the module that registers it if needed)."""
+    """The content scorer of ``settings`` (its module imported on first use: ``CONTENT``)."""
     if settings.content == "label":
         return get_content_scorer("label", fallback=_build_named(settings.open_content, settings))
     return _build_named(settings.content, settings)
