@@ -5,7 +5,9 @@ then ``data_builders build source=<name>`` composes and builds it like any other
 from __future__ import annotations
 
 import json
+import re
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +22,7 @@ BLINK = '''
 """Toy source: one stream per item of a JSON list, its one target at the item's time."""
 
 import json
+import re
 from dataclasses import dataclass
 
 from data_builders.records import Stream, Target
@@ -115,3 +118,16 @@ def test_a_new_source_builds_from_its_yaml(blink, tmp_path, capsys):
     }
     assert [s.clip_end for s in streams] == pytest.approx([12.0, 12.0], abs=0.6)
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["records"] == 2
+
+
+def test_the_table_lists_every_module_that_defines_a_source():
+    folder = Path(sources.__file__).parent
+    defined = sorted(
+        p.stem for p in folder.glob("*.py") if re.search(r"^SPEC = SourceSpec\(", p.read_text(), re.M)
+    )
+    assert sorted(sources.SOURCES.where(n).partition(":")[0] for n in sources.SOURCES) == [
+        f"data_builders.sources.{m}" for m in defined
+    ]
+    assert len(defined) == 17 and "recipe_order" not in defined  # a helper module, not a source
+    for name in sources.SOURCES:
+        assert sources.get_source(name).name == name
