@@ -1,7 +1,7 @@
 """Typed schemas under the configs, so a typo or a wrong type fails at once.
 
 ``conf/build.yaml`` + ``conf/source/<name>.yaml`` -> :class:`BuildConfig` + the source's options
-dataclass (see ``registry.register_source``); ``conf/frames.yaml`` -> :class:`FramesConfig`;
+dataclass (see ``registry.SourceSpec``); ``conf/frames.yaml`` -> :class:`FramesConfig`;
 ``conf/mix.yaml`` + ``conf/data/<name>.yaml`` -> ``mixture.MixtureConfig``.
 
 The blocks every stage shares are defined here, at the lowest layer that reads them:

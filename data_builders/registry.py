@@ -1,4 +1,4 @@
-"""The source registry: every dataset builder is a function registered under its source name.
+"""What every source builder is made of: its :class:`SourceSpec`, its inputs and outputs, shared helpers.
 
 A builder turns a source's own annotation files into :class:`Pending` items, one per source record
 (a video, a row, a recording). A pending item names its video (relative to the video root, plus
@@ -13,16 +13,18 @@ Tolerances shared by every source: an event whose end precedes its start by less
 dropped alone and listed (:func:`event_span`); what a record repaired, left out or dropped goes in
 its :class:`Tally`, which the driver sums into ``stats.json``.
 
+A source is one module of ``data_builders/sources/`` ending in its ``SPEC``, listed in the table
+``data_builders.sources.SOURCES``:
+
 >>> from dataclasses import dataclass
 >>> @dataclass
 ... class NoOptions:
 ...     pass
->>> @register_source("doc_example", NoOptions, needs_annotations=False)
-... def doc_example(inputs, options):
+>>> def doc_example(inputs, options):
 ...     return []
->>> SOURCES["doc_example"].options is NoOptions
-True
->>> del SOURCES["doc_example"]
+>>> SPEC = SourceSpec("doc_example", build=doc_example, options=NoOptions, needs_annotations=False)
+>>> SPEC.make_options({}), SPEC.needs_annotations
+(NoOptions(), False)
 """
 
 from __future__ import annotations
@@ -142,7 +144,8 @@ class Pending:
 
 @dataclass(frozen=True)
 class SourceSpec:
-    """A registered source: its builder, its options dataclass and whether it reads annotations."""
+    """A source: its name, its builder, its options dataclass (its own config keys, with defaults;
+    ``conf/source/<name>.yaml`` mirrors it) and whether it reads annotations."""
 
     name: str
     build: Builder
@@ -160,27 +163,6 @@ class SourceSpec:
             return self.options(**values)
         except ValueError as exc:
             raise ValueError(f"source {self.name!r}: {exc}") from None
-
-
-SOURCES: dict[str, SourceSpec] = {}
-
-
-def register_source(
-    name: str, options: type, *, needs_annotations: bool = True
-) -> Callable[[Builder], Builder]:
-    """Decorator: register ``fn(inputs, options)`` as the builder of source ``name``.
-
-    ``options`` is a dataclass whose fields are the source's own config keys (with defaults);
-    ``conf/source/<name>.yaml`` mirrors it. Registering a name twice is an error.
-    """
-
-    def deco(fn: Builder) -> Builder:
-        if name in SOURCES:
-            raise ValueError(f"source {name!r} is already registered")
-        SOURCES[name] = SourceSpec(name=name, build=fn, options=options, needs_annotations=needs_annotations)
-        return fn
-
-    return deco
 
 
 # ----------------------------------------------------------------------------------------------

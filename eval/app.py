@@ -20,7 +20,7 @@ uploaded file), a record id or the webcam, the instruction (empty: the record's 
 webcam need one), real time or as fast as it can go. While the stream runs it shows the current
 frame, the step count, P(</Response>) against the threshold as a live curve, and each reply as it
 fires with its time; for a record, the targets and their windows on the same axis and, once the
-stream ends, each fire's outcome from the scorer (:meth:`eval.runners.ProtocolRunner.outcomes`, as
+stream ends, each fire's outcome from the scorer (:meth:`eval.protocols.base.ProtocolRunner.outcomes`, as
 ``eval.view`` draws it).
 
 The server is the standard library's threaded HTTP server, with the steps as server-sent events

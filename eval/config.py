@@ -131,7 +131,7 @@ def _knob(default: Any, help: str | None, *, flag: str | None = None, **bounds: 
 class ScoringConfig:
     """How predictions are scored: the content scorer and the protocol's constants. One definition for
     a benchmark config's scoring keys (``conf/benchmark/*.yaml``), ``eval.scoring.ScoreSettings`` and
-    the flags of ``python -m eval.score`` (derived from these fields, ``eval.score.add_scoring_flags``)."""
+    the flags of ``python -m eval.score`` (derived from these fields, ``eval.scoring.options.add_scoring_flags``)."""
 
     content: str = _knob("label", None)
     """Content scorer: ``exact``, ``label`` (targets that carry a structured label, the structured tasks,

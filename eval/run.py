@@ -13,7 +13,7 @@
    Each line carries its record's sha256 (``eval.provenance``): a record rebuilt in place since (same
    id, new contents) is streamed again, its old line moved to ``superseded/records-<time>/``
    (:func:`fresh_ids`).
-3. Score in memory with ``eval.scoring.score`` into ``metrics.json`` (what ``python -m eval.score``
+3. Score in memory with the protocol's scorer (``eval.runners.get_runner``) into ``metrics.json`` (what ``python -m eval.score``
    prints; order-independent), ``per_sample.jsonl``; plot timelines; log (``eval.tracking``); write
    the viewer page ``view.html`` and its rows as a W&B Table (``eval.view``; ``view=false``: not).
 

@@ -13,7 +13,7 @@ Ground truth lines need only ``id``, ``task`` and ``targets``. Every ground-trut
 prediction (``--allow-missing`` scores a missing one as silence); a prediction id not in the ground
 truth is an error. A reply's leading ``[tag]`` is its category and is not part of the scored text.
 Content scoring (``--content``, default ``label``; ``--label-fallback`` scores targets without a
-label, default ``exact``) goes through the scorer registry of :mod:`rewards.content`; a pair the
+label, default ``exact``) goes through the scorer registry ``eval.scoring.CONTENT``; a pair the
 scorer cannot score (an unparsable judge answer) leaves its sample out, and the count is reported
 under ``unscorable``. P3I samples without targets are reported under ``negatives`` (share silent),
 not in the task scores.
@@ -26,8 +26,9 @@ comes with its ``errors``. ``--content judge`` rates the matched pairs as the of
 ``--judge-timeout`` bounds each request, and pairs the judge could not rate are counted under
 ``unrated``. A 401/403/404 from the judge exits 2 with the status.
 
-This module only reads files and options: the scoring itself is :func:`eval.scoring.score`, the
-same call ``eval.run``, ``eval.watch`` and GRPO's held-out evaluation make in memory.
+This module only reads files and options (its parser: ``eval.scoring.options``): the scoring itself
+is the protocol's (``eval.protocols.get_protocol(name).score``), the same call ``eval.run``,
+``eval.watch`` and GRPO's held-out evaluation make in memory.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import fields
 from pathlib import Path
 
 from data_builders.records import (
@@ -48,23 +48,13 @@ from data_builders.records import (
     load_streams,
     write_jsonl,
 )
-from eval.config import ScoringConfig
-from eval.protocols import OFFICIAL_FORMATS
+from eval.protocols import PROTOCOLS, get_protocol
 from eval.protocols.egoserve import egoserve_groups, score_egoserve_events
 from eval.protocols.egoserve_files import EventGroup, detect_release, read_release, release_pairs
-from eval.protocols.egoserve_preds import RESPONSE_NAME
-from eval.scoring import (
-    CONTENT_SCORERS,
-    PROTOCOLS,
-    GroundTruth,
-    ScoreSettings,
-    pair,
-    score,
-    uses_judge,
-)
+from eval.scoring import GroundTruth, ScoreSettings, pair
 from eval.scoring.chat_client import ChatFatal
 from eval.scoring.judge import config_from_args
-from rewards.egoserve import TOLERANCE_S
+from eval.scoring.options import parse_options, settings_from_args
 
 
 def _gt_from_row(row: object) -> GroundTruth:
@@ -146,20 +136,17 @@ def egoserve_groups_from_files(args: argparse.Namespace, settings: ScoreSettings
 
 def run(args: argparse.Namespace) -> tuple[dict, list[dict]]:
     """Score the files of parsed options; returns (metrics, per-sample rows)."""
+    protocol = get_protocol(args.protocol)
+    if protocol.official is not None:  # a public benchmark, on its own release and prediction files
+        return protocol.score_files(args)
     settings = settings_from_args(args)
-    if uses_judge(args.protocol, settings):
+    if protocol.uses_judge(settings):
         try:
             config_from_args(settings)  # a missing URL or model fails before any reading
         except ValueError as exc:
             raise RecordError(str(exc)) from None
-    if args.protocol in OFFICIAL_FORMATS:  # a public benchmark, on its own release and prediction files
-        for given, what in ((args.gt, "ground-truth"), (args.pred, "prediction")):
-            if not Path(given).exists():
-                raise RecordError(f"{what} file does not exist", file=given)
-        result, rows = OFFICIAL_FORMATS[args.protocol].score(Path(args.gt), Path(args.pred), args)
-        return {"protocol": args.protocol, **result}, rows
     if args.protocol != "egoserve":
-        return score(args.protocol, load_paired(args.gt, args.pred, args.allow_missing), settings)
+        return protocol.score(load_paired(args.gt, args.pred, args.allow_missing), settings)
     result, rows = score_egoserve_events(egoserve_groups_from_files(args, settings), settings)
     return {"protocol": args.protocol, "content": settings.content, **result}, rows
 
@@ -182,64 +169,9 @@ def report_dropped(result: dict) -> list[str]:
     return lines
 
 
-def settings_from_args(args: argparse.Namespace) -> ScoreSettings:
-    """The scoring settings of the parsed options (validated: ``--alpha -1`` is an error)."""
-    return ScoreSettings(**{f.name: getattr(args, f.name) for f in fields(ScoringConfig)})
-
-
-#: The scoring flags that take one of a fixed set of values.
-SCORING_CHOICES = {"content": list(CONTENT_SCORERS), "dataset": sorted(TOLERANCE_S)}
-
-
-def add_scoring_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per :class:`eval.config.ScoringConfig` field (``--<name>``, or the field's ``flag``:
-    ``open_content`` is ``--label-fallback``), with its default and help, floats typed."""
-    for f in fields(ScoringConfig):
-        flag = f.metadata["flag"] or "--" + f.name.replace("_", "-")
-        kwargs = {"default": f.default, "dest": f.name, "help": f.metadata["help"]}
-        if f.name in SCORING_CHOICES:
-            kwargs["choices"] = SCORING_CHOICES[f.name]
-        else:
-            kwargs["metavar"] = flag[2:].replace("-", "_").upper()
-        if "float" in str(f.type):
-            kwargs["type"] = float
-        parser.add_argument(flag, **kwargs)
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m eval.score", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--protocol", required=True, choices=sorted({*PROTOCOLS, *OFFICIAL_FORMATS}))
-    parser.add_argument(
-        "--gt", required=True, action="append", help="ground truth (EgoServe: repeat with --pred)"
-    )
-    parser.add_argument("--pred", required=True, action="append", help="predictions")
-    add_scoring_flags(parser)
-    parser.add_argument(
-        "--model", default=None, help="the model's key in a prediction file holding several (StreamingBench)"
-    )
-    parser.add_argument(
-        "--strict",
-        action="store_true",
-        help="OVO-Bench, StreamingBench: refuse a prediction file that reuses an id or a question, or "
-        "whose ground truth differs from the release's (default: score each entry against its own, "
-        "as the official scorer does, with a warning naming them)",
-    )
-    parser.add_argument("--per-sample", default=None, help="write one JSON line per sample here")
-    parser.add_argument("--allow-missing", action="store_true", help="score a missing prediction as silence")
-    parser.add_argument(
-        "--model-suffix",
-        default=None,
-        help="EgoServe: suffix of EgoMemo's unit folders (default: EgoMemo's, e.g. -qwenvl_3_8b_instruct)",
-    )
-    parser.add_argument(
-        "--response-name", default=RESPONSE_NAME, help="EgoServe: response file name in each unit folder"
-    )
-    args = parser.parse_args(argv)
-    args.gt_list, args.pred_list = args.gt, args.pred
-    if args.protocol != "egoserve" and (len(args.gt) > 1 or len(args.pred) > 1):
-        parser.error("--gt and --pred may repeat only for --protocol egoserve")
-    args.gt, args.pred = args.gt[0], args.pred[0]
-    return args
+    """``eval.score``'s parsed command line (``--protocol`` one of the listed protocols)."""
+    return parse_options(argv, PROTOCOLS.names())
 
 
 def _check_outputs(args: argparse.Namespace) -> None:

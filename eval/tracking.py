@@ -30,24 +30,17 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from data_builders.records import Stream, step_times
 from infra.files import atomic_writer, id_file_name, write_text_atomic
+from infra.registry import Registry
 
 STEP_KEY = "train/global_step"
 RUN_FILE = "wandb.json"
-LOGGERS: dict[str, Callable[..., EvalLogger]] = {}
-
-
-def register_logger(name: str):
-    def deco(cls):
-        LOGGERS[name] = cls
-        return cls
-
-    return deco
+#: The logger back ends (config ``logger.name``): name -> class (``infra.registry``).
+LOGGERS = Registry("logger", {"none": "eval.tracking:EvalLogger", "wandb": "eval.tracking:WandbLogger"})
 
 
 def flatten(metrics: dict[str, Any], prefix: str) -> dict[str, float]:
@@ -80,7 +73,6 @@ def training_run(run_dir: str | Path | None) -> dict | None:
     return json.loads(path.read_text()) if path is not None and path.is_file() else None
 
 
-@register_logger("none")
 class EvalLogger:
     """Logs nothing (``logger=none``); the interface of every back end."""
 
@@ -103,7 +95,6 @@ class EvalLogger:
         pass
 
 
-@register_logger("wandb")
 class WandbLogger(EvalLogger):
     """A W&B run (``WANDB_MODE=offline`` writes it under ``<dir>/wandb``). ``job_type="train"``: the
     training run of ``run_dir`` (its id from ``WANDB_RUN_ID`` when set, so a requeued job continues
@@ -184,9 +175,7 @@ def make_logger(
     run_dir: str | Path | None = None,
     job_type: str = "eval",
 ) -> EvalLogger:
-    if cfg.name not in LOGGERS:
-        raise KeyError(f"unknown logger {cfg.name!r} (known: {', '.join(sorted(LOGGERS))})")
-    return LOGGERS[cfg.name](
+    return LOGGERS.get(cfg.name)(
         cfg, run_name=run_name, config=config, group=group, run_dir=run_dir, job_type=job_type
     )
 

@@ -16,7 +16,7 @@ evaluation's run, a timeline image per row. The page needs no server and nothing
   step, so a 28,800-step EgoServe day draws like a 20-step clip: the curve is kept as the maximum
   over at most :data:`CURVE_BINS` bins, one character each.
 - The outcomes (hit, early, late, redundant, false alarm, wrong, missed target: ``rewards.outcomes``)
-  are the scorers' own: :meth:`eval.runners.ProtocolRunner.outcomes` of the run's protocol (P3I:
+  are the scorers' own: :meth:`eval.protocols.base.ProtocolRunner.outcomes` of the run's protocol (P3I:
   ``rewards.prs.fire_outcomes``, ProPerMem: ``rewards.propermem.fire_outcomes``, EgoServe:
   ``rewards.egoserve.unit_outcomes``; the public benchmarks' fires are ``unclassified``). This
   module holds no timing rule.

@@ -2,13 +2,15 @@
 
 The pure scorers live here: ``exact`` (whitespace- and case-normalized equality), ``label`` (the
 target's normalized label occurs in the normalized reply, as a substring) and ``any`` (always 1,
-timing-only). The I/O-bearing ``embedding`` and ``judge`` scorers register themselves from
-``eval/`` (``eval.scoring.embedding``, ``eval.scoring.judge``) so this package stays free of I/O.
+timing-only), listed in :data:`PURE` and found by :func:`get_content_scorer` (what the GRPO rewards
+use). The I/O-bearing ``embedding`` and ``judge`` scorers live in ``eval/`` (``eval.scoring.embedding``,
+``eval.scoring.judge``), so this package stays free of I/O: the registry of all five is
+``eval.scoring.CONTENT``, whose table adds their two lines to :data:`PURE`.
 
 ``label`` on a target without a label falls back to another scorer (our choice; default ``exact``,
 set ``fallback=`` to e.g. ``embedding`` in evaluation).
 
-The registry maps a name to a factory ``(**config) -> scorer``; :func:`get_content_scorer` builds one.
+A registry maps a name to a factory ``(**config) -> scorer``; :func:`get_content_scorer` builds one.
 A scorer that cannot score a pair (e.g. an unparsable judge answer) raises :class:`Unscorable`;
 callers count it and leave the sample out, never turn it into a score.
 
@@ -23,6 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
+
+from infra.registry import Registry
 
 
 class TargetLike(Protocol):
@@ -44,37 +48,27 @@ class TargetText(NamedTuple):
 ContentScorer = Callable[[str, TargetLike], float]
 ScorerFactory = Callable[..., ContentScorer]
 
-CONTENT_SCORERS: dict[str, ScorerFactory] = {}
+#: The pure content scorers: name -> the factory ``(**config) -> scorer`` (``infra.registry``).
+PURE = {
+    "exact": "rewards.content:make_exact",
+    "label": "rewards.content:make_label",
+    "any": "rewards.content:make_any",
+}
+CONTENT_SCORERS = Registry("pure content scorer", PURE)
 
 
 class Unscorable(RuntimeError):
     """A scorer could not produce a score for this pair (counted and reported by the caller)."""
 
 
-def register_content(name: str) -> Callable[[ScorerFactory], ScorerFactory]:
-    """Decorator: register a scorer factory under ``name`` (re-registering replaces it)."""
-
-    def deco(factory: ScorerFactory) -> ScorerFactory:
-        CONTENT_SCORERS[name] = factory
-        return factory
-
-    return deco
-
-
 def get_content_scorer(name: str, **config: Any) -> ContentScorer:
-    """Build the scorer registered as ``name`` with its config (unknown names raise KeyError).
+    """Build the pure scorer ``name`` with its config (unknown names raise KeyError; ``embedding``
+    and ``judge`` are ``eval.scoring.get_content_scorer``'s).
 
     >>> get_content_scorer("any")("whatever", TargetText("x"))
     1.0
     """
-    try:
-        factory = CONTENT_SCORERS[name]
-    except KeyError:
-        raise KeyError(
-            f"unknown content scorer {name!r} (known: {', '.join(sorted(CONTENT_SCORERS))}; "
-            "'embedding' and 'judge' register when eval.scoring.embedding / eval.scoring.judge are imported)"
-        ) from None
-    return factory(**config)
+    return CONTENT_SCORERS.get(name)(**config)
 
 
 def normalize_text(text: str) -> str:
@@ -96,17 +90,14 @@ def any_score(reply: str, target: TargetLike) -> float:
     return 1.0
 
 
-@register_content("exact")
 def make_exact(**_: Any) -> ContentScorer:
     return exact_score
 
 
-@register_content("any")
 def make_any(**_: Any) -> ContentScorer:
     return any_score
 
 
-@register_content("label")
 def make_label(fallback: str | ContentScorer = "exact", **fallback_config: Any) -> ContentScorer:
     """The ``label`` scorer; targets without a label use ``fallback`` (a name or a scorer).
 

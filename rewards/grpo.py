@@ -40,6 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from infra.registry import Registry
 from rewards.content import ContentScorer, TargetLike, get_content_scorer
 from rewards.prs import DEFAULT_ALPHA, prs_scores, redundant_replies
 from rewards.turns import ParsedTurn, allowed_categories, parse_turn
@@ -134,8 +135,15 @@ def format_reward(turns: Turns, targets: Sequence[TimedTarget], task: str | None
     return Scored(valid / len(parsed) if parsed else 0.0, {"turns": len(parsed), "valid": valid})
 
 
-#: Every reward by the name ``reward.reward_weights`` gives it.
-REWARDS: dict[str, Reward] = {"prs": prs_reward, "redundancy": redundancy_reward, "format": format_reward}
+#: Every reward by the name ``reward.reward_weights`` gives it: name -> its function (``infra.registry``).
+REWARDS = Registry(
+    "reward",
+    {
+        "prs": "rewards.grpo:prs_reward",
+        "redundancy": "rewards.grpo:redundancy_reward",
+        "format": "rewards.grpo:format_reward",
+    },
+)
 
 
 @dataclass(frozen=True)
@@ -200,12 +208,12 @@ def build_reward(config: Mapping[str, Any]) -> WeightedReward:
     components = {}
     for name, weight in weights.items():
         options = {OPTION_ALIASES.get(k, k): v for k, v in dict(config.get(name) or {}).items()}
-        params = inspect.signature(REWARDS[name]).parameters.values()
+        params = inspect.signature(REWARDS.get(name)).parameters.values()
         known = {p.name for p in params if p.kind is p.KEYWORD_ONLY}
         unknown_options = sorted(set(options) - known)
         if unknown_options and not any(p.kind is p.VAR_KEYWORD for p in params):
             raise TypeError(f"unknown {name} options: {unknown_options}")
-        bound = functools.partial(REWARDS[name], **options)
+        bound = functools.partial(REWARDS.get(name), **options)
         bound([], [], None)  # the options' values checked (a variant, a content scorer's name)
         components[name] = (float(weight), bound)
     return WeightedReward(components)

@@ -18,7 +18,8 @@ def test_the_package_dispatcher_names_every_bench_module(package, monkeypatch, c
     dispatcher = f"{package}.bench.__main__"
     subcommands = runpy.run_module(dispatcher, run_name="listing")["SUBCOMMANDS"]
     modules = {p.stem for p in (ROOT / package / "bench").glob("*.py")} - {"__init__", "__main__"}
-    assert sorted(subcommands.values()) == sorted(f"{package}.bench.{m}" for m in modules)
+    assert [subcommands.where(n) for n in subcommands] == [f"{package}.bench.{n}:main" for n in subcommands]
+    assert sorted(subcommands) == sorted(modules)
     assert not list((ROOT / package).glob("bench_*.py")), "an alias module beside the dispatcher"
     for name in subcommands:
         monkeypatch.setattr(sys, "argv", [f"{package}.bench", name, "--help"])

@@ -251,7 +251,8 @@ def test_eval_score_flags_are_the_scoring_schema():
 
     from eval.config import BenchmarkConfig
     from eval.runners import get_runner
-    from eval.score import add_scoring_flags, parse_args, settings_from_args
+    from eval.score import parse_args, settings_from_args
+    from eval.scoring.options import add_scoring_flags
 
     parser = argparse.ArgumentParser()
     add_scoring_flags(parser)

@@ -1,19 +1,23 @@
 """Imports go one way: train -> eval -> data_builders -> rewards -> infra, and never in a circle.
 
 Every module of the five packages is parsed (no import is executed), and each import of a project
-package, at module level or inside a function, and each ``importlib.import_module("...")`` with a
-literal name, must name the module's own layer or a lower one. A private name (``_x``) is never
-imported from another package.
+package, at module level or inside a function, must name the module's own layer or a lower one. A
+private name (``_x``) is never imported from another package.
+
+What counts as an import: ``import a.b`` and ``from a import b`` (``b`` a module) are edges to
+``a.b``; ``from a.b import name`` is an edge to ``a.b``. ``importlib.import_module(...)`` is one too:
+with a literal name, an edge to that module; with a name built at run time from a package prefix
+(``f"eval.protocols.{name}"``, ``f"{__name__}.{name}"``, ``"eval.protocols." + name``,
+``"eval.protocols.%s" % name``), an edge to every module of that package. A ``"module:attr"``
+string naming a project module (the tables of ``infra.registry.Registry``, which import their
+members on first use) is an edge to that module. An import under ``if TYPE_CHECKING:`` does not
+count (it never runs). A name held in a variable is not followed (``infra/registry.py``'s own
+``import_module(module)``: its tables are followed instead).
 
 No two modules import each other, directly or round a longer circle. A function-local import counts
 as much as one at the top: deferring an import to call time hides a circle from the interpreter but
-the two modules still need each other. An import under ``if TYPE_CHECKING:`` does not count (it never
-runs). ``import a.b`` and ``from a import b`` (``b`` a module) are edges to ``a.b``; ``from a.b
-import name`` is an edge to ``a.b``. A name computed at run time is not followed: ``eval.protocols``
-imports its modules as ``import_module(f"{__name__}.{name}")``, they import ``eval.scoring`` and
-``eval.runners``, which import ``eval.protocols`` last (the registration order its docstring
-states), a circle this check does not see. Run as a script, it prints the violations and the
-circles of a source tree:
+the two modules still need each other. Run as a script, it prints the violations and the circles of
+a source tree:
 
     python tests/test_layering.py [ROOT]
 """
@@ -21,6 +25,7 @@ circles of a source tree:
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections import deque
 from pathlib import Path
@@ -28,6 +33,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 #: Lower index = lower layer; a module may import its own layer and the ones below it.
 LAYERS = ("infra", "rewards", "data_builders", "eval", "train")
+#: A ``"module:attr"`` string of a registry table.
+MODULE_ATTR = re.compile(r"^((?:" + "|".join(LAYERS) + r")(?:\.\w+)*):[A-Za-z_]\w*$")
+#: The mark of "every module of this package" after a package prefix.
+EVERY = ".*"
 
 
 def _is_type_checking(node: ast.AST) -> bool:
@@ -35,9 +44,37 @@ def _is_type_checking(node: ast.AST) -> bool:
     return isinstance(test, ast.Name | ast.Attribute) and ast.unparse(test).endswith("TYPE_CHECKING")
 
 
-def _imports(tree: ast.AST, *, runtime: bool = False) -> list[tuple[int, str, list[str]]]:
-    """(line, imported module, imported names) of every import in a module; with ``runtime``, those
-    under ``if TYPE_CHECKING:`` are left out."""
+def _import_module_target(call: ast.Call, own: str) -> str | None:
+    """The module an ``importlib.import_module(arg)`` call imports: the literal name, or
+    ``package.*`` for a name built from a package prefix (``own`` is the calling module's name, for
+    ``f"{__name__}.{x}"``); None for a name this check cannot read."""
+    arg = call.args[0]
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return arg.value
+    prefix = None
+    if isinstance(arg, ast.JoinedStr) and arg.values:
+        head = arg.values[0]
+        if isinstance(head, ast.Constant) and isinstance(head.value, str):
+            prefix = head.value
+        elif isinstance(head, ast.FormattedValue) and ast.unparse(head.value) == "__name__":
+            rest = arg.values[1] if len(arg.values) > 1 else None
+            tail = rest.value if isinstance(rest, ast.Constant) and isinstance(rest.value, str) else ""
+            prefix = own + tail
+    elif isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Add | ast.Mod):
+        left = arg.left
+        while isinstance(left, ast.BinOp) and isinstance(left.op, ast.Add):
+            left = left.left
+        if isinstance(left, ast.Constant) and isinstance(left.value, str):
+            prefix = left.value.split("%")[0] if isinstance(arg.op, ast.Mod) else left.value
+    if prefix is None or "." not in prefix:
+        return None
+    return prefix.rpartition(".")[0] + EVERY
+
+
+def _imports(tree: ast.AST, *, runtime: bool = False, own: str = "") -> list[tuple[int, str, list[str]]]:
+    """(line, imported module, imported names) of every import in a module (``own``: its dotted
+    name), ``importlib.import_module`` calls and ``"module:attr"`` strings included (``package.*``:
+    every module of the package); with ``runtime``, those under ``if TYPE_CHECKING:`` are left out."""
     found = []
     stack = [tree]
     while stack:
@@ -52,13 +89,17 @@ def _imports(tree: ast.AST, *, runtime: bool = False) -> list[tuple[int, str, li
             found.append((node.lineno, node.module, [alias.name for alias in node.names]))
         elif (
             isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "import_module"
+            and isinstance(node.func, ast.Attribute | ast.Name)
+            and (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id) == "import_module"
             and node.args
-            and isinstance(node.args[0], ast.Constant)
-            and isinstance(node.args[0].value, str)
         ):
-            found.append((node.lineno, node.args[0].value, []))
+            target = _import_module_target(node, own)
+            if target is not None:
+                found.append((node.lineno, target, []))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            match = MODULE_ATTR.match(node.value)
+            if match:
+                found.append((node.lineno, match.group(1), []))
     return sorted(found)
 
 
@@ -75,11 +116,12 @@ def _modules(root: Path) -> dict[str, Path]:
 def violations(root: Path = ROOT) -> list[str]:
     """Every import against the layer order, or of another package's private name."""
     out = []
-    for path in _modules(root).values():
+    for own, path in _modules(root).items():
         rel = path.relative_to(root)
         package = rel.parts[0]
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(rel))
-        for line, module, names in _imports(tree):
+        for line, module, names in _imports(tree, own=own):
+            module = module.removesuffix(EVERY)
             top = module.split(".")[0]
             if top not in LAYERS:
                 continue
@@ -104,8 +146,15 @@ def import_graph(root: Path = ROOT) -> dict[str, dict[str, str]]:
     for name, path in modules.items():
         rel = path.relative_to(root)
         edges = graph.setdefault(name, {})
-        for line, module, names in _imports(ast.parse(path.read_text(encoding="utf-8")), runtime=True):
-            for target in [known(f"{module}.{n}") for n in names] or [known(module)]:
+        for line, module, names in _imports(
+            ast.parse(path.read_text(encoding="utf-8")), runtime=True, own=name
+        ):
+            if module.endswith(EVERY):
+                package = module.removesuffix(EVERY)
+                targets = [m for m in modules if m.startswith(package + ".")] or [known(package)]
+            else:
+                targets = [known(f"{module}.{n}") for n in names] or [known(module)]
+            for target in targets:
                 if target is not None and target != name:
                     edges.setdefault(target, f"{rel}:{line}")
     return graph
@@ -228,6 +277,49 @@ def test_the_check_fails_on_an_import_circle(tmp_path):
         " -> eval.plugins (eval/registry.py:5)",
     ]
     assert violations(root) == []
+
+
+def test_the_check_follows_import_module_and_registry_tables(tmp_path):
+    """A circle closed only through ``importlib.import_module`` with a name built at run time, or
+    through a registry table's ``"module:attr"`` string, fails like one of plain imports."""
+    root = _tree(tmp_path)
+    for package in ("plugins", "tools", "parts", "bits"):
+        (root / "eval" / package).mkdir()
+    (root / "eval" / "plugins" / "__init__.py").write_text(
+        "import importlib\n\n\ndef get(name):\n    return importlib.import_module(f'{__name__}.{name}')\n"
+    )
+    (root / "eval" / "plugins" / "a.py").write_text("from eval.plugins import get\n")
+    (root / "eval" / "tools" / "__init__.py").write_text("")
+    (root / "eval" / "tools" / "hammer.py").write_text("import eval.loader\n")
+    (root / "eval" / "loader.py").write_text(
+        "from importlib import import_module\n\n\ndef load(x):\n    return import_module(f'eval.tools.{x}')\n"
+    )
+    (root / "eval" / "parts" / "__init__.py").write_text("")
+    (root / "eval" / "parts" / "wheel.py").write_text("from eval.concat import load\n")
+    (root / "eval" / "concat.py").write_text(
+        "import importlib\n\n\ndef load(x):\n    return importlib.import_module('eval.parts.' + x)\n"
+    )
+    (root / "eval" / "bits" / "__init__.py").write_text("")
+    (root / "eval" / "bits" / "one.py").write_text("from eval.percent import load\n")
+    (root / "eval" / "percent.py").write_text(
+        "import importlib\n\n\ndef load(x):\n    return importlib.import_module('eval.bits.%s' % x)\n"
+    )
+    (root / "eval" / "table.py").write_text(
+        "from infra.registry import Registry\n\nTHINGS = Registry('thing', {'x': 'eval.thing:THING'})\n"
+    )
+    (root / "eval" / "thing.py").write_text("from eval.table import THINGS\n\nTHING = 1\n")
+    (root / "eval" / "free.py").write_text(
+        "import importlib\n\n\ndef f(m):\n    return importlib.import_module(m)\n"
+    )
+    assert [text for _, text in circles(root)] == [
+        "eval.bits.one -> eval.percent (eval/bits/one.py:1) -> eval.bits.one (eval/percent.py:5)",
+        "eval.concat -> eval.parts.wheel (eval/concat.py:5) -> eval.concat (eval/parts/wheel.py:1)",
+        "eval.loader -> eval.tools.hammer (eval/loader.py:5) -> eval.loader (eval/tools/hammer.py:1)",
+        "eval.plugins -> eval.plugins.a (eval/plugins/__init__.py:5) -> eval.plugins (eval/plugins/a.py:1)",
+        "eval.table -> eval.thing (eval/table.py:3) -> eval.table (eval/thing.py:1)",
+    ]
+    (root / "rewards" / "up.py").write_text("WHERE = {'judge': 'eval.thing:THING'}\n")
+    assert violations(root) == ["rewards/up.py:1: rewards imports eval.thing (a higher layer)"]
 
 
 if __name__ == "__main__":

@@ -57,6 +57,7 @@ from data_builders.registry import (
     BuildInputs,
     ConversionError,
     Pending,
+    SourceSpec,
     Tally,
     check_options,
     clip_end_from,
@@ -64,7 +65,6 @@ from data_builders.registry import (
     event_span,
     load_json,
     read_text,
-    register_source,
     require,
     seconds,
 )
@@ -273,7 +273,6 @@ def _repository_file(annotations: Path, option: str | None, relative: str) -> Pa
     return guess if guess.exists() else None
 
 
-@register_source("captaincook4d", CaptainCook4dOptions)
 def build_captaincook4d(
     inputs: BuildInputs, options: CaptainCook4dOptions
 ) -> Iterator[Pending | ConversionError]:
@@ -333,3 +332,6 @@ def build_captaincook4d(
 
 def _rid(k: int, rec: object) -> str:
     return str(rec.get("recording_id", f"item {k}")) if isinstance(rec, dict) else f"item {k}"
+
+
+SPEC = SourceSpec("captaincook4d", build=build_captaincook4d, options=CaptainCook4dOptions)

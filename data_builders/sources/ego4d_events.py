@@ -46,13 +46,13 @@ from data_builders.registry import (
     BuildInputs,
     ConversionError,
     Pending,
+    SourceSpec,
     Tally,
     check_options,
     clip_end_from,
     each_record,
     load_json,
     record_reason,
-    register_source,
     require,
     seconds,
 )
@@ -126,7 +126,6 @@ def _choose(rng: random.Random, items: list, k: int) -> list:
     return sorted(rng.sample(items, k)) if len(items) > k else list(items)
 
 
-@register_source("ego4d_events", Ego4dEventsOptions)
 def build_ego4d_events(
     inputs: BuildInputs, options: Ego4dEventsOptions
 ) -> Iterator[Pending | ConversionError]:
@@ -291,3 +290,6 @@ def _clip_streams(
     for k, event in enumerate(_choose(rng, absent, options.negatives_per_clip)):
         out.append(stream("n", k, f"Tell me when {event}.", [], {"query": "negative", "event": event}))
     return out
+
+
+SPEC = SourceSpec("ego4d_events", build=build_ego4d_events, options=Ego4dEventsOptions)

@@ -54,6 +54,7 @@ from data_builders.registry import (
     BuildInputs,
     ConversionError,
     Pending,
+    SourceSpec,
     Tally,
     clip_end_from,
     clock_seconds,
@@ -61,7 +62,6 @@ from data_builders.registry import (
     event_span,
     load_json,
     record_reason,
-    register_source,
     require,
     seconds,
 )
@@ -398,7 +398,6 @@ def _captaincook4d(path: Path, options: EgoServeOptions) -> Iterator[Pending | C
     )
 
 
-@register_source("egoserve", EgoServeOptions)
 def build_egoserve(inputs: BuildInputs, options: EgoServeOptions) -> Iterator[Pending | ConversionError]:
     """Streams from whichever of the three release parts exist (see the module docstring)."""
     root = inputs.annotations
@@ -411,3 +410,6 @@ def build_egoserve(inputs: BuildInputs, options: EgoServeOptions) -> Iterator[Pe
     cook = root / "CaptainCook4D" / "captaincook4d_service_annotations.json"
     if cook.exists():
         yield from _captaincook4d(cook, options)
+
+
+SPEC = SourceSpec("egoserve", build=build_egoserve, options=EgoServeOptions)

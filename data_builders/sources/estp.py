@@ -39,9 +39,9 @@ from data_builders.registry import (
     BuildInputs,
     ConversionError,
     Pending,
+    SourceSpec,
     each_record,
     load_json,
-    register_source,
     require,
     seconds,
 )
@@ -233,7 +233,6 @@ def stream_of(qa: ReleaseQA, video: str) -> Stream:
     )
 
 
-@register_source("estp", EstpOptions)
 def build_estp(inputs: BuildInputs, options: EstpOptions) -> Iterator[Pending | ConversionError]:
     """One stream per qa (see the module docstring)."""
     path = inputs.annotations
@@ -253,3 +252,6 @@ def build_estp(inputs: BuildInputs, options: EstpOptions) -> Iterator[Pending | 
         yield Pending(str(path), rid, video, make, needs_info=False, lookup=(qa.video_uid,))
 
     yield from each_record(((qa_name(v, c, k), (v, c, k, qa)) for v, c, k, qa in items), path, parse)
+
+
+SPEC = SourceSpec("estp", build=build_estp, options=EstpOptions)

@@ -48,13 +48,13 @@ from data_builders.registry import (
     BuildInputs,
     ConversionError,
     Pending,
+    SourceSpec,
     Tally,
     clip_end_from,
     clock_seconds,
     each_record,
     event_span,
     load_json,
-    register_source,
     require,
     seconds,
 )
@@ -201,7 +201,6 @@ def conversation_targets(events: list, options: HoloAssistOptions, tally: Tally)
     return targets
 
 
-@register_source("holoassist", HoloAssistOptions)
 def build_holoassist(inputs: BuildInputs, options: HoloAssistOptions) -> Iterator[Pending | ConversionError]:
     """One intervention stream per video (see the module docstring)."""
     path = inputs.annotations
@@ -238,3 +237,6 @@ def build_holoassist(inputs: BuildInputs, options: HoloAssistOptions) -> Iterato
         return str(r.get("video_name") or f"item {k}") if isinstance(r, dict) else f"item {k}"
 
     yield from each_record(((record_id(k, r), r) for k, r in enumerate(data)), path, parse)
+
+
+SPEC = SourceSpec("holoassist", build=build_holoassist, options=HoloAssistOptions)

@@ -37,12 +37,12 @@ from data_builders.registry import (
     BuildInputs,
     ConversionError,
     Pending,
+    SourceSpec,
     Tally,
     check_span,
     clip_end_from,
     each_json_line,
     event_span,
-    register_source,
     seconds,
 )
 from data_builders.video import VideoInfo
@@ -124,7 +124,6 @@ def _responses(line: dict, tally: Tally) -> list[Target]:
     return [t for i, item in enumerate(raw) if (t := _response(item, i, tally)) is not None]
 
 
-@register_source("jsonl", JsonlOptions)
 def build_jsonl(inputs: BuildInputs, options: JsonlOptions) -> Iterator[Pending | ConversionError]:
     """One stream per line (see the module docstring)."""
     path = inputs.annotations
@@ -170,3 +169,6 @@ def build_jsonl(inputs: BuildInputs, options: JsonlOptions) -> Iterator[Pending 
         yield Pending(str(path), rid, video, make, needs_info=end is None, tally=tally)
 
     yield from each_json_line(path, parse)
+
+
+SPEC = SourceSpec("jsonl", build=build_jsonl, options=JsonlOptions)

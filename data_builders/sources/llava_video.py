@@ -39,11 +39,11 @@ from data_builders.registry import (
     BuildInputs,
     ConversionError,
     Pending,
+    SourceSpec,
     check_options,
     clip_end_from,
     each_record,
     load_json,
-    register_source,
     require,
 )
 from data_builders.video import VideoInfo
@@ -91,7 +91,6 @@ def pairs(conversations: list) -> list[tuple[str, str]]:
     return out
 
 
-@register_source("llava_video", LlavaVideoOptions)
 def build_llava_video(inputs: BuildInputs, options: LlavaVideoOptions) -> Iterator[Pending | ConversionError]:
     """One stream per question/answer pair (see the module docstring)."""
     root = inputs.annotations
@@ -150,3 +149,6 @@ def build_llava_video(inputs: BuildInputs, options: LlavaVideoOptions) -> Iterat
             path,
             parse,
         )
+
+
+SPEC = SourceSpec("llava_video", build=build_llava_video, options=LlavaVideoOptions)

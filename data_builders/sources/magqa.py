@@ -34,12 +34,12 @@ from data_builders.registry import (
     BuildInputs,
     ConversionError,
     Pending,
+    SourceSpec,
     Tally,
     clip_end_from,
     each_record,
     event_span,
     load_json,
-    register_source,
     require,
     seconds,
 )
@@ -106,7 +106,6 @@ def benchmark_questions(rec: dict, tally: Tally) -> list[tuple[float, str, list[
     return [(q_time, str(require(turns[0], "content")), targets)]
 
 
-@register_source("magqa", MagqaOptions)
 def build_magqa(inputs: BuildInputs, options: MagqaOptions) -> Iterator[Pending | ConversionError]:
     """One stream per question (see the module docstring)."""
     path = inputs.annotations
@@ -158,3 +157,6 @@ def build_magqa(inputs: BuildInputs, options: MagqaOptions) -> Iterator[Pending 
         return f"{Path(str(uid)).stem}-{k}" if uid else f"item {k}"
 
     yield from each_record(((record_id(k, r), r) for k, r in enumerate(data)), path, parse)
+
+
+SPEC = SourceSpec("magqa", build=build_magqa, options=MagqaOptions)

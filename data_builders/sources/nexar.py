@@ -29,13 +29,13 @@ from data_builders.registry import (
     BuildInputs,
     ConversionError,
     Pending,
+    SourceSpec,
     Tally,
     check_options,
     clip_end_from,
     each_record,
     event_span,
     read_text,
-    register_source,
     seconds,
 )
 from data_builders.video import VideoInfo
@@ -105,7 +105,6 @@ def _alert_span(row: dict, tally: Tally) -> tuple[float | None, float | None]:
     return alert, event
 
 
-@register_source("nexar", NexarOptions)
 def build_nexar(inputs: BuildInputs, options: NexarOptions) -> Iterator[Pending | ConversionError]:
     """One stream per CSV row (see the module docstring for the target rule)."""
     path = inputs.annotations
@@ -153,3 +152,6 @@ def build_nexar(inputs: BuildInputs, options: NexarOptions) -> Iterator[Pending 
         yield Pending(str(path), rid, video, make, lookup=(Path(video).stem,), tally=tally)
 
     yield from each_record(((record_id(k, r), r) for k, r in enumerate(rows)), path, parse)
+
+
+SPEC = SourceSpec("nexar", build=build_nexar, options=NexarOptions)

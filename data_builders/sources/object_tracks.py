@@ -28,10 +28,10 @@ from data_builders.registry import (
     BuildInputs,
     ConversionError,
     Pending,
+    SourceSpec,
     check_options,
     each_record,
     load_json,
-    register_source,
     require,
     seconds,
 )
@@ -99,7 +99,6 @@ def disappearances(visible: list[bool], min_absent: int) -> list[int]:
     return out
 
 
-@register_source("object_tracks", ObjectTracksOptions)
 def build_object_tracks(
     inputs: BuildInputs, options: ObjectTracksOptions
 ) -> Iterator[Pending | ConversionError]:
@@ -141,3 +140,6 @@ def build_object_tracks(
         path,
         parse,
     )
+
+
+SPEC = SourceSpec("object_tracks", build=build_object_tracks, options=ObjectTracksOptions)

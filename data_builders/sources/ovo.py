@@ -59,10 +59,10 @@ from data_builders.registry import (
     BuildInputs,
     ConversionError,
     Pending,
+    SourceSpec,
     Tally,
     each_record,
     load_json,
-    register_source,
     require,
     seconds,
 )
@@ -372,7 +372,6 @@ class OvoOptions:
     """Video path under ``videos``; the release's ``video`` is relative to its source video root."""
 
 
-@register_source("ovo", OvoOptions)
 def build_ovo(inputs: BuildInputs, options: OvoOptions) -> Iterator[Pending | ConversionError]:
     """One stream per question, per forward item, per SSR step (see the module docstring)."""
     path = inputs.annotations
@@ -397,3 +396,6 @@ def build_ovo(inputs: BuildInputs, options: OvoOptions) -> Iterator[Pending | Co
         return f"id {raw['id']}" if isinstance(raw, dict) and raw.get("id") is not None else f"item {k}"
 
     yield from each_record(((record_id(k, r), r) for k, r in enumerate(data)), path, parse)
+
+
+SPEC = SourceSpec("ovo", build=build_ovo, options=OvoOptions)

@@ -41,10 +41,10 @@ from data_builders.registry import (
     BuildInputs,
     ConversionError,
     Pending,
+    SourceSpec,
     check_span,
     each_record,
     load_json,
-    register_source,
     require,
     seconds,
 )
@@ -244,7 +244,6 @@ class ProactiveVideoQAOptions:
     item's file name."""
 
 
-@register_source("proactivevideoqa", ProactiveVideoQAOptions)
 def build_proactivevideoqa(
     inputs: BuildInputs, options: ProactiveVideoQAOptions
 ) -> Iterator[Pending | ConversionError]:
@@ -261,3 +260,6 @@ def build_proactivevideoqa(
             )
 
         yield from each_record(((item_id(k, r), r) for k, r in enumerate(data)), path, parse)
+
+
+SPEC = SourceSpec("proactivevideoqa", build=build_proactivevideoqa, options=ProactiveVideoQAOptions)

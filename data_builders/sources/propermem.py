@@ -30,12 +30,12 @@ from data_builders.registry import (
     BuildInputs,
     ConversionError,
     Pending,
+    SourceSpec,
     Tally,
     check_span,
     each_record,
     event_span,
     load_json,
-    register_source,
     require,
     seconds,
 )
@@ -54,7 +54,6 @@ class ProPerMemOptions:
     """Instruction for clips that have none."""
 
 
-@register_source("propermem", ProPerMemOptions)
 def build_propermem(inputs: BuildInputs, options: ProPerMemOptions) -> Iterator[Pending | ConversionError]:
     """A positive (and a negative) stream per clip (see the module docstring)."""
     path = inputs.annotations
@@ -145,3 +144,6 @@ def _triggered(
             )
         )
     return streams
+
+
+SPEC = SourceSpec("propermem", build=build_propermem, options=ProPerMemOptions)

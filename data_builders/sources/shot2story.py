@@ -39,10 +39,10 @@ from data_builders.registry import (
     BuildInputs,
     ConversionError,
     Pending,
+    SourceSpec,
     check_options,
     each_record,
     load_json,
-    register_source,
     require,
     seconds,
 )
@@ -98,7 +98,6 @@ def parse_shots(clip: str, names: list, fps: float) -> list[tuple[float, int]]:
     return shots
 
 
-@register_source("shot2story", Shot2StoryOptions)
 def build_shot2story(inputs: BuildInputs, options: Shot2StoryOptions) -> Iterator[Pending | ConversionError]:
     """Narration and query streams per clip (see the module docstring)."""
     path = inputs.annotations
@@ -184,3 +183,6 @@ def _clip_streams(
             stream("query", options.query_instruction.format(event=event), targets, {**meta, "query_shot": k})
         )
     return out
+
+
+SPEC = SourceSpec("shot2story", build=build_shot2story, options=Shot2StoryOptions)

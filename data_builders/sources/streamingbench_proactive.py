@@ -36,9 +36,9 @@ from data_builders.registry import (
     BuildInputs,
     ConversionError,
     Pending,
+    SourceSpec,
     each_record,
     load_json,
-    register_source,
 )
 from data_builders.video import VideoInfo
 from rewards.streamingbench_proactive import LAST_POLL_AFTER_GT_S, parse_clock
@@ -125,7 +125,6 @@ def read_question(entry: dict, question: Any, where: str) -> ReleaseQuestion:
     )
 
 
-@register_source(SOURCE, StreamingBenchProactiveOptions)
 def build_streamingbench_proactive(
     inputs: BuildInputs, options: StreamingBenchProactiveOptions
 ) -> Iterator[Pending | ConversionError]:
@@ -198,3 +197,6 @@ def _question_stream(
             meta=meta,
         )
     ]
+
+
+SPEC = SourceSpec(SOURCE, build=build_streamingbench_proactive, options=StreamingBenchProactiveOptions)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from data_builders.registry import BuildInputs, Pending, check_options, register_source
+from data_builders.registry import BuildInputs, Pending, SourceSpec, check_options
 from data_builders.synthetic.toy import generate_toy
 
 
@@ -42,7 +42,6 @@ class ToyOptions:
             )
 
 
-@register_source("toy", ToyOptions, needs_annotations=False)
 def build_toy(inputs: BuildInputs, options: ToyOptions) -> Iterator[Pending]:
     """Generate the clips into ``inputs.out`` and hand each record to the driver as it is."""
     streams = generate_toy(
@@ -62,3 +61,6 @@ def build_toy(inputs: BuildInputs, options: ToyOptions) -> Iterator[Pending]:
             make=lambda info, s=s: [s],
             needs_info=False,
         )
+
+
+SPEC = SourceSpec("toy", build=build_toy, options=ToyOptions, needs_annotations=False)

@@ -34,12 +34,12 @@ from data_builders.registry import (
     BuildInputs,
     ConversionError,
     Pending,
+    SourceSpec,
     Tally,
     check_options,
     clip_end_from,
     each_record,
     read_text,
-    register_source,
 )
 from data_builders.video import VideoInfo
 
@@ -121,7 +121,6 @@ def _fps(info: VideoInfo | None, options: UcfCrimeOptions, name: str, tally: Tal
     return fps
 
 
-@register_source("ucf_crime", UcfCrimeOptions)
 def build_ucf_crime(inputs: BuildInputs, options: UcfCrimeOptions) -> Iterator[Pending | ConversionError]:
     """One stream per annotated video (see the module docstring)."""
     path = inputs.annotations
@@ -165,3 +164,6 @@ def build_ucf_crime(inputs: BuildInputs, options: UcfCrimeOptions) -> Iterator[P
         yield Pending(str(path), rid, video, make, lookup=(stem,), tally=tally)
 
     yield from each_record(((cols[0] if cols else f"line {n}", cols) for n, cols in lines), path, parse)
+
+
+SPEC = SourceSpec("ucf_crime", build=build_ucf_crime, options=UcfCrimeOptions)

@@ -1,22 +1,27 @@
 """``python -m eval.bench [engine|memory|gpu|profile|kv|recall|compile|long_stream] [options]``: engine by
 default; one JSON object of figures on the last line."""
 
-import importlib
 import sys
 
-SUBCOMMANDS = {
-    "engine": "eval.bench.engine",
-    "memory": "eval.bench.memory",
-    "gpu": "eval.bench.gpu",
-    "profile": "eval.bench.profile",
-    "kv": "eval.bench.kv",
-    "recall": "eval.bench.recall",
-    "compile": "eval.bench.compile",
-    "long_stream": "eval.bench.long_stream",
-    "ranks": "eval.bench.ranks",
-}
+from infra.registry import Registry
+
+#: Each subcommand's ``main(argv)``.
+SUBCOMMANDS = Registry(
+    "bench",
+    {
+        "engine": "eval.bench.engine:main",
+        "memory": "eval.bench.memory:main",
+        "gpu": "eval.bench.gpu:main",
+        "profile": "eval.bench.profile:main",
+        "kv": "eval.bench.kv:main",
+        "recall": "eval.bench.recall:main",
+        "compile": "eval.bench.compile:main",
+        "long_stream": "eval.bench.long_stream:main",
+        "ranks": "eval.bench.ranks:main",
+    },
+)
 
 if __name__ == "__main__":
     argv = sys.argv[1:]
     name = argv.pop(0) if argv and argv[0] in SUBCOMMANDS else "engine"
-    importlib.import_module(SUBCOMMANDS[name]).main(argv)
+    SUBCOMMANDS.get(name)(argv)

@@ -82,7 +82,7 @@ def recall_table(
             "dense": r.temporal,
             "graph": r.graph,
             "visual": r.visual,
-            "combined": MERGERS[merge]([r.temporal, r.graph, r.visual], k),
+            "combined": MERGERS.get(merge)([r.temporal, r.graph, r.visual], k),
             "bm25": store.bm25.search(query, k, now - cfg.query_window_s),
         }
         evidence = set(clip["trigger"]["evidence"])

@@ -8,7 +8,7 @@
   the prediction and counted under ``untagged`` in the line (the record id is the matching unit;
   reply times are the step times on the record axis, absolute for EgoLife). The per-subtype table
   has precision, recall, F1 and the counts.
-- Scoring (``eval.scoring.score("egoserve", ...)`` on stream records; :func:`score_egoserve_events`
+- Scoring (``get_protocol("egoserve").score(...)`` on stream records; :func:`score_egoserve_events`
   on event groups, which ``eval.score`` also reads from the release files and EgoMemo's prediction
   folders, ``eval.protocols.egoserve_files`` and ``eval.protocols.egoserve_preds``): per-subtype detection F1 with the
   per-dataset tolerances, as the official evaluator computes it, with what its rules ``dropped``,
@@ -22,10 +22,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from data_builders.records import RecordError, Reply
+from eval.protocols.base import Protocol, ProtocolRunner, paired_rows
 from eval.protocols.egoserve_files import EventGroup
 from eval.protocols.egoserve_preds import Tally, events_from_replies
-from eval.runners import ProtocolRunner, paired_rows, register_runner
-from eval.scoring import Paired, ScoreSettings, protocol, uses_judge
+from eval.scoring import Paired, ScoreSettings
 from rewards.egoserve import (
     DATASET_SUBTYPES,
     MAIN_TYPE,
@@ -46,7 +46,6 @@ if TYPE_CHECKING:
     from eval.engine.streaming import StreamResult
 
 
-@register_runner("egoserve")
 class EgoServeRunner(ProtocolRunner):
     def replies(self, result: StreamResult, bench: BenchmarkConfig) -> tuple[list[Reply], int]:
         allowed = frozenset(bench.categories) if bench.categories else None
@@ -108,7 +107,6 @@ def _judged(settings: ScoreSettings) -> bool:
     return "judge" in (settings.content, settings.open_content)
 
 
-@protocol("egoserve", judged=_judged)
 def score_egoserve(paired: Paired, settings: ScoreSettings) -> tuple[dict, list[dict]]:
     return score_egoserve_events(egoserve_groups(paired, settings), settings)
 
@@ -162,7 +160,7 @@ def score_egoserve_events(
         "errors": errors.as_dict(),
         "error_examples": errors.examples,
     }
-    if uses_judge("egoserve", settings):
+    if _judged(settings):
         from eval.scoring.judge import judge_matched_pairs
 
         result["judge"] = judge_matched_pairs(pairs, settings)
@@ -179,3 +177,6 @@ def _count_unscored(g: EventGroup, subtypes: Sequence[str], check_main: bool, dr
                 dropped.add(f"{side}_subtype_micro_only", f"{g.dataset}/{e.unit}: {e.subtype!r}")
             elif check_main and side == "pred" and e.main_type != MAIN_TYPE[e.subtype]:
                 dropped.add("pred_main_type_mismatch", f"{g.dataset}/{e.unit}: {e.main_type!r} / {e.subtype}")
+
+
+PROTOCOL = Protocol("egoserve", runner=EgoServeRunner, scorer=score_egoserve, judged=_judged)

@@ -40,9 +40,8 @@ from typing import Any
 from data_builders.records import Prediction, RecordError, Reply, Stream, Target
 from data_builders.registry import load_json, seconds
 from data_builders.sources.estp import ReleaseQA, iter_release, qa_name, read_release
-from eval.protocols import official_format
+from eval.protocols.base import OfficialFormat, Protocol
 from eval.protocols.public import PublicRunner
-from eval.runners import register_runner
 from infra.files import atomic_writer
 from rewards.content import Unscorable
 from rewards.estp import (
@@ -160,8 +159,8 @@ def _answers(qa: ReleaseQA) -> list[Answer]:
 
 def score_files(gt: Path, pred: Path, options: argparse.Namespace) -> tuple[dict, list[dict]]:
     """ESTP-F1 of a prediction file (or folder of parts) against a release file."""
-    from eval.score import settings_from_args  # eval.score imports this package: import at call time
     from eval.scoring import build_content
+    from eval.scoring.options import settings_from_args
 
     truth = read_release(gt)
     if not truth:
@@ -241,13 +240,6 @@ def _warn_missing(missing: list[str], questions: int, model: str, pred: Path) ->
         f"in {pred}, scored as silence (F1 0): {shown}",
         file=sys.stderr,
     )
-
-
-@official_format(
-    "estp", summary="ESTP-Bench ESTP-F1 (the paper's definition) on the release and EyeWO's output file"
-)
-def _score(gt: Path, pred: Path, options: argparse.Namespace) -> tuple[dict, list[dict]]:
-    return score_files(gt, pred, options)
 
 
 def write_official(
@@ -392,4 +384,11 @@ class EstpRunner(PublicRunner):
         return [*super().score_options(bench), "--model", bench.model_key]
 
 
-register_runner("estp")(EstpRunner)
+PROTOCOL = Protocol(
+    "estp",
+    runner=EstpRunner,
+    official=OfficialFormat(
+        score_files,
+        summary="ESTP-Bench ESTP-F1 (the paper's definition) on the release and EyeWO's output file",
+    ),
+)

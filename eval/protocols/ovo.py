@@ -48,9 +48,8 @@ from typing import Any
 from data_builders.records import TIME_EPS, Prediction, RecordError, Stream, step_times, target_step
 from data_builders.registry import load_json
 from data_builders.sources.ovo import Item, cut_step, item_id, read_release
-from eval.protocols import official_format
+from eval.protocols.base import OfficialFormat, Protocol
 from eval.protocols.public import PublicRunner, no_frame_window, probe_frames
-from eval.runners import register_runner
 from infra.files import atomic_writer
 from rewards.ovo import PARTS, TASK_PART, TASKS, figures, probe_score
 
@@ -259,7 +258,6 @@ def _warn(pred: Path, notes: dict[str, list]) -> None:
             )
 
 
-@official_format("ovo", summary="OVO-Bench (offline scorer): per-task accuracy, part means, total")
 def score_ovo(gt: Path, pred: Path, options: argparse.Namespace | None = None) -> tuple[dict, list[dict]]:
     """The official figures of a prediction folder against the release file, and one row per
     scored question or probe."""
@@ -621,4 +619,10 @@ class OvoRunner(PublicRunner):
         return gt, pred
 
 
-register_runner("ovo")(OvoRunner)
+PROTOCOL = Protocol(
+    "ovo",
+    runner=OvoRunner,
+    official=OfficialFormat(
+        score_ovo, summary="OVO-Bench (offline scorer): per-task accuracy, part means, total"
+    ),
+)

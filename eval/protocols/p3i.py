@@ -7,7 +7,7 @@
   its category. Targets with a structured label are scored by the ``label`` scorer, the others by
   the benchmark's ``open_content``. The per-task table has the four PRS scores per task (0-100) and
   the share of negatives left silent.
-- Scoring (``eval.scoring.score("p3i", ...)``): PRS-U/B and their primed forms per task (macro) and
+- Scoring (``get_protocol("p3i").score(...)``): PRS-U/B and their primed forms per task (macro) and
   over samples (micro); samples without targets are reported under ``negatives`` (share silent),
   and ``with_negatives`` counts them in their task (1 when silent, else 0), which is how the toy
   experiments judge learning. ``redundant_replies`` is :func:`rewards.prs.redundant_replies`, the
@@ -17,14 +17,20 @@
 from __future__ import annotations
 
 from data_builders.records import Target
-from eval.runners import ProtocolRunner, paired_rows, register_runner
-from eval.scoring import Paired, ScoreSettings, UnscorablePairs, prepared_content, protocol, reply_texts
+from eval.protocols.base import Protocol, ProtocolRunner, paired_rows
+from eval.scoring import (
+    Paired,
+    ScoreSettings,
+    UnscorablePairs,
+    default_uses_judge,
+    prepared_content,
+    reply_texts,
+)
 from rewards.content import Unscorable
 from rewards.outcomes import FireOutcome, StreamOutcomes
 from rewards.prs import PRSScores, aggregate_prs, fire_outcomes, prs_scores, redundant_replies
 
 
-@register_runner("p3i")
 class P3IRunner(ProtocolRunner):
     def table(self, metrics, per_sample, streams):
         """Per task: the four PRS scores (0-100); then the negatives with the share left silent."""
@@ -72,7 +78,6 @@ class P3IRunner(ProtocolRunner):
         return out
 
 
-@protocol("p3i")
 def score_p3i(paired: Paired, settings: ScoreSettings) -> tuple[dict, list[dict]]:
     content = prepared_content(settings, paired)
     unscorable = UnscorablePairs()
@@ -109,8 +114,11 @@ def score_p3i(paired: Paired, settings: ScoreSettings) -> tuple[dict, list[dict]
         "prs_b": both["prs_b"],
         "per_task": {t: {"prs_u": v["prs_u"], "prs_b": v["prs_b"]} for t, v in both["per_task"].items()},
     }
-    return unscorable.add_to(result, "p3i", settings), per_sample
+    return unscorable.add_to(result, default_uses_judge(settings)), per_sample
 
 
 def _named(s: PRSScores) -> dict[str, float]:
     return {"prs_u": s.u, "prs_b": s.b, "prs_u_prime": s.u_prime, "prs_b_prime": s.b_prime}
+
+
+PROTOCOL = Protocol("p3i", runner=P3IRunner, scorer=score_p3i)

@@ -59,9 +59,8 @@ from data_builders.sources.proactivevideoqa import (
     release_files,
     release_items,
 )
-from eval.protocols import official_format
+from eval.protocols.base import OfficialFormat, Protocol
 from eval.protocols.public import PublicRunner
-from eval.runners import register_runner
 from eval.scoring.judge import Judge, config_from_args
 from infra.files import write_text_atomic
 from rewards.proactivevideoqa import OMEGAS, judged_points, pauc, turn_pauc
@@ -304,10 +303,6 @@ def _figures(turns: list[dict], n_questions: int) -> dict:
     }
 
 
-@official_format(
-    "proactivevideoqa",
-    summary="ProactiveVideoQA PAUC at omega 0 / 0.5 / 1 (release <TASK>/anno.json, MMDuet2 pred.jsonl; LLM judge)",
-)
 def score_files(gt: Path, pred: Path, options: argparse.Namespace) -> tuple[dict, list[dict]]:
     """``eval.score --protocol proactivevideoqa``: the release and a prediction file or folder."""
     try:
@@ -477,4 +472,11 @@ class ProactiveVideoQARunner(PublicRunner):
         return gt, pred
 
 
-register_runner("proactivevideoqa")(ProactiveVideoQARunner)
+PROTOCOL = Protocol(
+    "proactivevideoqa",
+    runner=ProactiveVideoQARunner,
+    official=OfficialFormat(
+        score_files,
+        summary="ProactiveVideoQA PAUC at omega 0 / 0.5 / 1 (release <TASK>/anno.json, MMDuet2 pred.jsonl; LLM judge)",
+    ),
+)

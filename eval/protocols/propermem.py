@@ -6,7 +6,7 @@
 - Runner: 2-second steps (``conf/benchmark/propermem.yaml``), history as text, negatives included;
   replies as in P3I. The per-task table splits each task into positives and negatives: clips,
   perfect %, hit %, mean fires.
-- Scoring (``eval.scoring.score("propermem", ...)``): a clip has at most one trigger window;
+- Scoring (``get_protocol("propermem").score(...)``): a clip has at most one trigger window;
   content is scored only for fires inside it (up to the late ``tolerance``, default 2 s). Reported:
   perfect, hit, early, late, over-trigger and false-fire rates and mean fires.
 """
@@ -16,14 +16,20 @@ from __future__ import annotations
 from collections import defaultdict
 
 from data_builders.records import RecordError
-from eval.runners import ProtocolRunner, paired_rows, register_runner
-from eval.scoring import Paired, ScoreSettings, UnscorablePairs, prepared_content, protocol, reply_texts
+from eval.protocols.base import Protocol, ProtocolRunner, paired_rows
+from eval.scoring import (
+    Paired,
+    ScoreSettings,
+    UnscorablePairs,
+    default_uses_judge,
+    prepared_content,
+    reply_texts,
+)
 from rewards.content import Unscorable
 from rewards.outcomes import FireOutcome, StreamOutcomes
 from rewards.propermem import DEFAULT_TOLERANCE_S, clip_outcome, fire_outcomes, propermem_metrics
 
 
-@register_runner("propermem")
 class ProPerMemRunner(ProtocolRunner):
     def table(self, metrics, per_sample, streams):
         """Per task (positives and negatives apart): clips, perfect %, hit %, mean fires."""
@@ -90,7 +96,6 @@ def _window_scores(gt, replies, window, content, tol: float) -> list[float]:
     ]
 
 
-@protocol("propermem")
 def score_propermem(paired: Paired, settings: ScoreSettings) -> tuple[dict, list[dict]]:
     content = prepared_content(settings, paired)
     tol = DEFAULT_TOLERANCE_S if settings.tolerance is None else settings.tolerance
@@ -116,4 +121,7 @@ def score_propermem(paired: Paired, settings: ScoreSettings) -> tuple[dict, list
             }
         )
     result = propermem_metrics(outcomes)
-    return unscorable.add_to(result, "propermem", settings), per_sample
+    return unscorable.add_to(result, default_uses_judge(settings)), per_sample
+
+
+PROTOCOL = Protocol("propermem", runner=ProPerMemRunner, scorer=score_propermem)

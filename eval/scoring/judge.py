@@ -44,7 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from eval.scoring.chat_client import ChatClient, ChatError, ChatFatal
-from rewards.content import TargetLike, Unscorable, register_content
+from infra.registry import Registry
+from rewards.content import TargetLike, Unscorable
 
 _HEADER = """You rate a proactive assistant that watches a first-person video and offers help without being asked.
 An annotator wrote the reference service for the same moment.
@@ -192,7 +193,10 @@ class LocalBackend:
         return self.tokenizer.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
 
 
-JUDGE_BACKENDS: dict[str, Callable[..., Any]] = {"http": HttpBackend, "local": LocalBackend}
+#: The judge's back ends (``--judge-backend``): name -> class (``infra.registry``).
+JUDGE_BACKENDS = Registry(
+    "judge back end", {"http": "eval.scoring.judge:HttpBackend", "local": "eval.scoring.judge:LocalBackend"}
+)
 
 
 class Judge:
@@ -203,7 +207,7 @@ class Judge:
     ) -> None:
         if backend not in JUDGE_BACKENDS:
             raise KeyError(f"unknown judge back end {backend!r} (known: {sorted(JUDGE_BACKENDS)})")
-        self.backend = JUDGE_BACKENDS[backend](**backend_config)
+        self.backend = JUDGE_BACKENDS.get(backend)(**backend_config)
         self.cache = JudgeCache(cache_path)
         self.identity = self.backend.cache_identity()
         self.unparsable = 0
@@ -306,7 +310,6 @@ class JudgeScorer:
         return max(0.0, (r - 1) / 4)
 
 
-@register_content("judge")
 def make_judge(**config: Any) -> JudgeScorer:
     return JudgeScorer(Judge(**config))
 

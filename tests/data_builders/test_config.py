@@ -11,8 +11,7 @@ from omegaconf import OmegaConf
 from data_builders.cli import split_build_config
 from data_builders.config import BuildConfig, FramesConfig
 from data_builders.mixture import MixtureConfig
-from data_builders.registry import SOURCES
-from data_builders.sources import get_source
+from data_builders.sources import SOURCES, get_source
 from infra.schema import compose, typed
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -21,7 +20,7 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 def test_every_source_yaml_mirrors_its_options_dataclass():
     get_source("toy")
     names = sorted(p.stem for p in (CONF / "source").glob("*.yaml"))
-    assert names == sorted(SOURCES)
+    assert names == SOURCES.names()
     for name in names:
         first = (CONF / "source" / f"{name}.yaml").read_text().splitlines()[:2]
         assert first[0] == "# @package _global_" and first[1].startswith(
@@ -29,7 +28,7 @@ def test_every_source_yaml_mirrors_its_options_dataclass():
         )
         cfg = compose("build", [f"source={name}", "out=/tmp/x"])
         base, options = split_build_config(cfg, name)
-        assert options == SOURCES[name].options()  # yaml defaults == dataclass defaults, same keys
+        assert options == get_source(name).options()  # yaml defaults == dataclass defaults, same keys
         assert base == BuildConfig(out="/tmp/x")
 
 
@@ -40,7 +39,7 @@ def test_typos_and_wrong_types_fail():
     with pytest.raises(ValueError, match="source=toy"):
         split_build_config(cfg, "toy")
     with pytest.raises(ValueError, match="has no option"):
-        SOURCES["toy"].make_options({"seeds": 1})
+        get_source("toy").make_options({"seeds": 1})
 
 
 def test_frames_and_mixture_configs_compose():

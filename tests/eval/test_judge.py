@@ -9,9 +9,10 @@ import time
 
 import pytest
 
+from eval.scoring import get_content_scorer
 from eval.scoring.chat_client import ChatClient, ChatError, ChatFatal, ChatUnavailable
 from eval.scoring.judge import Judge, parse_rating
-from rewards.content import TargetText, Unscorable, get_content_scorer
+from rewards.content import TargetText, Unscorable
 from rewards.egoserve import ServiceEvent
 
 

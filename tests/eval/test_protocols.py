@@ -1,10 +1,12 @@
-"""eval/protocols: every protocol registered whatever is imported first, and a fifth benchmark added
-as one module plus one YAML (scored by ``eval.scoring.score``, run by ``get_runner``, composed and
-run by ``eval.run``, scored again by ``eval.score``)."""
+"""eval/protocols: every protocol is found by name whatever was imported first, and a fifth
+benchmark added by the steps of docs/design.md ("Adding a benchmark, a reward or a data source"):
+its module defining one ``Protocol``, its line in the table, its YAML (scored by its ``score``, run by
+``get_runner``, composed and run by ``eval.run``, scored again by ``eval.score``)."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,28 +15,27 @@ import pytest
 
 from data_builders.records import Reply, Target, load_streams
 from eval import protocols, runners, score, scoring
+from eval.protocols.base import Protocol
 from eval.run import evaluate, load_config
 from eval.store import PredictionLog
 
 ROOT = Path(__file__).resolve().parents[2]
 OURS = {"p3i", "egoserve", "propermem"}
+PUBLIC = {"estp", "ovo", "proactivevideoqa", "streamingbench_proactive"}
 
 # A benchmark nobody ships: only a reply's timing counts, and only the first reply of a stream.
 FIFTH = '''
 """Toy protocol: a target is hit when the stream's first reply comes within 2 s after it."""
 
-from eval.runners import ProtocolRunner, register_runner
-from eval.scoring import protocol
+from eval.protocols.base import Protocol, ProtocolRunner
 
 
-@register_runner("fifth")
 class FifthRunner(ProtocolRunner):
     def replies(self, result, bench):
         replies, dropped = super().replies(result, bench)
         return replies[:1], dropped + max(0, len(replies) - 1)
 
 
-@protocol("fifth")
 def score_fifth(paired, settings):
     hits, rows, negatives = {}, [], 0
     for gt, replies in paired:
@@ -52,67 +53,92 @@ def score_fifth(paired, settings):
         "per_task": {task: {"hit": 100.0 * sum(v) / len(v)} for task, v in hits.items()},
         "negatives": negatives,
     }, rows
+
+
+PROTOCOL = Protocol("fifth", runner=FifthRunner, scorer=score_fifth)
 '''
 YAML = "name: fifth\nprotocol: fifth\nsteps_per_second: 1.0\n"
 
 
-# (importing a module of eval.protocols first runs the package's __init__ first, as eval.protocols)
-@pytest.mark.parametrize("first", ["eval.scoring", "eval.runners", "eval.protocols"])
-def test_every_protocol_is_registered_whichever_module_is_imported_first(first):
+@pytest.mark.parametrize("first", ["eval.scoring", "eval.runners", "eval.protocols", "eval.score"])
+def test_every_protocol_is_found_by_name_whichever_module_is_imported_first(first):
     code = (
         f"import {first}\n"
-        "import json\n"
-        "from eval.protocols import OFFICIAL_FORMATS\n"
-        "from eval.runners import RUNNERS\n"
-        "from eval.scoring import PROTOCOLS\n"
-        "print(json.dumps([sorted(PROTOCOLS), sorted(RUNNERS), sorted(OFFICIAL_FORMATS)]))\n"
+        "import json, sys\n"
+        "from eval.protocols import PROTOCOLS, get_protocol\n"
+        "before = sorted(m for m in sys.modules if m.startswith('eval.protocols.') and m != 'eval.protocols.base')\n"
+        "names = PROTOCOLS.names()\n"
+        "found = {n: type(get_protocol(n).new_runner()).__name__ for n in names}\n"
+        "print(json.dumps([before, names, found]))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
-    scorers, runner_names, official = json.loads(out.stdout.splitlines()[-1])
-    assert OURS <= set(scorers) and OURS <= set(runner_names)
-    assert [scorers, runner_names, official] == [
-        sorted(scoring.PROTOCOLS),
-        sorted(runners.RUNNERS),
-        sorted(protocols.OFFICIAL_FORMATS),
-    ]
+    before, names, found = json.loads(out.stdout.splitlines()[-1])
+    assert names == sorted(OURS | PUBLIC)
+    assert found["p3i"] == "P3IRunner" and found["ovo"] == "OvoRunner"
+    if first in ("eval.scoring", "eval.protocols"):  # nothing imported a protocol before its first get
+        assert before == []
+
+
+def test_the_table_lists_every_module_that_defines_a_protocol():
+    defined = sorted(
+        path.stem
+        for path in (ROOT / "eval" / "protocols").glob("*.py")
+        if re.search(r"^PROTOCOL = Protocol\(", path.read_text(), re.M)
+    )
+    assert defined == protocols.PROTOCOLS.names()
+    for name in defined:
+        assert protocols.PROTOCOLS.where(name) == f"eval.protocols.{name}:PROTOCOL"
 
 
 def test_our_protocols_live_in_their_modules():
-    for name in sorted(OURS):
+    for name in sorted(OURS | PUBLIC):
         module = f"eval.protocols.{name}"
-        assert scoring.PROTOCOLS[name].__module__ == module
+        protocol = protocols.get_protocol(name)
+        assert isinstance(protocol, Protocol) and protocol.name == name
         assert type(runners.get_runner(name)).__module__ == module
-    assert scoring.uses_judge("egoserve", scoring.ScoreSettings(content="exact", open_content="judge"))
-    assert not scoring.uses_judge("p3i", scoring.ScoreSettings(content="exact", open_content="judge"))
+        assert runners.get_runner(name).protocol is protocol
+        assert (protocol.official is not None) == (name in PUBLIC)
+        assert (protocol.scorer is not None) == (name in OURS)
+        if name in OURS:
+            assert protocol.scorer.__module__ == module
+    judge_label = scoring.ScoreSettings(content="exact", open_content="judge")
+    assert protocols.get_protocol("egoserve").uses_judge(judge_label)
+    assert not protocols.get_protocol("p3i").uses_judge(judge_label)
+    assert protocols.get_protocol("p3i").uses_judge(
+        scoring.ScoreSettings(content="label", open_content="judge")
+    )
 
 
-def test_a_name_registered_twice_is_refused():
-    with pytest.raises(ValueError, match="'p3i' is registered twice"):
-        scoring.protocol("p3i")(lambda paired, settings: ({}, []))
-    with pytest.raises(ValueError, match="'p3i' is registered twice"):
-        runners.register_runner("p3i")(type("Other", (runners.ProtocolRunner,), {}))
+def test_a_name_listed_twice_or_unknown_is_refused():
+    with pytest.raises(ValueError, match="protocol 'p3i' is registered twice"):
+        protocols.PROTOCOLS.add("p3i", "eval.protocols.egoserve:PROTOCOL")
+    with pytest.raises(KeyError, match="unknown protocol 'p3j'.*did you mean 'p3i'"):
+        protocols.get_protocol("p3j")
+    with pytest.raises(KeyError, match="unknown protocol 'p3j'"):
+        runners.get_runner("p3j")
 
 
 @pytest.fixture
 def fifth(tmp_path, monkeypatch):
-    """``fifth.py`` in a folder searched as part of eval.protocols, and ``conf/benchmark/fifth.yaml``
-    in a Hydra search path; unregistered afterwards."""
+    """The documented steps, in a temporary folder: ``fifth.py`` in a folder searched as part of
+    eval.protocols, its line in the table (``PROTOCOLS.add``, what the table's line does) and
+    ``conf/benchmark/fifth.yaml`` in a Hydra search path; all undone afterwards."""
     folder = tmp_path / "protocols"
     folder.mkdir()
     (folder / "fifth.py").write_text(FIFTH)
     (tmp_path / "conf" / "benchmark").mkdir(parents=True)
     (tmp_path / "conf" / "benchmark" / "fifth.yaml").write_text(YAML)
     monkeypatch.setattr(protocols, "__path__", [*protocols.__path__, str(folder)])
+    protocols.PROTOCOLS.add("fifth", "eval.protocols.fifth:PROTOCOL")
     yield tmp_path
-    scoring.PROTOCOLS.pop("fifth", None)
-    runners.RUNNERS.pop("fifth", None)
+    protocols.PROTOCOLS.remove("fifth")
     sys.modules.pop("eval.protocols.fifth", None)
     if hasattr(protocols, "fifth"):
         delattr(protocols, "fifth")
 
 
 def test_a_fifth_benchmark_is_one_module_and_scores_through_the_one_api(fifth):
-    assert "fifth" in protocols.import_protocols()  # the package's own discovery finds the new file
+    assert "fifth" in protocols.PROTOCOLS.names() and "eval.protocols.fifth" not in sys.modules
     g = scoring.GroundTruth
     paired = [
         (g("a", "alpha", [Target(3.0, "x")]), [Reply(4.0, "x"), Reply(9.0, "y")]),  # 4 in [3, 5]: hit
@@ -122,7 +148,7 @@ def test_a_fifth_benchmark_is_one_module_and_scores_through_the_one_api(fifth):
         (g("f", "beta", [Target(7.0, "x")]), [Reply(8.5, "v")]),  # hit
         (g("e", "beta", []), [Reply(1.0, "u")]),  # a negative, not in the hits
     ]
-    metrics, rows = scoring.score("fifth", paired, scoring.ScoreSettings())
+    metrics, rows = protocols.get_protocol("fifth").score(paired, scoring.ScoreSettings())
     # alpha 1 of 2 = 50; beta 2 of 3 = 66.67; all 3 of 5 = 60
     assert metrics["protocol"] == "fifth" and metrics["content"] == "label"
     assert metrics["hit"] == pytest.approx(60.0)
@@ -139,7 +165,6 @@ def test_a_fifth_benchmark_is_one_module_and_scores_through_the_one_api(fifth):
 
 
 def test_a_fifth_benchmark_runs_in_eval_run_from_its_yaml(fifth, tiny_checkpoint, toy_dir, tmp_path, capsys):
-    protocols.import_protocols()
     out = tmp_path / "out"
     cfg = load_config(
         [

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from eval.scoring import get_content_scorer
 from eval.scoring.embedding import default_model_path
-from rewards.content import TargetText, get_content_scorer
+from rewards.content import TargetText
 
 
 def test_embedding_scorer_ranks_paraphrase_above_unrelated():

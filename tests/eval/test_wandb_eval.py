@@ -71,5 +71,5 @@ def test_none_logger_needs_no_wandb():
     class Cfg:
         name = "none"
 
-    assert type(make_logger(Cfg(), "x")) is EvalLogger and set(LOGGERS) == {"none", "wandb"}
+    assert type(make_logger(Cfg(), "x")) is EvalLogger and LOGGERS.names() == ["none", "wandb"]
     assert flatten({"a": 1, "b": {"c": 2.5, "d": "x"}, "e": True}, "eval") == {"eval/a": 1.0, "eval/b/c": 2.5}

@@ -151,7 +151,7 @@ def test_real_evaluations_of_two_tiny_checkpoints(tiny_checkpoint, toy_dir, tmp_
         def log_metrics(self, metrics, step, prefix):
             logged.append((self.project, self.run_name, step, prefix))
 
-    monkeypatch.setitem(tracking.LOGGERS, "wandb", Captured)
+    monkeypatch.setattr(tracking.LOGGERS, "get", {"none": tracking.EvalLogger, "wandb": Captured}.__getitem__)
     run_dir = make_run(tmp_path)
     for step in (1, 3):
         make_checkpoint(run_dir, step, source=tiny_checkpoint)

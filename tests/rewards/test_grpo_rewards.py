@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,7 @@ def test_prs_reward_is_the_evaluator_prs():
     rollouts = [rollout_from([5, 12, 13, 29]), rollout_from([10, 30]), rollout_from([])]
     for variant in ("u", "b"):
         scored = [
-            REWARDS["prs"](r, TARGETS, "event_monitoring", variant=variant, alpha=0.05) for r in rollouts
+            REWARDS.get("prs")(r, TARGETS, "event_monitoring", variant=variant, alpha=0.05) for r in rollouts
         ]
         expected = [getattr(prs_scores([10.0, 30.0], r), variant) for r in ([5, 12, 13, 29], [10, 30], [])]
         assert [s.value for s in scored] == pytest.approx(expected, abs=1e-12)
@@ -48,15 +49,15 @@ def test_a_window_only_target_is_due_at_its_centre():
     """The records' own rule (``Target.from_dict``) sets the time; the reward reads it as it is."""
     target = Target.from_dict({"window": [8.0, 12.0], "content": "", "label": "Warning"})
     assert target.time == 10.0
-    on_time = REWARDS["prs"](rollout_from([10]), [target], "accident_warning")
+    on_time = REWARDS.get("prs")(rollout_from([10]), [target], "accident_warning")
     assert on_time.value == pytest.approx(1.0)
 
 
 def test_label_content_and_invalid_turns_in_prs():
     wrong = [turn(10.0, "</Response> All clear."), turn(30.0, "</Response> Warning!")]
-    assert REWARDS["prs"](wrong, TARGETS, "accident_warning", variant="b").value == pytest.approx(0.5)
+    assert REWARDS.get("prs")(wrong, TARGETS, "accident_warning", variant="b").value == pytest.approx(0.5)
     invalid = [turn(10.0, "Warning!"), turn(30.0, "</Response> Warning!")]  # no decision token: not a reply
-    assert REWARDS["prs"](invalid, TARGETS, "accident_warning", variant="b").value == pytest.approx(0.5)
+    assert REWARDS.get("prs")(invalid, TARGETS, "accident_warning", variant="b").value == pytest.approx(0.5)
 
 
 def test_redundancy_counts_and_task_filter():
@@ -71,7 +72,7 @@ def test_redundancy_counts_and_task_filter():
 
 
 def test_format_share_and_egoserve_tags():
-    fn = REWARDS["format"]
+    fn = REWARDS.get("format")
     r = [
         turn(0.0, "</Silence>"),
         turn(1.0, "</Response> [safety] Hot!"),
@@ -144,3 +145,38 @@ def test_step_rewards_credit_the_first_reply_and_charge_repeats():
     assert [x for k, x in enumerate(steps) if k not in (10, 11, 12)] == [0.0] * 17
     negative = step_rewards(reward, rollout_from([3, 4], steps=20), [], "accident_warning")
     assert negative[3] == pytest.approx(-1.2) and negative[4] == pytest.approx(-0.2)
+
+
+# A reward nobody ships (docs/design.md, "Adding a benchmark, a reward or a data source"): the share
+# of turns that reply at or after ``after`` seconds.
+LATE = """
+from rewards.grpo import Scored
+
+
+def late_reward(turns, targets, task, *, after=0.0):
+    late = sum(t["time"] >= after and t["text"].startswith("</Response>") for t in turns)
+    return Scored(late / len(turns) if turns else 0.0, {"late": late})
+"""
+
+
+@pytest.fixture
+def late(tmp_path, monkeypatch):
+    """``late_reward`` in a module on the path and its line in the table (``REWARDS.add``, what the
+    table's line in rewards/grpo.py does); unlisted afterwards."""
+    (tmp_path / "late_reward_mod.py").write_text(LATE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    REWARDS.add("late", "late_reward_mod:late_reward")
+    yield
+    REWARDS.remove("late")
+    sys.modules.pop("late_reward_mod", None)
+
+
+def test_a_new_reward_is_one_function_and_one_table_line(late):
+    rollout = rollout_from([3, 12, 25], steps=30)  # three replies, two of them at 10 s or later
+    reward = build_reward({"weights": {"late": 3.0, "format": 1.0}, "late": {"after": 10.0}})
+    scored = reward(rollout, TARGETS, "accident_warning")
+    assert scored.value == pytest.approx(3.0 * 2 / 30 + 1.0 * 1.0)
+    with pytest.raises(TypeError, match=r"unknown late options: \['before'\]"):
+        build_reward({"weights": {"late": 1.0}, "late": {"before": 1.0}})
+    with pytest.raises(KeyError, match=r"unknown reward\(s\) \['lately'\]"):
+        build_reward({"weights": {"lately": 1.0}})

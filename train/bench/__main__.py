@@ -8,18 +8,23 @@ figures on the last line.
     python -m train.bench gpu_check  # everything a GPU allocation needs to know, 8 min (train/bench/gpu_check.py)
 """
 
-import importlib
 import sys
 
-SUBCOMMANDS = {
-    "sft": "train.bench.sft",
-    "grpo": "train.bench.grpo",
-    "memory": "train.bench.memory",
-    "pipeline": "train.bench.pipeline",
-    "gpu_check": "train.bench.gpu_check",
-}
+from infra.registry import Registry
+
+#: Each subcommand's ``main(argv)``.
+SUBCOMMANDS = Registry(
+    "bench",
+    {
+        "sft": "train.bench.sft:main",
+        "grpo": "train.bench.grpo:main",
+        "memory": "train.bench.memory:main",
+        "pipeline": "train.bench.pipeline:main",
+        "gpu_check": "train.bench.gpu_check:main",
+    },
+)
 
 if __name__ == "__main__":
     argv = sys.argv[1:]
     name = argv.pop(0) if argv and argv[0] in SUBCOMMANDS else "sft"
-    importlib.import_module(SUBCOMMANDS[name]).main(argv)
+    SUBCOMMANDS.get(name)(argv)

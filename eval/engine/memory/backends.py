@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from infra.registry import Registry
 
 SUMMARY_PROMPT = """Summarize what happened in these timestamped first-person captions of one {level} \
 in a single sentence of at most 40 words. Keep the names of people, objects and places, and every \
@@ -218,11 +219,27 @@ class HttpTextBackend(TextBackend):
             return ""  # an empty answer falls back to the rule back end
 
 
-BACKENDS: dict[str, Callable[..., RuleBackend]] = {
-    "rule": lambda vlm=None, processor=None, **kw: RuleBackend(**kw),
-    "model": lambda vlm=None, processor=None, **kw: ModelBackend(vlm, processor, **kw),
-    "http": lambda vlm=None, processor=None, **kw: HttpTextBackend(**kw),
-}
+def make_rule(vlm=None, processor=None, **kw: Any) -> RuleBackend:
+    return RuleBackend(**kw)
+
+
+def make_model(vlm=None, processor=None, **kw: Any) -> RuleBackend:
+    return ModelBackend(vlm, processor, **kw)
+
+
+def make_http(vlm=None, processor=None, **kw: Any) -> RuleBackend:
+    return HttpTextBackend(**kw)
+
+
+#: The memory back ends (config ``memory.backend``): name -> factory (``infra.registry``).
+BACKENDS = Registry(
+    "memory back end",
+    {
+        "rule": "eval.engine.memory.backends:make_rule",
+        "model": "eval.engine.memory.backends:make_model",
+        "http": "eval.engine.memory.backends:make_http",
+    },
+)
 
 
 def get_backend(name: str, vlm=None, processor=None, **options: Any) -> RuleBackend:
@@ -231,4 +248,4 @@ def get_backend(name: str, vlm=None, processor=None, **options: Any) -> RuleBack
     ``timeout_s``)."""
     if name not in BACKENDS:
         raise KeyError(f"unknown memory back end {name!r} (known: {', '.join(sorted(BACKENDS))})")
-    return BACKENDS[name](vlm=vlm, processor=processor, **options)
+    return BACKENDS.get(name)(vlm=vlm, processor=processor, **options)

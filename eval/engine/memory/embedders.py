@@ -13,14 +13,23 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
-EMBEDDERS: dict[str, Callable[..., TextEmbedder]] = {}
+from infra.registry import Registry
+
+#: The text embedders (config ``memory.embedder``): name -> factory (``infra.registry``).
+EMBEDDERS = Registry(
+    "embedder",
+    {
+        "minilm": "eval.engine.memory.embedders:MiniLMEmbedder",
+        "hashing": "eval.engine.memory.embedders:HashingEmbedder",
+    },
+)
 WORD = re.compile(r"[a-z0-9']+")
 
 
@@ -31,18 +40,8 @@ class TextEmbedder(Protocol):
         """(len(texts), dim) float32, each row unit-norm."""
 
 
-def register_embedder(name: str) -> Callable:
-    def deco(factory: Callable[..., TextEmbedder]) -> Callable[..., TextEmbedder]:
-        EMBEDDERS[name] = factory
-        return factory
-
-    return deco
-
-
 def get_embedder(name: str, **kwargs) -> TextEmbedder:
-    if name not in EMBEDDERS:
-        raise KeyError(f"unknown embedder {name!r} (known: {', '.join(sorted(EMBEDDERS))})")
-    return EMBEDDERS[name](**kwargs)
+    return EMBEDDERS.get(name)(**kwargs)
 
 
 @contextmanager
@@ -59,7 +58,6 @@ def torch_threads(n: int | None):
         torch.set_num_threads(old)
 
 
-@register_embedder("minilm")
 class MiniLMEmbedder:
     """Sentence embeddings from a local model folder (default: the packaged MiniLM)."""
 
@@ -92,7 +90,6 @@ class MiniLMEmbedder:
         return np.asarray(out, dtype=np.float32)
 
 
-@register_embedder("hashing")
 class HashingEmbedder:
     """Signed feature hashing of words and bigrams; unit-norm (a zero text maps to a zero row)."""
 

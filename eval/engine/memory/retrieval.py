@@ -25,6 +25,7 @@ from eval.engine.memory.backends import format_time
 from eval.engine.memory.graph import KnowledgeGraph
 from eval.engine.memory.temporal import DAY_S, Hit, TemporalMemory
 from eval.engine.memory.visual import VisualArchive
+from infra.registry import Registry
 
 UNITS = {"second": 1.0, "minute": 60.0, "hour": 3600.0, "day": DAY_S, "week": 7 * DAY_S, "month": 30 * DAY_S}
 NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "ten": 10}
@@ -98,7 +99,11 @@ def rrf(lists: list[list[Hit]], k: int, c: float = 60.0) -> list[Hit]:
     return [Hit(key, score[key], first[key].time) for key in keys]
 
 
-MERGERS: dict[str, Callable[[list[list[Hit]], int], list[Hit]]] = {"interleave": interleave, "rrf": rrf}
+#: How ranked lists merge (config ``memory.merge``): name -> ``fn(lists, k)`` (``infra.registry``).
+MERGERS = Registry(
+    "merger",
+    {"interleave": "eval.engine.memory.retrieval:interleave", "rrf": "eval.engine.memory.retrieval:rrf"},
+)
 
 
 @dataclass
@@ -188,7 +193,7 @@ class MemoryStore:
             r.graph = self.graph.search(entities, hi, lo, k)
         if visual_query is not None and self.visual is not None:
             r.visual = self.visual.search(visual_query, hi, lo, k)
-        r.merged = MERGERS[self.cfg.merge]([r.temporal, r.graph, r.visual], k)
+        r.merged = MERGERS.get(self.cfg.merge)([r.temporal, r.graph, r.visual], k)
         return r
 
     def text(self, key: str) -> str:
