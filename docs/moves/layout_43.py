@@ -87,7 +87,7 @@ PATCHES = [
     ("train/bench/__main__.py", "|pipeline|gpu_check]", "|pipeline]"),
     (
         "train/bench/__main__.py",
-        "    python -m train.bench gpu_check  # everything a GPU allocation needs to know, 8 min "
+        "    python -m pipeline.gpu_check  # everything a GPU allocation needs to know, 8 min "
         "(pipeline/gpu_check.py)\n",
         "",
     ),
