@@ -112,7 +112,8 @@ def tracked_text_files() -> list[Path]:
     return [
         Path(f)
         for f in out
-        if Path(f).exists() and (Path(f).suffix in TEXT_SUFFIXES or Path(f).name in TEXT_NAMES)
+        if Path(f).exists()
+        and (Path(f).suffix in TEXT_SUFFIXES or Path(f).name in TEXT_NAMES)
         and not f.startswith("docs/moves/")
     ]
 
@@ -149,16 +150,38 @@ def _spans(text: str, tree: ast.Module, names: list[str]) -> list[tuple[int, int
     return sorted(spans)
 
 
-def _import_block(text: str, tree: ast.Module, skip_module: str) -> list[str]:
+def _bound(alias: ast.alias, node: ast.Import | ast.ImportFrom) -> str:
+    if alias.asname:
+        return alias.asname
+    return alias.name.split(".")[0] if isinstance(node, ast.Import) else alias.name
+
+
+def _needed_imports(tree: ast.Module, used: set[str], skip_module: str) -> list[str]:
+    """The imports of a module (top level and under ``if TYPE_CHECKING:``) that bind a name of
+    ``used``, each cut to those names; none from ``skip_module`` (the destination itself)."""
     out = []
     for node in tree.body:
-        if isinstance(node, ast.Import | ast.ImportFrom):
-            if isinstance(node, ast.ImportFrom) and node.module in (skip_module, "__future__"):
+        typing_only = isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING")
+        for imp in node.body if typing_only else [node]:
+            if not isinstance(imp, ast.Import | ast.ImportFrom):
                 continue
-            out.append(ast.get_source_segment(text, node))
-        elif isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING"):
-            out.append(ast.get_source_segment(text, node))
+            if isinstance(imp, ast.ImportFrom) and imp.module in (skip_module, "__future__"):
+                continue
+            keep = [a for a in imp.names if _bound(a, imp) in used]
+            if not keep:
+                continue
+            names = ", ".join(_alias(a) for a in keep)
+            line = f"import {names}" if isinstance(imp, ast.Import) else f"from {imp.module} import {names}"
+            out.append(f"if TYPE_CHECKING:\n    {line}" if typing_only else line)
+    if any(line.startswith("if TYPE_CHECKING") for line in out):
+        out.insert(0, "from typing import TYPE_CHECKING")
     return out
+
+
+def _names_in(code: str) -> set[str]:
+    return {n.id for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Name)} | {
+        ast.unparse(n).split(".")[0] for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Attribute)
+    }
 
 
 def move_symbols(src: str, names: list[str], dst: str) -> None:
@@ -171,7 +194,12 @@ def move_symbols(src: str, names: list[str], dst: str) -> None:
         del lines[a:b]
     rest = "".join(lines)
     used = {n.id for n in ast.walk(ast.parse(rest)) if isinstance(n, ast.Name)} & set(names)
-    imports = _import_block(text, tree, dotted(dst))
+    used_by_moved = _names_in(code)
+    imports = _needed_imports(tree, used_by_moved, dotted(dst))
+    left = {n for node in tree.body for n in _node_names(node)} - set(names)
+    if left & used_by_moved:  # what the moved code still needs from its old module
+        imports.append(f"from {dotted(src)} import {', '.join(sorted(left & used_by_moved))}")
+        print(f"move: {dst} imports {sorted(left & used_by_moved)} from {src}")
     dst_path = Path(dst)
     if dst_path.exists():
         old = dst_path.read_text()
@@ -281,7 +309,9 @@ def _from_parent_imports(text: str, pairs: list[tuple[str, str]]) -> str:
             continue
         asname = "" if new_leaf == leaf else f" as {leaf}"
         target = f"from {new_parent} import {new_leaf}{asname}" if new_parent else f"import {n} as {leaf}"
-        text = re.sub(rf"^(\s*)from {re.escape(parent)} import {leaf}\s*$", rf"\g<1>{target}", text, flags=re.M)
+        text = re.sub(
+            rf"^(\s*)from {re.escape(parent)} import {leaf}\s*$", rf"\g<1>{target}", text, flags=re.M
+        )
     return text
 
 
