@@ -287,15 +287,17 @@ def rewrite_module_names(files: list[Path], moves: list[tuple[str, str]]) -> Non
     repository path of the moves, longest first."""
     pairs = sorted(((dotted(o), dotted(n)) for o, n in moves), key=lambda p: -len(p[0]))
     paths = sorted(moves, key=lambda p: -len(p[0]))
+    # one pass each, longest name first: a rewritten name is never matched again
+    dotted_map, path_map = dict(pairs), dict(paths)
+    dotted_re = re.compile(rf"(?<![\w.])({'|'.join(re.escape(o) for o, _ in pairs)})(?![\w])")
+    path_re = re.compile(rf"(?<![\w./])({'|'.join(re.escape(o) for o, _ in paths)})(?![\w])")
     for path in files:
         text = path.read_text()
         new = text
         if path.suffix == ".py":
             new = _from_parent_imports(new, pairs)
-        for o, n in pairs:
-            new = re.sub(rf"(?<![\w.]){re.escape(o)}(?![\w])", n, new)
-        for o, n in paths:
-            new = re.sub(rf"(?<![\w./]){re.escape(o)}(?![\w])", n, new)
+        new = dotted_re.sub(lambda m: dotted_map[m.group(1)], new)
+        new = path_re.sub(lambda m: path_map[m.group(1)], new)
         if new != text:
             path.write_text(new)
 
