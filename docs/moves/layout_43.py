@@ -32,7 +32,29 @@ from pathlib import Path
 
 #: (module file, top-level names, destination file), in the old layout; applied in order.
 SYMBOL_MOVES = [
-    ("eval/score.py", ["settings_from_args"], "eval/scoring/__init__.py"),
+    (
+        "eval/score.py",
+        [
+            "_gt_from_row",
+            "load_ground_truth",
+            "load_paired",
+            "egoserve_groups_from_files",
+            "run",
+            "report_dropped",
+            "SCORING_CHOICES",
+            "add_scoring_flags",
+            "parse_args",
+            "settings_from_args",
+        ],
+        "eval/score_files.py",
+    ),
+    ("eval/scoring/judge.py", ["HttpBackend"], "eval/scoring/chat_client.py"),
+    (
+        "eval/scoring/embedding.py",
+        ["DEFAULT_MODEL_PACKAGE", "default_model_path"],
+        "eval/engine/memory/embedders.py",
+    ),
+    ("train/sweeps.py", ["SweepResult"], "pipeline/sweeps.py"),
     ("eval/tracking.py", ["plot_timeline", "plot_timelines"], "eval/timelines.py"),
     ("eval/config.py", ["LoggerConfig"], "eval/tracking.py"),
     ("eval/config.py", ["quiet_libraries"], "infra/entry.py"),
@@ -50,6 +72,8 @@ MODULE_MOVES = [
     ("eval/preflight.py", "engine/preflight.py"),
     ("eval/benchmark_config.py", "benchmarks/config.py"),
     ("eval/runners.py", "benchmarks/runners.py"),
+    ("eval/score_files.py", "benchmarks/score_files.py"),
+    ("eval/scoring/chat_client.py", "infra/chat_client.py"),
     ("eval/scoring", "benchmarks/scoring"),
     ("eval/protocols", "benchmarks/protocols"),
     ("eval/tracking.py", "infra/tracking.py"),
@@ -60,7 +84,6 @@ MODULE_MOVES = [
     ("eval/view.py", "eval/app/view.py"),
     ("train/demo.py", "pipeline/demo.py"),
     ("train/plan.py", "pipeline/plan.py"),
-    ("train/sweeps.py", "pipeline/sweeps.py"),
     ("train/config.py", "pipeline/config.py"),
     ("train/bench/gpu_check.py", "pipeline/gpu_check.py"),
 ]
