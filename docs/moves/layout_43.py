@@ -122,6 +122,7 @@ LEVEL = {package: level for level, group in enumerate(LAYERS) for package in gro
 """,
     ),
     ("tests/test_layering.py", "    for package in LAYERS:\n", "    for package in LEVEL:\n"),
+    ("tests/test_layering.py", '(a higher layer)",', '(a higher layer or its peer)",'),
     (
         "tests/test_layering.py",
         """            if top not in LAYERS:
@@ -345,7 +346,8 @@ def rewrite_module_names(files: list[Path], moves: list[tuple[str, str]]) -> Non
     # one pass each, longest name first: a rewritten name is never matched again
     dotted_map, path_map = dict(pairs), dict(paths)
     dotted_re = re.compile(rf"(?<![\w.])({'|'.join(re.escape(o) for o, _ in pairs)})(?![\w])")
-    path_re = re.compile(rf"(?<![\w./])({'|'.join(re.escape(o) for o, _ in paths)})(?![\w])")
+    # a path is not followed by a word, a hyphen or a suffix: eval/engine.py is not the folder eval/engine
+    path_re = re.compile(rf"(?<![\w./])({'|'.join(re.escape(o) for o, _ in paths)})(?![\w-]|\.\w)")
     for path in files:
         text = path.read_text()
         new = text
@@ -381,7 +383,7 @@ def apply_patches() -> None:
             continue
         if old not in text:
             sys.exit(f"move: patch for {file} does not apply: {old!r}")
-        path.write_text(text.replace(old, new, 1))
+        path.write_text(text.replace(old, new))
 
 
 def new_packages() -> None:
