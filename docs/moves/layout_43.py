@@ -360,18 +360,39 @@ def rewrite_module_names(files: list[Path], moves: list[tuple[str, str]]) -> Non
 
 
 def _from_parent_imports(text: str, pairs: list[tuple[str, str]]) -> str:
-    """``from train.bench import gpu_check`` -> ``from pipeline import gpu_check``."""
-    for o, n in pairs:
-        parent, leaf = o.rsplit(".", 1) if "." in o else ("", o)
-        new_parent, new_leaf = n.rsplit(".", 1) if "." in n else ("", n)
-        if not parent:
-            continue
-        asname = "" if new_leaf == leaf else f" as {leaf}"
-        target = f"from {new_parent} import {new_leaf}{asname}" if new_parent else f"import {n} as {leaf}"
-        text = re.sub(
-            rf"^(\s*)from {re.escape(parent)} import {leaf}\s*$", rf"\g<1>{target}", text, flags=re.M
-        )
-    return text
+    """``from train.bench import gpu_check, sft`` -> ``from train.bench import sft`` and ``from
+    pipeline import gpu_check``: a moved module imported from its parent package follows it."""
+    moved = dict(pairs)
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return text
+    hits = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom)
+        and n.level == 0
+        and any(f"{n.module}.{a.name}" in moved for a in n.names)
+    ]
+    lines = text.splitlines(keepends=True)
+    for node in sorted(hits, key=lambda n: -n.lineno):
+        indent = lines[node.lineno - 1][: node.col_offset]
+        keep = [a for a in node.names if f"{node.module}.{a.name}" not in moved]
+        out = [f"{indent}from {node.module} import {', '.join(_alias(a) for a in keep)}\n"] if keep else []
+        for a in node.names:
+            new = moved.get(f"{node.module}.{a.name}")
+            if new is None:
+                continue
+            bound = a.asname or a.name
+            parent, _, leaf = new.rpartition(".")
+            if not parent:
+                out.append(f"{indent}import {new}" + (f" as {bound}" if bound != new else "") + "\n")
+            else:
+                out.append(
+                    f"{indent}from {parent} import {leaf}" + (f" as {bound}" if bound != leaf else "") + "\n"
+                )
+        lines[node.lineno - 1 : node.end_lineno] = out
+    return "".join(lines)
 
 
 def apply_patches() -> None:
