@@ -149,7 +149,10 @@ LEVEL = {package: level for level, group in enumerate(LAYERS) for package in gro
     ),
 ]
 #: Text replaced everywhere after the module renames (commands whose shape changes).
-COMMANDS = [("train.bench gpu_check", "pipeline.gpu_check")]
+COMMANDS = [
+    ("train.bench gpu_check", "pipeline.gpu_check"),
+    ('"-m", "train.bench", "gpu_check"', '"-m", "pipeline.gpu_check"'),
+]
 
 TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".sh", ".toml", ".in", ".cfg"}
 TEXT_NAMES = {"Makefile", "run"}
@@ -291,9 +294,14 @@ def rewrite_symbol_imports(files: list[Path], src_mod: str, names: list[str], ds
     """``from src_mod import a, moved`` -> ``from src_mod import a`` + ``from dst_mod import moved``;
     the dotted ``src_mod.moved`` in any text -> ``dst_mod.moved``."""
     dotted_re = re.compile(rf"(?<![\w.]){re.escape(src_mod)}\.({'|'.join(map(re.escape, names))})\b")
+    # the same import written as text (a ``python -c`` line, a docs snippet)
+    text_re = re.compile(
+        rf"from {re.escape(src_mod)} import ({'|'.join(map(re.escape, names))})(?=[;\s\"')]|$)"
+    )
     for path in files:
         text = path.read_text()
         new = dotted_re.sub(lambda m: f"{dst_mod}.{m.group(1)}", text)
+        new = text_re.sub(lambda m: f"from {dst_mod} import {m.group(1)}", new)
         if path.suffix == ".py":
             new = _split_from_imports(new, src_mod, names, dst_mod)
         if new != text:
@@ -351,10 +359,10 @@ def rewrite_module_names(files: list[Path], moves: list[tuple[str, str]]) -> Non
     for path in files:
         text = path.read_text()
         new = text
-        if path.suffix == ".py":
-            new = _from_parent_imports(new, pairs)
         new = dotted_re.sub(lambda m: dotted_map[m.group(1)], new)
         new = path_re.sub(lambda m: path_map[m.group(1)], new)
+        if path.suffix == ".py":  # after: "from eval.app import streams" is not rewritten again
+            new = _from_parent_imports(new, pairs)
         if new != text:
             path.write_text(new)
 
@@ -431,9 +439,9 @@ def main() -> None:
         rewrite_symbol_imports(tracked_text_files(), dotted(src), names, dotted(dst))
     for old, new in MODULE_MOVES:
         move_module(old, new)
-    new_packages()
     files = tracked_text_files()
     rewrite_module_names(files, MODULE_MOVES)
+    new_packages()  # after: their docstrings name the new modules already
     for old, new in COMMANDS:
         for path in files:
             text = path.read_text()
