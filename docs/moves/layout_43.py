@@ -32,22 +32,6 @@ from pathlib import Path
 
 #: (module file, top-level names, destination file), in the old layout; applied in order.
 SYMBOL_MOVES = [
-    (
-        "eval/score.py",
-        [
-            "_gt_from_row",
-            "load_ground_truth",
-            "load_paired",
-            "egoserve_groups_from_files",
-            "run",
-            "report_dropped",
-            "SCORING_CHOICES",
-            "add_scoring_flags",
-            "parse_args",
-            "settings_from_args",
-        ],
-        "eval/score_files.py",
-    ),
     ("eval/scoring/judge.py", ["HttpBackend"], "eval/scoring/chat_client.py"),
     (
         "eval/scoring/embedding.py",
@@ -72,7 +56,6 @@ MODULE_MOVES = [
     ("eval/preflight.py", "engine/preflight.py"),
     ("eval/benchmark_config.py", "benchmarks/config.py"),
     ("eval/runners.py", "benchmarks/runners.py"),
-    ("eval/score_files.py", "benchmarks/score_files.py"),
     ("eval/scoring/chat_client.py", "infra/chat_client.py"),
     ("eval/scoring", "benchmarks/scoring"),
     ("eval/protocols", "benchmarks/protocols"),
