@@ -215,7 +215,7 @@ def test_the_docs_advertise_commands_and_their_config_groups_exist():
         ("train.sft",),
         ("train.grpo",),
         ("eval.run",),
-        ("eval.engine.model",),
+        ("eval.model",),
         ("data_builders", "build"),
     ]:
         assert key in found, key

@@ -189,8 +189,8 @@ def test_the_front_door_refuses_in_process(capsys):
 
 @pytest.mark.slow
 def test_the_model_card_command_runs_in_a_fresh_process():
-    """README's ``python -m eval.engine.model model=tiny``, as a user runs it (no schema preloaded)."""
-    proc = run("eval.engine.model", "model=tiny")
+    """README's ``python -m eval.model model=tiny``, as a user runs it (no schema preloaded)."""
+    proc = run("eval.model", "model=tiny")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1])["name"] == "tiny"
 

@@ -12,13 +12,7 @@ fit them, and the vision tower can be frozen. A checkpoint's weights must fit it
 exactly: missing, unexpected or mismatched tensors stop the load (``eval.engine.checkpoints``), for
 ``eval.run``, GRPO's ``init=`` and SFT's ``model.path`` alike.
 
-    python -m eval.engine.model model=tiny            # build (or reuse) the tiny checkpoint, print its size
-    python -m eval.engine.model model=qwen3_vl_4b model.random_init=true model.init_device=meta   # the 4B's
-
-prints one JSON line (:func:`describe`): the parameter counts, dtype, the language model's and the
-vision tower's layers and widths, and where the checkpoint is. The overrides are those of
-``conf/eval.yaml``'s ``model`` and ``paths`` blocks; ``model.init_device=meta`` sizes a real
-architecture without allocating its weights.
+``python -m eval.model`` prints what a config builds (:func:`describe`).
 """
 
 from __future__ import annotations
@@ -27,7 +21,6 @@ import hashlib
 import json
 import logging
 import os
-import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -294,6 +287,15 @@ def count_parameters(model: torch.nn.Module) -> dict[str, int]:
     return {"total": total, "trainable": trainable}
 
 
+def plain_model_config(cfg: Mapping[str, Any], cache_dir: str | Path) -> dict[str, Any]:
+    """The model block as a plain dict, a tiny model's ``path`` filled in: where its built checkpoint
+    is kept (``<cache_dir>/tiny-<config hash>``)."""
+    out = _plain(cfg)
+    if out["kind"] == "tiny" and out.get("path") is None:
+        out["path"] = str(Path(cache_dir) / f"tiny-{_fingerprint(out)}")
+    return out
+
+
 def describe(model: torch.nn.Module, processor, cfg: Mapping[str, Any]) -> dict[str, Any]:
     """What a loaded model is: its name and checkpoint, parameter counts (the vision tower's apart),
     dtype, the language model's and the vision tower's sizes, and the tokenizer's length."""
@@ -322,27 +324,3 @@ def describe(model: torch.nn.Module, processor, cfg: Mapping[str, Any]) -> dict[
         },
         "tokenizer_size": len(processor.tokenizer),
     }
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Load the model a ``model`` config names and print :func:`describe` as one JSON line."""
-    argv = sys.argv[1:] if argv is None else argv
-    if "--help" in argv or "-h" in argv:
-        print(
-            "usage: python -m eval.engine.model [model=tiny|qwen3_vl_2b|qwen3_vl_4b|qwen3_vl_8b] [model.KEY=VALUE ...]"
-        )
-        return 0
-    from eval.config import EvalConfig  # stores eval_schema, the first entry of conf/eval.yaml
-    from infra.schema import compose
-
-    cfg = compose("eval", argv, EvalConfig)
-    model_cfg = _plain(cfg.model)
-    if model_cfg["kind"] == "tiny" and model_cfg.get("path") is None:
-        model_cfg["path"] = str(Path(cfg.paths.cache_dir) / f"tiny-{_fingerprint(model_cfg)}")
-    model, processor = load_model_and_processor(model_cfg, cache_dir=cfg.paths.cache_dir)
-    print(json.dumps(describe(model, processor, model_cfg)))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -66,7 +66,7 @@ def test_freeze_vision_keeps_merger_trainable(tiny_model_and_processor):
 
 
 def _card(capsys, *overrides: str) -> dict:
-    from eval.engine.model import main
+    from eval.model import main
 
     assert main(list(overrides)) == 0
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
