@@ -122,7 +122,8 @@ LEVEL = {package: level for level, group in enumerate(LAYERS) for package in gro
         '"eval*", "infra*"]',
         '"eval*", "infra*", "engine*", "benchmarks*", "pipeline*"]',
     ),
-    ("train/bench/__main__.py", '    "gpu_check": "pipeline.gpu_check",\n', ""),
+    ("train/bench/__main__.py", '        "gpu_check": "pipeline.gpu_check:main",\n', ""),
+    ("tests/test_layering.py", '"|".join(LAYERS)', '"|".join(LEVEL)'),
     ("train/bench/__main__.py", "|pipeline|gpu_check]", "|pipeline]"),
     (
         "train/bench/__main__.py",
