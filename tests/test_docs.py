@@ -336,17 +336,18 @@ def preflight_failures(lines, gpu_memory_gb: float = 80.0) -> list[str]:
     from infra.schema import compose
     from train.config import SCHEMAS
 
-    configs = []
+    configs, checked = [], {}
     for where, module, overrides, gpus, zero in lines:
-        try:
-            cfg = compose(ROOT_OF[module], overrides, SCHEMAS[ROOT_OF[module]])
-            check_stage(STAGE_OF[module], cfg, on_disk=False, memory=False)
-        except Exception as exc:  # noqa: BLE001 (each line's failure is reported, whatever it is)
-            configs.append(
-                (where, module, None, gpus, zero, f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
-            )
-            continue
-        configs.append((where, module, cfg, gpus, zero, None))
+        key = (module, tuple(overrides))  # the docs repeat commands: each one composed once
+        if key not in checked:
+            try:
+                cfg = compose(ROOT_OF[module], overrides, SCHEMAS[ROOT_OF[module]])
+                check_stage(STAGE_OF[module], cfg, on_disk=False, memory=False)
+                checked[key] = (cfg, None)
+            except Exception as exc:  # noqa: BLE001 (each line's failure is reported, whatever it is)
+                checked[key] = (None, f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
+        cfg, err = checked[key]
+        configs.append((where, module, cfg, gpus, zero, err))
     failures = [f"{where}: {err}" for where, _, _, _, _, err in configs if err]
     for i, (where, module, cfg, gpus, zero, _) in enumerate(configs):
         if cfg is None or zero is None:

@@ -57,9 +57,12 @@ def doc_commands() -> list[str]:
 def user(tmp_path_factory) -> Path:
     """A folder where the docs' commands ran: the example built (and the toy source beside it),
     both mixtures, a 2-step SFT run on ``data=own`` and its evaluation on the user's records."""
+    from data_builders.build import build_source
+
     home = tmp_path_factory.mktemp("user")
     write_example(home)
-    run([sys.executable, "-m", "data_builders", "build", "source=toy", "out=data/built/toy", "n=8"], home)
+    # the toy source beside it, built in this process (the docs' commands below each get their own)
+    build_source("toy", home / "data/built/toy", options={"n": 8})
     for line in doc_commands():
         args = line.split()[2:]
         run([sys.executable, "-m", *args, *FAST.get(args[0], [])], home)
@@ -141,9 +144,17 @@ def test_the_card_is_in_the_hubs_format_with_the_evaluation_of_these_weights(exp
 
 
 def eval_first_record(user: Path, records: Path, threshold: float, out_dir: Path) -> dict:
-    """``eval.run`` of the exported model on the first record: its predictions row."""
-    args = ["checkpoint=exports/mine", f"records={records}", "limit=1", f"threshold={threshold!r}"]
-    run([sys.executable, "-m", "eval.run", *args, f"out_dir={out_dir}"], user)
+    """``eval.run`` of the exported model on the first record, in this process (the fixture ran the
+    command itself): its predictions row."""
+    from eval.run import evaluate, load_config
+
+    args = [
+        f"checkpoint={user / 'exports/mine'}",
+        f"records={records}",
+        "limit=1",
+        f"threshold={threshold!r}",
+    ]
+    evaluate(load_config([*args, f"out_dir={out_dir}", f"paths.root_dir={user}"]))
     return json.loads((out_dir / "predictions.jsonl").read_text().splitlines()[0])
 
 

@@ -1,24 +1,23 @@
 """``resume=auto`` under DeepSpeed runs no code from a checkpoint, for SFT and GRPO, ZeRO-2 and ZeRO-3.
 
 Each stage writes one 1-step checkpoint per ZeRO level (``accelerate launch``, one process, gloo on
-CPU). A copy of it gets a pickle planted in the model states file or in the rank's optimizer
+CPU; the session's ``deepspeed_checkpoint``, tests/train/conftest.py). A copy of it gets a pickle planted in the model states file or in the rank's optimizer
 partition, whose loading would write a marker file; the resumed run must refuse it, name the file,
-leave the marker unwritten and the checkpoint as it was. The honest checkpoint resumes to step 2."""
+leave the marker unwritten and the checkpoint as it was. The honest checkpoint resumes to step 2
+(GRPO under ZeRO-2: tests/train/test_grpo_distributed.py's USR1 test)."""
 
 from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from eval.engine.checkpoints import complete_checkpoints
+from tests.train.deepspeed_runs import launch
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 RUNS = [(stage, zero) for stage in ("sft", "grpo") for zero in ("zero2", "zero3")]
 
@@ -33,75 +32,14 @@ class Payload:
         return (exec, (f"open({str(self.marker)!r}, 'w').write('ran')",))
 
 
-@pytest.fixture(scope="module")
-def toy(tmp_path_factory) -> Path:
-    from data_builders.mixture import build_toy_mixture
-
-    root = tmp_path_factory.mktemp("ds_resume")
-    build_toy_mixture(root / "built", root / "toy", n=8, seed=0)
-    return root
-
-
-def launch(stage: str, zero: str, toy: Path, run: Path, steps: int) -> subprocess.CompletedProcess:
-    exe = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or "accelerate"
-    cmd = [exe, "launch", "--config_file", f"conf/accelerate/{zero}.yaml", "--num_processes", "1"]
-    if stage == "sft":
-        cmd += [
-            "-m",
-            "train.sft",
-            "experiment=toy_sft",
-            f"paths.data_dir={toy}",
-            f"paths.cache_dir={toy / 'cache'}",
-            f"train.output_dir={run}",
-            f"train.max_steps={steps}",
-            "train.save_steps=1",
-            "train.per_device_batch_size=2",
-            "train.logging_steps=1",
-            "train.time_budget_s=null",
-            "train.num_threads=1",
-        ]
-    else:
-        cmd += [
-            "-m",
-            "train.grpo",
-            "init=random",
-            f"paths.root_dir={toy}",
-            f"paths.cache_dir={toy / 'cache'}",
-            f"data.dir={toy / 'toy'}",
-            f"grpo.output_dir={run}",
-            f"grpo.max_steps={steps}",
-            "grpo.windows_per_step=1",
-            "grpo.num_generations=2",
-            "grpo.window_steps=4",
-            "grpo.max_new_tokens=2",
-            "grpo.eval_split=null",
-            "grpo.num_threads=1",
-        ]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
-
-
-@pytest.fixture(scope="module", params=RUNS, ids=["-".join(r) for r in RUNS])
-def written(request, toy, tmp_path_factory) -> tuple[str, str, Path]:
-    """(stage, zero level, run dir holding the honest ``checkpoint-1``)."""
-    stage, zero = request.param
-    run = tmp_path_factory.mktemp(f"{stage}_{zero}") / "run"
-    out = launch(stage, zero, toy, run, steps=1)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    if stage == "grpo":
-        assert f"DeepSpeed ZeRO-{zero[-1]}" in out.stderr
-    assert [c.name for c in complete_checkpoints(run)] == ["checkpoint-1"]
-    return stage, zero, run
-
-
 def checkpoint_files(run: Path) -> list[Path]:
     return sorted(p.relative_to(run) for p in run.glob("checkpoint-*/**/*"))
 
 
-def copy_run(written, tmp_path: Path) -> tuple[str, str, Path]:
-    stage, zero, pristine = written
+def copy_run(deepspeed_checkpoint, stage: str, zero: str, tmp_path: Path) -> Path:
     run = tmp_path / "run"
-    shutil.copytree(pristine, run)
-    return stage, zero, run
+    shutil.copytree(deepspeed_checkpoint(stage, zero), run)
+    return run
 
 
 #: The file planted in each run: every stage, every ZeRO level and both files, each pair once (a
@@ -114,8 +52,11 @@ PLANTED = {
 }
 
 
-def test_a_planted_pickle_is_refused_on_resume_and_nothing_runs(written, toy, tmp_path):
-    stage, zero, run = copy_run(written, tmp_path)
+@pytest.mark.parametrize(("stage", "zero"), RUNS, ids=["-".join(r) for r in RUNS])
+def test_a_planted_pickle_is_refused_on_resume_and_nothing_runs(
+    deepspeed_checkpoint, stage, zero, deepspeed_toy, tmp_path
+):
+    run = copy_run(deepspeed_checkpoint, stage, zero, tmp_path)
     part = PLANTED[(stage, zero)]
     (target,) = (run / "checkpoint-1").rglob(f"*{part}.pt")  # ZeRO-2 / ZeRO-3 names differ
     state = torch.load(target, weights_only=False)  # the honest file this module's own run wrote
@@ -124,7 +65,7 @@ def test_a_planted_pickle_is_refused_on_resume_and_nothing_runs(written, toy, tm
     torch.save(state, target)
     before = checkpoint_files(run)
 
-    out = launch(stage, zero, toy, run, steps=2)
+    out = launch(stage, zero, deepspeed_toy, run, steps=2)
     assert not marker.exists(), f"{target.name}'s code ran on resume ({stage}, {zero})"
     assert out.returncode != 0
     output = out.stdout + out.stderr
@@ -133,9 +74,15 @@ def test_a_planted_pickle_is_refused_on_resume_and_nothing_runs(written, toy, tm
     assert [c.name for c in complete_checkpoints(run)] == ["checkpoint-1"]
 
 
-def test_an_honest_checkpoint_resumes(written, toy, tmp_path):
-    stage, zero, run = copy_run(written, tmp_path)
-    out = launch(stage, zero, toy, run, steps=2)
+#: GRPO under ZeRO-2 resumes in tests/train/test_grpo_distributed.py (the USR1 test: a 2-rank ZeRO-2
+#: checkpoint continued by the rerun, no update repeated), a stronger check of the same resume path.
+HONEST = [run for run in RUNS if run != ("grpo", "zero2")]
+
+
+@pytest.mark.parametrize(("stage", "zero"), HONEST, ids=["-".join(r) for r in HONEST])
+def test_an_honest_checkpoint_resumes(deepspeed_checkpoint, stage, zero, deepspeed_toy, tmp_path):
+    run = copy_run(deepspeed_checkpoint, stage, zero, tmp_path)
+    out = launch(stage, zero, deepspeed_toy, run, steps=2)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     ckpt, output = run / "checkpoint-1", out.stdout + out.stderr
     if stage == "sft":

@@ -158,34 +158,14 @@ def export_command(checkpoint: Path, out: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_a_zero3_checkpoint_without_gathered_weights_is_consolidated_from_its_shards(tmp_path):
-    """One ZeRO-3 SFT step (``accelerate launch``, gloo on CPU); its gathered ``model.safetensors``
-    is set aside, so only the shards hold the weights: the export rebuilds the same tensors."""
-    from data_builders.mixture import build_toy_mixture
-
-    build_toy_mixture(tmp_path / "built", tmp_path / "toy", n=8, seed=0)
+def test_a_zero3_checkpoint_without_gathered_weights_is_consolidated_from_its_shards(
+    deepspeed_checkpoint, tmp_path
+):
+    """One ZeRO-3 SFT step (``accelerate launch``, gloo on CPU: the session's run, a copy of it here);
+    its gathered ``model.safetensors`` is set aside, so only the shards hold the weights: the export
+    rebuilds the same tensors."""
     run = tmp_path / "run"
-    exe = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or "accelerate"
-    cmd = [
-        exe,
-        "launch",
-        "--config_file",
-        "conf/accelerate/zero3.yaml",
-        "--num_processes",
-        "1",
-        "-m",
-        "train.sft",
-    ]
-    cmd += ["experiment=toy_sft", f"paths.data_dir={tmp_path}", f"paths.cache_dir={tmp_path / 'cache'}"]
-    cmd += [
-        f"train.output_dir={run}",
-        "train.max_steps=1",
-        "train.save_steps=1",
-        "train.per_device_batch_size=2",
-    ]
-    cmd += ["train.time_budget_s=null", "train.num_threads=1"]
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    shutil.copytree(deepspeed_checkpoint("sft", "zero3"), run)
     ckpt = run / "checkpoint-1"
     want = load_file(ckpt / "model.safetensors")
     (ckpt / "model.safetensors").rename(tmp_path / "gathered.safetensors")

@@ -92,11 +92,18 @@ def max_difference(a: dict, b: dict) -> float:
 
 
 def test_two_processes_equal_one_process_under_zero2_and_zero3(toy, tmp_path):
+    """The one-process reference runs in this process (``python -m train.grpo`` starts fresh in
+    tests/train/test_grpo_run.py), at its own thread count, put back after."""
+    import torch
+
+    from train.grpo.run import compose_config, run
+
     single = tmp_path / "single"
-    out = subprocess.run(
-        grpo([sys.executable], toy, single, "grpo.max_steps=2"), cwd=ROOT, capture_output=True, text=True
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
+    threads = torch.get_num_threads()
+    try:
+        run(compose_config(grpo([], toy, single, "grpo.max_steps=2")[2:]), single)
+    finally:
+        torch.set_num_threads(threads)
     one = history(single)
     assert [row["zero_std_groups"] for row in one][0] == 0  # update 1: every window has signal
     start = weights(next((toy / "cache").glob("tiny-*")))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -92,21 +93,49 @@ def test_reward_sweep_points_compare_in_one_table_and_one_wandb_group(toy_mixtur
     assert len((sweep / "sweep.csv").read_text().splitlines()) == 5 and (sweep / "sweep.md").exists()
 
 
+#: A 3-update run kept by its held-out score (evaluated before the first update, every 2 and after the
+#: last), saving a checkpoint at every update: the keep-best test reads it, the resume test continues a
+#: copy of it.
+KEEP_BEST = [
+    "grpo.max_steps=3",
+    "grpo.eval_split=train",
+    "grpo.eval_every=2",
+    "grpo.keep_best=true",
+    "grpo.save_every=1",
+    "grpo.temperature=5.0",  # at 1 the random model's rollouts are all silent: no update
+    *TINY,
+]
+
+
+@pytest.fixture(scope="module")
+def kept(toy_mixture, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """(the root its ``runs/grpo`` is under, the finished process) of the :data:`KEEP_BEST` run."""
+    root = tmp_path_factory.mktemp("kept")
+    out = _run([f"data.dir={toy_mixture}", *KEEP_BEST], root)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return root, out
+
+
+def updates(run: Path) -> list[int]:
+    """The update of each row of ``history.jsonl`` an update logged (an evaluation logs rows of its own)."""
+    rows = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()]
+    return [row["step"] for row in rows if "reward/mean" in row]
+
+
 @pytest.mark.slow
-def test_resume_continues_from_the_last_complete_checkpoint(toy_mixture, tmp_path):
-    first = _run([f"data.dir={toy_mixture}", "grpo.max_steps=2", "grpo.save_every=1", *TINY], tmp_path)
-    assert first.returncode == 0, first.stderr[-3000:]
+def test_resume_continues_from_the_last_complete_checkpoint(toy_mixture, kept, tmp_path):
+    shutil.copytree(kept[0] / "runs", tmp_path / "runs")
     run = tmp_path / "runs" / "grpo"
-    assert (run / "checkpoint-2" / "COMPLETE").exists()
-    again = _run([f"data.dir={toy_mixture}", "grpo.max_steps=3", "grpo.save_every=1", *TINY], tmp_path)
+    assert (run / "checkpoint-3" / "COMPLETE").exists() and updates(run) == [1, 2, 3]
+    again = _run([f"data.dir={toy_mixture}", *KEEP_BEST, "grpo.max_steps=4"], tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
-    steps = [json.loads(line)["step"] for line in (run / "history.jsonl").read_text().splitlines()]
-    assert steps == [1, 2, 3]  # the rerun did only update 3
-    assert "resumed from" in again.stderr and "checkpoint-2" in again.stderr
+    assert updates(run) == [1, 2, 3, 4]  # the rerun did only update 4
+    assert "resumed from" in again.stderr and "checkpoint-3" in again.stderr
+    assert (run / "checkpoint-4" / "COMPLETE").exists()
 
 
 @pytest.mark.slow
-def test_keep_best_keeps_the_weights_of_the_best_held_out_evaluation(toy_mixture, tmp_path):
+def test_keep_best_keeps_the_weights_of_the_best_held_out_evaluation(toy_mixture, kept):
     from safetensors.torch import load_file
 
     from data_builders.config import RenderConfig
@@ -116,11 +145,8 @@ def test_keep_best_keeps_the_weights_of_the_best_held_out_evaluation(toy_mixture
     from eval.engine.model import load_model_and_processor
     from eval.runners import evaluate_model
 
-    args = ["grpo.max_steps=3", "grpo.eval_split=train", "grpo.eval_every=2", "grpo.keep_best=true"]
-    args.append("grpo.temperature=5.0")  # at 1 the random model's rollouts are all silent: no update
-    out = _run([f"data.dir={toy_mixture}", *args, *TINY], tmp_path)
-    assert out.returncode == 0, out.stderr[-3000:]
-    run = tmp_path / "runs" / "grpo"
+    root, out = kept
+    run = root / "runs" / "grpo"
     assert json.loads(out.stdout.splitlines()[-1]) == {"best_checkpoint": str(run / "best")}
     rows = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()]
     evals = {r["step"]: r["eval/with_negatives/prs_b"] for r in rows if "eval/with_negatives/prs_b" in r}
