@@ -13,7 +13,7 @@ to its function; the options are the keys of its block in ``conf/reward/*.yaml``
 - ``prs``: PRS-U or PRS-B (``variant``) of the rollout's valid responses against the targets, with
   ``alpha`` and a pure content scorer (``label``, ``any`` or ``exact``). This is
   :func:`rewards.prs.prs_scores`, the function ``eval.score`` reports.
-- ``redundancy``: ``-lambda`` per redundant or invalid turn, on the listed tasks only (0 elsewhere).
+- ``redundancy``: ``-penalty`` per redundant or invalid turn, on the listed tasks only (0 elsewhere).
   Redundant: a reply to a target that already has one (under the ``variant`` assignment); on a
   sample with no targets every reply is redundant (our choice: there is nothing to reply to).
   Invalid: :func:`rewards.turns.parse_turn` says so (no decision token, empty response, unknown tag).
@@ -26,7 +26,7 @@ to its function; the options are the keys of its block in ``conf/reward/*.yaml``
 >>> turns = [{"time": 9.0, "text": "</Silence>"}, {"time": 10.0, "text": "</Response> Warning!"},
 ...          {"time": 11.0, "text": "</Response> Warning!"}]
 >>> targets = [SimpleNamespace(time=10.0, content="", label="Warning", category=None)]
->>> reward = build_reward({"weights": {"prs": 1.0, "redundancy": 1.0}})
+>>> reward = build_reward({"reward_weights": {"prs": 1.0, "redundancy": 1.0}})
 >>> scored = reward(turns, targets, "accident_warning")
 >>> round(scored.value, 6), scored.parts["prs/prs"], scored.parts["redundancy/redundant"]
 (0.3, 0.5, 1)
@@ -48,8 +48,6 @@ from rewards.turns import ParsedTurn, allowed_categories, parse_turn
 #: A rollout's turns, the rewards' input: one ``{"time", "text"}`` per decision step.
 Turns = Sequence[Mapping[str, Any]]
 DEFAULT_PENALTY_TASKS = ("accident_warning", "event_intervention")
-#: Option names YAML spells differently from the functions' keywords (``lambda`` is a Python keyword).
-OPTION_ALIASES = {"lambda": "penalty"}
 
 
 class TimedTarget(TargetLike, Protocol):
@@ -119,7 +117,7 @@ def redundancy_reward(
     tasks: Sequence[str] = DEFAULT_PENALTY_TASKS,
     variant: str = "b",
 ) -> Scored:
-    """``-penalty`` (YAML's ``lambda``) per redundant or invalid turn on the penalized ``tasks``."""
+    """``-penalty`` per redundant or invalid turn on the penalized ``tasks``."""
     parsed = parse_rollout(turns, task)
     invalid = sum(p.kind == "invalid" for _, p in parsed)
     replies = [t for t, p in parsed if p.kind == "response"]
@@ -181,7 +179,7 @@ def step_rewards(
     (PRS 1) on one without.
 
     >>> from types import SimpleNamespace
-    >>> reward = build_reward({"weights": {"prs": 1.0, "redundancy": 1.0}})
+    >>> reward = build_reward({"reward_weights": {"prs": 1.0, "redundancy": 1.0}})
     >>> say = "</Response> Warning!"
     >>> turns = [{"time": 9.0, "text": "</Silence>"}, {"time": 10.0, "text": say}, {"time": 11.0, "text": say}]
     >>> targets = [SimpleNamespace(time=10.0, content="", label="Warning", category=None)]
@@ -197,17 +195,20 @@ def build_reward(config: Mapping[str, Any]) -> WeightedReward:
     dict per reward under its name. Zero-weight rewards are still computed, for logging. Each
     reward is tried once on an empty rollout, so a bad option fails here, before any model loads.
 
-    >>> r = build_reward({"weights": {"format": 1.0}})
+    >>> r = build_reward({"reward_weights": {"format": 1.0}})
     >>> r([{"time": 0.0, "text": "</Silence>"}, {"time": 1.0, "text": "oops"}], [], None).value
     0.5
     """
-    weights = dict(config.get("weights") or {"prs": 1.0})
+    stray = sorted(set(config) - {"reward_weights"} - set(REWARDS))
+    if stray:
+        raise KeyError(f"unknown reward keys {stray} (known: reward_weights and {sorted(REWARDS)})")
+    weights = dict(config.get("reward_weights") or {"prs": 1.0})
     unknown = set(weights) - set(REWARDS)
     if unknown:
         raise KeyError(f"unknown reward(s) {sorted(unknown)} (known: {sorted(REWARDS)})")
     components = {}
     for name, weight in weights.items():
-        options = {OPTION_ALIASES.get(k, k): v for k, v in dict(config.get(name) or {}).items()}
+        options = dict(config.get(name) or {})
         params = inspect.signature(REWARDS.get(name)).parameters.values()
         known = {p.name for p in params if p.kind is p.KEYWORD_ONLY}
         unknown_options = sorted(set(options) - known)

@@ -1,10 +1,10 @@
 """Hydra sweeps you can compare: one folder and one W&B run per point, named by the swept values only.
 
-    python -m train.grpo -m init=runs/sft/final reward.reward_weights.prs=1,2 reward.redundancy.lambda=0.1,0.2 grpo.eval_every=20
+    python -m train.grpo -m init=runs/sft/final reward.reward_weights.prs=1,2 reward.redundancy.penalty=0.1,0.2 grpo.eval_every=20
     python -m eval.sweep_table runs/grpo_sweep         # one row per point: its values, final and best scores
 
 - The ``sweep_point_dir`` resolver names a point's folder by the keys the command sweeps alone
-  (``reward.redundancy.lambda=0.1,reward.reward_weights.prs=2``), not by every fixed override of the
+  (``reward.redundancy.penalty=0.1,reward.reward_weights.prs=2``), not by every fixed override of the
   command. Which keys it sweeps (``reward.reward_weights.prs=1,2``, ``x=range(1,4)``) is read from the
   command's overrides as Hydra saved them in the sweep folder (``multirun.yaml``, written before the
   first point starts, on the disk every point's job sees: local or Slurm).

@@ -62,7 +62,7 @@ def test_label_content_and_invalid_turns_in_prs():
 
 def test_redundancy_counts_and_task_filter():
     fn = build_reward(
-        {"weights": {"redundancy": 1.0}, "redundancy": {"lambda": 0.2, "tasks": ["accident_warning"]}}
+        {"reward_weights": {"redundancy": 1.0}, "redundancy": {"penalty": 0.2, "tasks": ["accident_warning"]}}
     )
     r = rollout_from([10, 11, 12, 30]) + [turn(40.0, "garbage")]
     penalized, other = fn(r, TARGETS, "accident_warning"), fn(r, TARGETS, "crime_alert")
@@ -92,10 +92,10 @@ def test_conf_yamls_build_and_weights_combine():
         assert path.read_text().startswith("# python -m train.grpo reward=")
         cfg = yaml.safe_load(path.read_text())
         assert set(cfg["reward_weights"]) == {"prs", "redundancy", "format"}
-        build_reward({"weights": cfg.pop("reward_weights"), **cfg})
+        build_reward(cfg)
     cfg = yaml.safe_load((ROOT / "conf" / "reward" / "prs.yaml").read_text())
     del cfg["reward_weights"]
-    cfg["weights"] = {"prs": 2.0, "redundancy": 1.0, "format": 0.5}
+    cfg["reward_weights"] = {"prs": 2.0, "redundancy": 1.0, "format": 0.5}
     reward = build_reward(cfg)
     r = rollout_from([10, 11, 30])
     scored = reward(r, TARGETS, "accident_warning")
@@ -108,11 +108,15 @@ def test_conf_yamls_build_and_weights_combine():
 
 def test_unknown_reward_name_fails():
     with pytest.raises(KeyError, match="unknown reward"):
-        build_reward({"weights": {"prs": 1.0, "brevity": 1.0}})
+        build_reward({"reward_weights": {"prs": 1.0, "brevity": 1.0}})
     with pytest.raises(TypeError, match=r"unknown redundancy options: \[.lamda.\]"):
-        build_reward({"weights": {"redundancy": 1.0}, "redundancy": {"lamda": 0.2}})
+        build_reward({"reward_weights": {"redundancy": 1.0}, "redundancy": {"lamda": 0.2}})
     with pytest.raises(ValueError, match="variant must be 'u' or 'b'"):
-        build_reward({"weights": {"prs": 1.0}, "prs": {"variant": "x"}})
+        build_reward({"reward_weights": {"prs": 1.0}, "prs": {"variant": "x"}})
+    with pytest.raises(
+        KeyError, match=r"unknown reward keys \['weights'\]"
+    ):  # not a default weight, silently
+        build_reward({"weights": {"redundancy": 1.0}})
 
 
 @settings(max_examples=200, deadline=None)
@@ -123,7 +127,7 @@ def test_unknown_reward_name_fails():
 )
 def test_step_rewards_split_the_rollout_reward(replies, wrong, negative):
     """Per-step rewards sum to R(all turns) - R(no turns), and are 0 at every silent step."""
-    reward = build_reward({"weights": {"prs": 1.0, "redundancy": 1.0, "format": 0.5}})
+    reward = build_reward({"reward_weights": {"prs": 1.0, "redundancy": 1.0, "format": 0.5}})
     r = rollout_from(replies)
     for s_ in wrong:
         r[s_] = turn(float(s_), "no decision token")
@@ -137,7 +141,7 @@ def test_step_rewards_split_the_rollout_reward(replies, wrong, negative):
 
 
 def test_step_rewards_credit_the_first_reply_and_charge_repeats():
-    reward = build_reward({"weights": {"prs": 1.0, "redundancy": 1.0}, "redundancy": {"lambda": 0.2}})
+    reward = build_reward({"reward_weights": {"prs": 1.0, "redundancy": 1.0}, "redundancy": {"penalty": 0.2}})
     steps = step_rewards(reward, rollout_from([10, 11, 12], steps=20), TARGETS[:1], "accident_warning")
     assert steps[10] == pytest.approx(1.0)  # on time, right label: the whole PRS
     assert steps[11] == pytest.approx(1 / 2 - 1 - 0.2)  # the target's score halves, one penalty
@@ -173,10 +177,10 @@ def late(tmp_path, monkeypatch):
 
 def test_a_new_reward_is_one_function_and_one_table_line(late):
     rollout = rollout_from([3, 12, 25], steps=30)  # three replies, two of them at 10 s or later
-    reward = build_reward({"weights": {"late": 3.0, "format": 1.0}, "late": {"after": 10.0}})
+    reward = build_reward({"reward_weights": {"late": 3.0, "format": 1.0}, "late": {"after": 10.0}})
     scored = reward(rollout, TARGETS, "accident_warning")
     assert scored.value == pytest.approx(3.0 * 2 / 30 + 1.0 * 1.0)
     with pytest.raises(TypeError, match=r"unknown late options: \['before'\]"):
-        build_reward({"weights": {"late": 1.0}, "late": {"before": 1.0}})
+        build_reward({"reward_weights": {"late": 1.0}, "late": {"before": 1.0}})
     with pytest.raises(KeyError, match=r"unknown reward\(s\) \['lately'\]"):
-        build_reward({"weights": {"lately": 1.0}})
+        build_reward({"reward_weights": {"lately": 1.0}})

@@ -116,8 +116,8 @@ def _turns(fires: dict[float, str], steps: int = 20) -> list[dict]:
 def test_reward_orders_on_time_late_never_and_penalizes_repeats():
     reward = build_reward(
         {
-            "weights": {"prs": 1.0, "redundancy": 1.0},
-            "redundancy": {"lambda": 0.2, "tasks": ["accident_warning"]},
+            "reward_weights": {"prs": 1.0, "redundancy": 1.0},
+            "redundancy": {"penalty": 0.2, "tasks": ["accident_warning"]},
         }
     )
     target = Target(
@@ -179,7 +179,7 @@ def test_sft_and_grpo_windows_share_the_clip_clock(setup):
 def test_decision_credit_rewards_the_first_reply_that_sequence_credit_punishes():
     """An over-firing group: sequence credit gives the on-time first reply of an over-firing rollout
     a negative advantage; decision credit credits it and charges each repeat."""
-    reward = build_reward({"weights": {"prs": 1.0, "redundancy": 1.0}, "redundancy": {"lambda": 0.2}})
+    reward = build_reward({"reward_weights": {"prs": 1.0, "redundancy": 1.0}, "redundancy": {"penalty": 0.2}})
     target = Target(time=8.0, content="", label="Warning")
     say = "</Response> Warning!"
     group = [
@@ -228,7 +228,7 @@ def test_token_advantages_follow_each_tokens_decision_step(setup):
 def test_undiscounted_returns_value_waiting_for_the_event_over_an_early_guess():
     """PRS-B credits a reply 3 s before the target with exp(-0.15) at once; only a return that
     counts the on-time reply still to come (gamma above exp(-alpha)) prefers staying silent."""
-    reward = build_reward({"weights": {"prs": 1.0, "redundancy": 1.0}, "redundancy": {"lambda": 0.2}})
+    reward = build_reward({"reward_weights": {"prs": 1.0, "redundancy": 1.0}, "redundancy": {"penalty": 0.2}})
     say = "</Response> Warning!"
     group = [_turns({5.0: say}), _turns({8.0: say}), _turns({5.0: say, 8.0: say}), _turns({})]
     target = Target(time=8.0, content="", label="Warning")

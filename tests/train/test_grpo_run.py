@@ -53,14 +53,14 @@ def test_reward_sweep_points_compare_in_one_table_and_one_wandb_group(toy_mixtur
         "grpo.eval_every=1",
         "logger=wandb",
         "reward.reward_weights.prs=1,2",
-        "reward.redundancy.lambda=0.1,0.2",
+        "reward.redundancy.penalty=0.1,0.2",
     ]
     out = _run(env_sweep, tmp_path, env={"WANDB_MODE": "offline", "WANDB_SILENT": "true"})
     assert out.returncode == 0, out.stderr[-3000:]
     sweep = tmp_path / "runs" / "grpo_sweep"
     points = sorted(p.name for p in sweep.iterdir() if p.is_dir() and not p.name.startswith("."))
     assert points == [
-        f"reward.redundancy.lambda={lam},reward.reward_weights.prs={w}"
+        f"reward.redundancy.penalty={lam},reward.reward_weights.prs={w}"
         for lam in ("0.1", "0.2")
         for w in (1, 2)
     ]  # the swept keys only: not init, data.dir, grpo.max_steps, logger ...
@@ -71,7 +71,7 @@ def test_reward_sweep_points_compare_in_one_table_and_one_wandb_group(toy_mixtur
         cfg = yaml.safe_load((run / "config.yaml").read_text())
         point = dict(kv.split("=") for kv in name.split(","))
         assert cfg["reward"]["reward_weights"]["prs"] == float(point["reward.reward_weights.prs"])
-        assert cfg["reward"]["redundancy"]["lambda"] == float(point["reward.redundancy.lambda"])
+        assert cfg["reward"]["redundancy"]["penalty"] == float(point["reward.redundancy.penalty"])
         [folder] = (run / "wandb").glob("offline-run-*")
         logged = offline_run(folder)
         groups.add(logged["run"]["group"])
@@ -85,7 +85,7 @@ def test_reward_sweep_points_compare_in_one_table_and_one_wandb_group(toy_mixtur
     )
     assert table.returncode == 0, table.stderr
     result = json.loads(table.stdout.splitlines()[-1])
-    assert result["swept"] == ["reward.redundancy.lambda", "reward.reward_weights.prs"]
+    assert result["swept"] == ["reward.redundancy.penalty", "reward.reward_weights.prs"]
     assert len(result["rows"]) == 4 and all(
         r["final_update"] == 1 and r["final"] is not None for r in result["rows"]
     )

@@ -63,7 +63,7 @@ def test_grpo_recipe_resolves_and_gives_143_updates_over_863_windows():
     assert (g["learning_rate"], g["num_generations"], g["beta"]) == (5e-7, 4, 0.0)
     assert g["gradient_checkpointing"] and g["bf16"] == "auto"
     assert reward["prs"]["variant"] == "b" and reward["reward_weights"]["redundancy"] == 1.0
-    assert reward["redundancy"]["lambda"] == 0.2
+    assert reward["redundancy"]["penalty"] == 0.2
     assert reward["redundancy"]["tasks"] == ["accident_warning", "event_intervention"]
     updates = grpo_updates(RL_WINDOWS, g["windows_per_step"])
     print(

@@ -111,7 +111,7 @@ class RewardConfig:
     prs: dict[str, Any] = field(default_factory=dict)
     """``variant`` (u or b), ``alpha``, ``content``."""
     redundancy: dict[str, Any] = field(default_factory=dict)
-    """``lambda``, ``tasks``, ``variant``."""
+    """``penalty``, ``tasks``, ``variant``."""
     format: dict[str, Any] = field(default_factory=dict)
 
 
@@ -141,17 +141,14 @@ store_schema("grpo", GRPOConfig)
 
 
 def reward_spec(reward: Any) -> dict[str, Any]:
-    """The ``reward`` block as ``rewards.grpo.build_reward`` takes it: ``reward_weights`` under its
-    ``weights`` key, each reward's options under its name.
+    """The ``reward`` block as a plain dict, as ``rewards.grpo.build_reward`` takes it.
 
     >>> reward_spec({"reward_weights": {"prs": 2.0}, "prs": {"variant": "u"}, "redundancy": {}, "format": {}})
-    {'weights': {'prs': 2.0}, 'prs': {'variant': 'u'}, 'redundancy': {}, 'format': {}}
+    {'reward_weights': {'prs': 2.0}, 'prs': {'variant': 'u'}, 'redundancy': {}, 'format': {}}
     """
     from omegaconf import DictConfig, OmegaConf
 
-    plain = OmegaConf.to_container(reward, resolve=True) if isinstance(reward, DictConfig) else dict(reward)
-    weights = plain.pop("reward_weights")
-    return {"weights": weights, **plain}
+    return OmegaConf.to_container(reward, resolve=True) if isinstance(reward, DictConfig) else dict(reward)
 
 
 def check_choices(g: Any) -> None:

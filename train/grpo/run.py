@@ -1,7 +1,7 @@
 """GRPO stage: streaming rollouts scored with the evaluator's own PRS, clipped-ratio updates.
 
     python -m train.grpo init=runs/sft/final data=toy
-    python -m train.grpo -m init=runs/sft/final reward.reward_weights.prs=1,2 reward.redundancy.lambda=0.1,0.2 grpo.eval_every=20
+    python -m train.grpo -m init=runs/sft/final reward.reward_weights.prs=1,2 reward.redundancy.penalty=0.1,0.2 grpo.eval_every=20
     python -m train.grpo experiment=toy_overfire                                     # CPU learning check
     accelerate launch --config_file conf/accelerate/zero2.yaml -m train.grpo experiment=p3i_4b_grpo init=...
 
