@@ -109,7 +109,7 @@ def load_config(overrides: list[str] | None = None) -> DictConfig:
 RUN_OUTPUTS = ("final", "best")
 
 
-def checkpoint_name(cfg: DictConfig) -> str:
+def evaluated_name(cfg: DictConfig) -> str:
     """``<run>_<checkpoint-N>``, ``<run>_final`` and ``<run>_best`` for what a training run writes, the
     dir name otherwise (a downloaded model), ``<model>-untrained`` without a checkpoint."""
     if cfg.checkpoint is None:
@@ -170,7 +170,7 @@ def model_config(cfg: DictConfig) -> dict:
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
     if cfg.checkpoint is not None:
         model_cfg |= {
-            "name": checkpoint_name(cfg),
+            "name": evaluated_name(cfg),
             "kind": "pretrained",
             "path": str(model_dir(cfg.checkpoint)),
             "random_init": False,
@@ -282,7 +282,7 @@ def evaluate(cfg: DictConfig, sweep: bool = False, echo: bool = True) -> dict:
         if cfg.out_dir
         else Path(cfg.paths.runs_dir)
         / "eval"
-        / checkpoint_name(cfg)
+        / evaluated_name(cfg)
         / (bench.name + ("_memory" if cfg.memory.enabled else ""))
     )
     out = point_dir(base, cfg.threshold) if sweep else base
@@ -305,7 +305,7 @@ def evaluate(cfg: DictConfig, sweep: bool = False, echo: bool = True) -> dict:
         ran, reused = counts
         launch = f", {ranks.world} ranks" if ranks.world > 1 else ""
         print(
-            f"{checkpoint_name(cfg)} on {bench.name} ({len(streams)} records{launch}, {ran} streamed, "
+            f"{evaluated_name(cfg)} on {bench.name} ({len(streams)} records{launch}, {ran} streamed, "
             f"{reused} reused, threshold {cfg.threshold:g}) -> {out}"
         )
         print(format_table(columns, table))
@@ -406,7 +406,7 @@ def _score_and_log(
     run_dir = run_dir_of(cfg.checkpoint)
     tracker = make_logger(
         cfg.logger,
-        f"{checkpoint_name(cfg)}/{bench.name}" + (f"@{cfg.threshold:g}" if sweep else ""),
+        f"{evaluated_name(cfg)}/{bench.name}" + (f"@{cfg.threshold:g}" if sweep else ""),
         recorded,
         group=run_dir.name if run_dir is not None else None,
         run_dir=run_dir,

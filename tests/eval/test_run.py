@@ -227,10 +227,10 @@ def test_killed_run_resumes_to_the_same_metrics(tiny_checkpoint, toy_dir, tmp_pa
 def test_the_default_evaluation_folder_tells_two_runs_final_and_best_apart(tmp_path):
     """``checkpoint=runs/a/final`` and ``runs/b/final`` evaluate into two folders (both went to
     ``runs/eval/final`` and the second refused to run); a downloaded model keeps its own name."""
-    from eval.run import checkpoint_name
+    from eval.run import evaluated_name
 
     def name(path):
-        return checkpoint_name(load_config([f"checkpoint={path}"]))
+        return evaluated_name(load_config([f"checkpoint={path}"]))
 
     assert [name(tmp_path / r / "final") for r in ("sft_a", "sft_b")] == ["sft_a_final", "sft_b_final"]
     assert name(tmp_path / "grpo_a" / "best") == "grpo_a_best"
