@@ -49,7 +49,7 @@ class RenderConfig:
     video_backend: str = "decord"
     """``decord`` or ``pyav`` (``data_builders.video``)."""
     frame_format: str = "raw"
-    """Frame-cache entry format (``data_builders.video.parse_frame_format``): ``raw``, ``png``,
+    """Frame-cache entry format (``data_builders.frame_codec.parse_frame_format``): ``raw``, ``png``,
     ``jpeg<q>`` or ``webp<q>``. Part of the frame-cache key, and of the pixels the model sees when
     lossy: training saves it in ``render.json`` and evaluation reads the same. A ``render.json``
     written before the option existed means ``raw``."""

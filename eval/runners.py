@@ -38,7 +38,7 @@ from rewards.outcomes import FireOutcome, StreamOutcomes
 
 if TYPE_CHECKING:
     from data_builders.config import RenderConfig
-    from data_builders.video import FrameCache
+    from data_builders.frame_cache import FrameCache
     from eval.engine.render import TurnRenderer
     from eval.engine.streaming import EngineConfig, StreamResult
 

@@ -38,16 +38,8 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from data_builders.records import (
-    RecordError,
-    Target,
-    check_clip_start,
-    check_task,
-    iter_jsonl,
-    load_predictions,
-    load_streams,
-    write_jsonl,
-)
+from data_builders.record_io import iter_jsonl, load_predictions, load_streams, write_jsonl
+from data_builders.records import RecordError, Target, check_clip_start, check_task
 from eval.config import ScoringConfig
 from eval.protocols import OFFICIAL_FORMATS
 from eval.protocols.egoserve import egoserve_groups, score_egoserve_events

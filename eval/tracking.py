@@ -34,7 +34,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from data_builders.records import Stream, step_times
+from data_builders.records import Stream
+from data_builders.stream_steps import step_times
 from infra.files import atomic_writer, id_file_name, write_text_atomic
 
 STEP_KEY = "train/global_step"

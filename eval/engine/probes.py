@@ -47,7 +47,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from data_builders.records import RecordError, Stream, step_times
+from data_builders.records import RecordError, Stream
+from data_builders.stream_steps import step_times
 from eval.engine.render import TurnRenderer, timestamp_text
 from eval.engine.streaming import EngineConfig, StreamingEngine, _Features, decision_probability
 

@@ -59,10 +59,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from data_builders.frame_cache import FrameCache
 from data_builders.frame_pages import release_frames
 from data_builders.frames import stream_frames
-from data_builders.records import Reply, Stream, resolve_video, step_times
-from data_builders.video import FrameCache
+from data_builders.record_io import resolve_video
+from data_builders.records import Reply, Stream
+from data_builders.stream_steps import step_times
 from eval.engine.attention import streaming_attention
 from eval.engine.image_merge import deepstack_at, embed_with_images, flat_positions, placeholder_columns
 from eval.engine.kv_cache import GrowingLayer, growing_cache, reserve_columns

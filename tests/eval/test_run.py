@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from data_builders.records import HistoryEntry, Target, load_streams, write_jsonl
+from data_builders.record_io import load_streams, write_jsonl
+from data_builders.records import HistoryEntry, Target
 from eval import score
 from eval.engine import streaming
 from eval.engine.streaming import StepDecision, StreamResult, compiled_forward

@@ -245,7 +245,7 @@ def test_step_timings_split_each_step(tiny_model_and_processor, toy_dir):
     what the bench reports as the engine's own host work is the rest."""
     from data_builders.config import RenderConfig
     from data_builders.frames import stream_frames
-    from data_builders.records import load_streams
+    from data_builders.record_io import load_streams
     from eval.engine.render import TurnRenderer
     from eval.engine.streaming import EngineConfig, StreamingEngine
 
