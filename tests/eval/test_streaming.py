@@ -16,7 +16,8 @@ from data_builders.records import Stream
 from data_builders.synthetic.toy import generate_toy
 from eval.engine.naive import NaiveStreamer
 from eval.engine.render import TurnRenderer
-from eval.engine.streaming import EngineConfig, StreamingEngine, compiled_graphs
+from eval.engine.step_forward import compiled_graphs
+from eval.engine.streaming import EngineConfig, StreamingEngine
 
 
 @pytest.fixture(scope="module")

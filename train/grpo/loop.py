@@ -49,7 +49,7 @@ import torch
 
 from eval.engine.checkpoints import COMPLETE_MARKER, checkpoint_name, named_step, write_render
 from eval.engine.render import TurnRenderer
-from eval.engine.streaming import compiled_graphs
+from eval.engine.step_forward import compiled_graphs
 from eval.tracking import flatten
 from infra.progress import Progress
 from rewards.grpo import step_rewards
