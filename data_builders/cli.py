@@ -119,8 +119,8 @@ def mix_main(cfg: DictConfig) -> None:
 @hydra.main(config_path=CONF, config_name="frames", version_base=None)
 def frames_main(cfg: DictConfig) -> None:
     """``python -m data_builders frames data=mix_p3i data.dir=DIR`` or ``... frames records=DIR``."""
+    from data_builders.frame_cache import FrameCacheError
     from data_builders.frames import cache_frames
-    from data_builders.video import FrameCacheError
 
     _logging()
     plain = OmegaConf.to_container(cfg, resolve=True)

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from data_builders.mixture import MixtureConfig
+from data_builders.sources import SOURCES
 from data_builders.video import DEFAULT_MAX_PIXELS
 from infra.schema import CONF_DIR, bounded, store_schema
 
@@ -49,7 +50,7 @@ class RenderConfig:
     video_backend: str = "decord"
     """``decord`` or ``pyav`` (``data_builders.video``)."""
     frame_format: str = "raw"
-    """Frame-cache entry format (``data_builders.video.parse_frame_format``): ``raw``, ``png``,
+    """Frame-cache entry format (``data_builders.frame_codec.parse_frame_format``): ``raw``, ``png``,
     ``jpeg<q>`` or ``webp<q>``. Part of the frame-cache key, and of the pixels the model sees when
     lossy: training saves it in ``render.json`` and evaluation reads the same. A ``render.json``
     written before the option existed means ``raw``."""
@@ -131,6 +132,9 @@ class MixRoot:
 
 
 store_schema("build", BuildConfig)
+# conf/source/<name>.yaml lists source_<name>_schema: the source's options, defaults from its dataclass
+for _name, _spec in SOURCES.items():
+    store_schema(f"source_{_name}", _spec.options)
 # frames.yaml's data is its group (null: none); each data option lists data_schema first, so the
 # mixture's defaults are there in every root, frames.yaml included.
 store_schema("frames", FramesConfig, keys=[f.name for f in fields(FramesConfig) if f.name != "data"])

@@ -1,6 +1,6 @@
 """Memory-mapped frame arrays: hand the pages of frames already read back to the OS.
 
-A :class:`~data_builders.video.FrameCache` hit is a ``.npy`` file mapped copy-on-write. Reading a
+A :class:`~data_builders.frame_cache.FrameCache` hit is a ``.npy`` file mapped copy-on-write. Reading a
 long stream's frames front to back (the streaming engine) would keep every page it touched in the
 process's resident set: 7,200 steps of 448 x 448 frames are 4.3 GB. :func:`release_frames` drops
 them once read; touched again, they are read back from the file.
@@ -28,7 +28,7 @@ def _mapping(frames: np.ndarray) -> mmap.mmap | None:
 
 def release_frames(frames: np.ndarray, start: int, end: int) -> int:
     """Hand the pages of frames ``[start, end)`` of a memory-mapped frame array (a
-    :class:`~data_builders.video.FrameCache` hit, or a view of one) back to the OS; returns the
+    :class:`~data_builders.frame_cache.FrameCache` hit, or a view of one) back to the OS; returns the
     bytes released.
 
     Unmodified pages of the file mapping are dropped (``MADV_DONTNEED``); pages written through

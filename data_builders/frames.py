@@ -5,12 +5,12 @@
 
 One rule, used by the frames stage, SFT, GRPO and evaluation alike:
 
-- A stream's decision steps are ``records.step_times(stream, steps_per_second)`` (record clock); the
+- A stream's decision steps are ``stream_steps.step_times(stream, steps_per_second)`` (record clock); the
   frame of a step is the one on screen at ``time - video_offset`` on the file's own clock.
 - Frames are sized by the run's :class:`~data_builders.config.RenderConfig` (``max_pixels``, aspect
   kept) and read with its ``video_backend``.
 - The cache entry of a stream is keyed by the video file, the file times of *all* its steps, the
-  pixel budget and the entry format (``render.frame_format``) (:class:`~data_builders.video.FrameCache`): a training window is cut from the whole
+  pixel budget and the entry format (``render.frame_format``) (:class:`~data_builders.frame_cache.FrameCache`): a training window is cut from the whole
   stream's frames (:func:`stream_frames` with ``window``), so every stage reads the entry the frames
   stage wrote, under ``paths.frame_cache_dir``.
 
@@ -51,9 +51,12 @@ from typing import Any
 import numpy as np
 
 from data_builders.config import RenderConfig
-from data_builders.records import Stream, load_streams, resolve_video, step_times
+from data_builders.frame_cache import FrameCache, FrameCacheError, load_frames, writer_host
+from data_builders.record_io import load_streams, resolve_video
+from data_builders.records import Stream
 from data_builders.splits import records_file
-from data_builders.video import FrameCache, FrameCacheError, VideoError, load_frames, writer_host
+from data_builders.stream_steps import step_times
+from data_builders.video import VideoError
 from infra.files import remove_dead_writes
 from infra.progress import Progress
 
@@ -228,7 +231,7 @@ def cache_frames(
     records file), or with ``shard="i/n"`` for the clips of shard ``i`` (:func:`clip_shard`); returns
     a summary (``clips``: those of this shard, ``clips_total``: of the whole set). Raises
     ``RuntimeError`` listing the videos that could not be decoded, after caching all the others; ``RuntimeError`` naming the cache folder at once when its
-    disk cannot take an entry (:class:`~data_builders.video.FrameCacheError`); ``ValueError`` for
+    disk cannot take an entry (:class:`~data_builders.frame_cache.FrameCacheError`); ``ValueError`` for
     bad options, before any work."""
     check_frames_options(steps_per_second, workers)
     index, n_shards = parse_shard(shard)

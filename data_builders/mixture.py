@@ -35,7 +35,8 @@ from typing import Any
 
 from data_builders.build import build_source
 from data_builders.outputs import BuildFailed, commit, staging_dir, write_files
-from data_builders.records import Stream, load_streams, resolve_video
+from data_builders.record_io import load_streams, resolve_video
+from data_builders.records import Stream
 from data_builders.splits import records_file
 from infra.files import OutputLock, write_text_atomic
 from infra.schema import bounded

@@ -18,7 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from data_builders.records import Stream, write_jsonl, write_parquet
+from data_builders.record_io import write_jsonl, write_parquet
+from data_builders.records import Stream
 from data_builders.registry import ConversionError
 from data_builders.stats import compute_stats
 from infra.files import WriterLock, remove_dead_writes

@@ -11,9 +11,9 @@ and windows, history times) is in seconds on the video file's own timeline. Pred
 EgoServe's EgoLife times are absolute (``day * 86400 + seconds of day``); there the builder sets the
 clip bounds on that axis and the video reader subtracts ``video_offset`` to seek in the file.
 
-Records are read and written as JSON Lines (one record per line) and as parquet shards that
-``datasets.load_dataset("parquet", ...)`` loads. Invalid input raises :class:`RecordError`, which
-names the file, the record (id or line), the field and the reason.
+Records are read and written by :mod:`data_builders.record_io` (JSON Lines, parquet shards), and a
+stream's decision steps and windows are :mod:`data_builders.stream_steps`. Invalid input raises
+:class:`RecordError`, which names the file, the record (id or line), the field and the reason.
 
 >>> s = Stream(id="a", source="toy", task="event_monitoring", video="a.mp4", clip_start=0.0,
 ...            clip_end=20.0, instruction="Tell me when the red square appears.",
@@ -27,12 +27,9 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-
-from infra.files import atomic_writer
 
 #: Task names known to the pipeline. P3IBench's five tasks, ProPerMem, EgoServe, and the training
 #: tasks built from captioning / QA sources (P3I's "PVQ" narration and "CRR" clue-then-respond).
@@ -227,7 +224,7 @@ class Stream:
     """One clip as a decision stream (see the module docstring for the time axis).
 
     ``video`` is a path, absolute or relative to the directory of the records file it came from
-    (resolve it with :func:`resolve_video`). ``instruction_time`` is when the user gives the
+    (resolve it with :func:`~data_builders.record_io.resolve_video`). ``instruction_time`` is when the user gives the
     instruction (default: the clip start). ``video_offset`` maps record times to file times
     (file time = record time - video_offset), for sources with absolute clocks.
     ``meta`` carries source-specific facts (e.g. the EgoServe unit); it must be JSON-serializable.
@@ -428,229 +425,3 @@ class Prediction:
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "replies": [asdict(r) for r in self.replies]}
-
-
-# ----------------------------------------------------------------------------------------------
-# JSON Lines and parquet I/O
-
-
-def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
-    """Yield (line number, parsed object) for each non-blank line; bad JSON names file and line."""
-    path = Path(path)
-    with path.open("rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise RecordError(
-                    f"not UTF-8 text ({exc.reason} at byte {exc.start})", file=path, record=f"line {lineno}"
-                ) from None
-            if not line.strip():
-                continue
-            try:
-                yield lineno, json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise RecordError(f"invalid JSON: {exc.msg}", file=path, record=f"line {lineno}") from None
-            except RecursionError:
-                raise RecordError(
-                    "invalid JSON: nested too deeply to parse", file=path, record=f"line {lineno}"
-                ) from None
-            except ValueError as exc:  # e.g. an integer literal over the interpreter's digit limit
-                raise RecordError(f"invalid JSON: {exc}", file=path, record=f"line {lineno}") from None
-
-
-def _load(path: str | Path, parse, kind: str) -> list:
-    path = Path(path)
-    if not path.exists():
-        raise RecordError(f"{kind} file does not exist", file=path)
-    if path.suffix == ".parquet" or path.is_dir():
-        rows = enumerate(_read_parquet_rows(path), start=1)
-    else:
-        rows = iter_jsonl(path)
-    out, seen = [], {}
-    for lineno, row in rows:
-        try:
-            item = parse(row)
-        except RecordError as err:
-            raise err.located(file=path, record=f"line {lineno}") from None
-        if item.id in seen:
-            raise RecordError(
-                f"duplicate id (first seen on line {seen[item.id]})", file=path, record=item.id, field="id"
-            )
-        seen[item.id] = lineno
-        out.append(item)
-    return out
-
-
-def load_streams(path: str | Path) -> list[Stream]:
-    """Read and validate stream records from a ``.jsonl`` file, a ``.parquet`` file or a shard dir."""
-    return _load(path, Stream.from_dict, "records")
-
-
-def load_predictions(path: str | Path) -> list[Prediction]:
-    """Read and validate predictions (``{"id", "replies"}`` per line)."""
-    return _load(path, Prediction.from_dict, "predictions")
-
-
-def write_jsonl(path: str | Path, items: Iterable[Stream | Prediction | dict]) -> int:
-    """Write one JSON object per line (keys in a fixed order, so output is byte-reproducible), whole
-    or not at all (``files.atomic_writer``: a crash or a full disk leaves the previous file)."""
-    n = 0
-    with atomic_writer(path) as fh:
-        for item in items:
-            row = item if isinstance(item, dict) else item.to_dict()
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-            n += 1
-    return n
-
-
-def stream_to_row(stream: Stream) -> dict[str, Any]:
-    """A flat row for parquet: nested targets/history as lists of structs, meta as a JSON string."""
-    row = stream.to_dict()
-    row["meta"] = json.dumps(stream.meta, sort_keys=True)
-    row["targets"] = [
-        {**t, "window": t["window"] if t["window"] is not None else None} for t in row["targets"]
-    ]
-    return row
-
-
-def _parquet_schema():
-    import pyarrow as pa
-
-    target = pa.struct(
-        [
-            ("time", pa.float64()),
-            ("content", pa.string()),
-            ("window", pa.list_(pa.float64())),
-            ("label", pa.string()),
-            ("category", pa.string()),
-        ]
-    )
-    history = pa.struct([("time", pa.float64()), ("text", pa.string())])
-    return pa.schema(
-        [
-            ("id", pa.string()),
-            ("source", pa.string()),
-            ("task", pa.string()),
-            ("video", pa.string()),
-            ("clip_start", pa.float64()),
-            ("clip_end", pa.float64()),
-            ("instruction", pa.string()),
-            ("instruction_time", pa.float64()),
-            ("targets", pa.list_(target)),
-            ("history", pa.list_(history)),
-            ("video_offset", pa.float64()),
-            ("meta", pa.string()),
-        ]
-    )
-
-
-def write_parquet(
-    out_dir: str | Path, streams: list[Stream], shard_size: int = 10_000, prefix: str = "records"
-) -> list[Path]:
-    """Write ``prefix-00000-of-0000N.parquet`` shards; returns their paths."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    n_shards = max(1, math.ceil(len(streams) / shard_size))
-    paths = []
-    for k in range(n_shards):
-        chunk = streams[k * shard_size : (k + 1) * shard_size]
-        table = pa.Table.from_pylist([stream_to_row(s) for s in chunk], schema=_parquet_schema())
-        path = out_dir / f"{prefix}-{k:05d}-of-{n_shards:05d}.parquet"
-        pq.write_table(table, path)
-        paths.append(path)
-    return paths
-
-
-def _read_parquet_rows(path: Path) -> Iterator[dict]:
-    import pyarrow.parquet as pq
-
-    files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
-    if not files:
-        raise RecordError("a folder of records holds no parquet shards (records-*.parquet)", file=path)
-    for f in files:
-        yield from pq.read_table(f).to_pylist()
-
-
-def resolve_video(
-    stream: Stream, records_path: str | Path | None = None, video_root: str | Path | None = None
-) -> Path:
-    """The video file of a stream: absolute paths as they are; relative ones under ``video_root``
-    if given, else next to the records file."""
-    p = Path(stream.video)
-    if p.is_absolute():
-        return p
-    if video_root is not None:
-        return Path(video_root) / p
-    if records_path is not None:
-        base = Path(records_path)
-        return (base if base.is_dir() else base.parent) / p
-    return p
-
-
-# ----------------------------------------------------------------------------------------------
-# Decision steps: where on the step grid a target lands
-
-
-def step_times(stream: Stream, steps_per_second: float = 1.0) -> list[float]:
-    """Times (record axis) of the stream's decision steps: ``clip_start + k / steps_per_second`` for
-    ``k = 0 .. n-1`` with ``n = max(1, floor(duration * steps_per_second))``. The frame shown at a
-    step is the one on screen at that time, so a 20 s clip at 1 step/s has steps at 0..19 s."""
-    n = max(1, math.floor(stream.duration * steps_per_second + TIME_EPS))
-    return [stream.clip_start + k / steps_per_second for k in range(n)]
-
-
-def target_step(stream: Stream, target: Target, steps_per_second: float = 1.0) -> int:
-    """The step a target lands on: the first step at or after its time (the model can speak only
-    once the frame showing the event has been seen), clamped to the last step.
-
-    >>> s = Stream(id="a", source="toy", task="event_monitoring", video="a.mp4", clip_start=0.0,
-    ...            clip_end=20.0, instruction="")
-    >>> [target_step(s, Target(time=t, content="")) for t in (0.0, 7.0, 7.3, 19.5)]
-    [0, 7, 8, 19]
-    """
-    n = max(1, math.floor(stream.duration * steps_per_second + TIME_EPS))
-    k = math.ceil((target.time - stream.clip_start) * steps_per_second - TIME_EPS)
-    return min(max(k, 0), n - 1)
-
-
-def decision_counts(stream: Stream, steps_per_second: float = 1.0) -> tuple[int, int]:
-    """(silence steps, response steps) of a stream: one response per distinct target step."""
-    n = len(step_times(stream, steps_per_second))
-    responses = len({target_step(stream, t, steps_per_second) for t in stream.targets})
-    return n - responses, responses
-
-
-def step_windows(
-    stream: Stream, steps_per_second: float = 1.0, window_steps: int | None = None
-) -> list[tuple[int, int]]:
-    """``[start, end)`` step ranges that cut a stream into windows of at most ``window_steps`` steps
-    (None: one window). The one windowing rule of SFT and GRPO: a window keeps the clip's clock (its
-    steps show their time since the clip start, as at evaluation) and holds the targets that land on
-    its steps (:func:`targets_in_window`).
-
-    >>> s = Stream(id="a", source="toy", task="event_monitoring", video="a.mp4", clip_start=0.0,
-    ...            clip_end=45.0, instruction="")
-    >>> step_windows(s, 1.0, 20), step_windows(s, 1.0)
-    ([(0, 20), (20, 40), (40, 45)], [(0, 45)])
-    """
-    n = len(step_times(stream, steps_per_second))
-    if window_steps is not None and window_steps < 1:
-        raise ValueError(f"window_steps must be at least 1, got {window_steps}")
-    w = window_steps or n
-    return [(s, min(s + w, n)) for s in range(0, n, w)]
-
-
-def targets_in_window(stream: Stream, start: int, end: int, steps_per_second: float = 1.0) -> list[Target]:
-    """The targets whose landing step (:func:`target_step`) is in ``[start, end)``: a target at
-    19.5 s lands on step 20, so it belongs to the window that shows step 20.
-
-    >>> s = Stream(id="a", source="toy", task="event_monitoring", video="a.mp4", clip_start=0.0,
-    ...            clip_end=40.0, instruction="", targets=[Target(time=19.5, content="x")])
-    >>> [len(targets_in_window(s, a, b)) for a, b in step_windows(s, 1.0, 20)]
-    [0, 1]
-    """
-    return [t for t in stream.targets if start <= target_step(stream, t, steps_per_second) < end]

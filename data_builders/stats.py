@@ -1,7 +1,7 @@
 """Statistics of a set of stream records, written as ``stats.json`` next to every build and mixture.
 
 The SFT loss weights come from the per-task decision counts: one ``</Response>`` step per distinct
-target step, every other step ``</Silence>`` (see :func:`records.decision_counts`). Clip lengths are
+target step, every other step ``</Silence>`` (see :func:`stream_steps.decision_counts`). Clip lengths are
 in seconds. Everything is rounded and key-sorted so the file is byte-reproducible.
 
 >>> from data_builders.records import Stream, Target
@@ -17,7 +17,8 @@ import statistics
 from collections import Counter, defaultdict
 from typing import Any
 
-from data_builders.records import Stream, decision_counts, step_times
+from data_builders.records import Stream
+from data_builders.stream_steps import decision_counts, step_times
 
 #: Clip-length histogram edges in seconds (last bin is open).
 LENGTH_BINS = (0, 10, 30, 60, 120, 300, 600, 1800)

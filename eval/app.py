@@ -1,47 +1,15 @@
 """The live demo: a video, a record of a built benchmark or the browser's webcam, streamed causally
-through one model in the browser.
+through one model in the browser, with P(</Response>) and each reply as it fires.
 
     python -m eval.app checkpoint=DIR port=7860                              # open the URL it prints
     python -m eval.app checkpoint=null records=/tmp/toy/records.jsonl        # the tiny model, any machine
     python -m eval.app checkpoint=DIR host=0.0.0.0 port=7860 threshold=0.4   # open it wider (token required)
 
-Every ``key=value`` but the server's own (:class:`eval.app_guard.AppConfig`: ``host``, ``port``,
-``allow_dirs``, ``allow_hosts``, ``send_timeout_s``, ``max_upload_mb``) is an ``eval.run`` override
-(``conf/eval.yaml``: ``checkpoint``, ``records``, ``threshold``, ``benchmark``, ``render``...),
-composed the same way, so the demo streams at the benchmark's step rate with the frame size the
-checkpoint was trained with; records are optional. It listens on 127.0.0.1 unless ``host=`` says
-otherwise, and prints its URL with the process's token (``/?token=...``); every request passes
-:class:`eval.app_guard.Guard` (Host, Origin, token) and each post takes one body type, none a form
-of another site may send. ``--cfg job`` prints the config and starts nothing. Ctrl-C or SIGTERM
-stops it and deletes the uploads. ``docs/app.md`` shows the page.
-
-The page (:data:`eval.app_page.PAGE`, no outside asset): a checkpoint to load, a video path (or an
-uploaded file), a record id or the webcam, the instruction (empty: the record's own; a video and the
-webcam need one), real time or as fast as it can go. While the stream runs it shows the current
-frame, the step count, P(</Response>) against the threshold as a live curve, and each reply as it
-fires with its time; for a record, the targets and their windows on the same axis and, once the
-stream ends, each fire's outcome from the scorer (:meth:`eval.protocols.base.ProtocolRunner.outcomes`, as
-``eval.view`` draws it).
-
-The server is the standard library's threaded HTTP server, with the steps as server-sent events
-(``GET /stream``); :class:`eval.app_streams.Demo` runs them. One process holds one model and one
-lock: requests queue (the page says so) and never run two streams at once; a client that goes away
-stops its stream at the next step. Loading another checkpoint (``POST /checkpoint``) takes the same
-lock, so it waits for a running stream; a checkpoint that does not load (at start or later) is a
-message on the page naming the folder and the reason, the model held before stays, and with none
-held every request gets that message until one loads. An unreadable video, a missing record or an
-empty instruction is an ``error`` event with the reason, shown on the page, and the server goes on
-serving.
-
-The webcam: the page grabs a frame of ``getUserMedia``'s camera (127.0.0.1 is a secure context)
-every step (1 frame/s at 1 step/s) and posts it (``POST /frame``); the engine, with
-``frame_chunk=1``, steps on each frame as it arrives (:class:`eval.app_streams.LiveFrames`) until
-the page says stop (``POST /stop``), goes away, or sends nothing for
-:data:`eval.app_streams.WEBCAM_IDLE_S`.
-
-Chosen over Gradio: Gradio 6 brings a web framework, a front-end bundle and dozens of packages for
-what one page and one event stream do here, and its queue and streaming semantics would stand
-between the engine's steps and the page; the standard library adds nothing to install.
+This module is the HTTP server: every ``key=value`` but the server's own
+(:class:`eval.app_guard.AppConfig`) is an ``eval.run`` override, every request passes
+:class:`eval.app_guard.Guard`, the page is :data:`eval.app_page.PAGE` and
+:class:`eval.app_streams.Demo` runs the streams (server-sent events, ``GET /stream``). What the page
+shows, the options, the guard and the webcam: ``docs/app.md``.
 """
 
 from __future__ import annotations

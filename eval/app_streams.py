@@ -30,7 +30,8 @@ from omegaconf import OmegaConf
 
 from data_builders.config import RenderConfig
 from data_builders.frames import stream_frames
-from data_builders.records import RecordError, Stream, load_streams, resolve_video
+from data_builders.record_io import load_streams, resolve_video
+from data_builders.records import RecordError, Stream
 from data_builders.video import MAX_ASPECT_RATIO, VideoError, fit_pixels, probe_video
 from eval.app_guard import inside, plain_path, resolved_dirs
 

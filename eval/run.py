@@ -51,8 +51,9 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from data_builders.config import RenderConfig
-from data_builders.records import RecordError, Stream, load_streams, write_jsonl
-from data_builders.video import FrameCache, FrameCacheError
+from data_builders.frame_cache import FrameCache, FrameCacheError
+from data_builders.record_io import load_streams, write_jsonl
+from data_builders.records import RecordError, Stream
 from eval.config import EvalConfig, quiet_libraries, records_path
 from eval.engine.checkpoints import (
     add_render_to_command_line,

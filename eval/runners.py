@@ -29,7 +29,7 @@ from eval.protocols.base import ProtocolRunner
 
 if TYPE_CHECKING:
     from data_builders.config import RenderConfig
-    from data_builders.video import FrameCache
+    from data_builders.frame_cache import FrameCache
     from eval.engine.streaming import StreamResult
 
 

@@ -38,16 +38,8 @@ import json
 import sys
 from pathlib import Path
 
-from data_builders.records import (
-    RecordError,
-    Target,
-    check_clip_start,
-    check_task,
-    iter_jsonl,
-    load_predictions,
-    load_streams,
-    write_jsonl,
-)
+from data_builders.record_io import iter_jsonl, load_predictions, load_streams, write_jsonl
+from data_builders.records import RecordError, Target, check_clip_start, check_task
 from eval.protocols import PROTOCOLS, get_protocol
 from eval.protocols.egoserve import egoserve_groups, score_egoserve_events
 from eval.protocols.egoserve_files import EventGroup, detect_release, read_release, release_pairs

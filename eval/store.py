@@ -24,7 +24,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from data_builders.records import RecordError, iter_jsonl
+from data_builders.record_io import iter_jsonl
+from data_builders.records import RecordError
 from infra.files import free_space, write_text_atomic
 
 

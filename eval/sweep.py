@@ -30,7 +30,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from data_builders.records import Stream, step_times
+from data_builders.records import Stream
+from data_builders.stream_steps import step_times
 from eval.provenance import RECORD_FIELD, decides, record_fingerprint
 from eval.store import PredictionLog
 from infra.files import write_text_atomic

@@ -33,7 +33,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from data_builders.records import Stream, step_times
+from data_builders.records import Stream
+from data_builders.stream_steps import step_times
 from infra.files import atomic_writer, id_file_name, write_text_atomic
 from infra.registry import Registry
 

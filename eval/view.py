@@ -44,7 +44,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from data_builders.records import RecordError, Stream, iter_jsonl, load_streams, resolve_video
+from data_builders.record_io import iter_jsonl, load_streams, resolve_video
+from data_builders.records import RecordError, Stream
 from data_builders.video import VideoError, read_frames
 from eval.config import BenchmarkConfig, records_path
 from eval.provenance import RECORD_FIELD, record_fingerprint

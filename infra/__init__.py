@@ -1,3 +1,2 @@
-"""Generic infrastructure every layer shares: typed config validation (``schema``), locks and
-atomic files (``files``), the console and progress lines (``progress``). It imports no other
-package of the project."""
+"""Generic infrastructure every layer shares (config schemas, safe files and locks, progress); it
+imports no other package of the project. Module by module: the module map of ``docs/design.md``."""

@@ -1,17 +1,6 @@
-"""ProPerMem's strict "Perfect" metric: exactly one good fire inside the trigger window.
-
-Definitions (docs/protocols.md, implemented as written; times in seconds):
-
-- one trigger window W = [ts, te] per positive clip; tolerance tol = 2 s;
-- a fire at t is in window if ``ts <= t <= te + tol``, early if ``t < ts``, late if ``t > te + tol``;
-- a fire is good if in window and its content score >= 0.5;
-- positive clip: perfect iff exactly one fire and it is good; hit iff at least one good fire;
-  over-trigger iff more than one fire. Negative clip: perfect iff no fire; any fire is a false fire.
-
-Our choices where the protocol is open: per clip, ``early`` / ``late`` count the early / late fires;
-the aggregate ``early`` / ``late`` rates are the share of positive clips with at least one such
-fire; ``hit``, ``early``, ``late`` and ``over_trigger`` are over positives, ``false_fire`` over
-negatives, ``perfect`` and ``mean_fires`` over all clips.
+"""ProPerMem's strict "Perfect" metric: exactly one good fire inside the trigger window, with the
+window, tolerance, outcomes and reported rates as ``docs/protocols.md`` defines them (with this
+project's choices where the protocol is open: how the per-clip counts aggregate).
 
 >>> clip_outcome([5.0, 6.0, 7.0], [1.0, 1.0, 1.0], window=(4.0, 6.0))
 ClipOutcome(positive=True, perfect=False, hit=True, early=0, late=0, over_trigger=True, false_fire=False, fires=3)

@@ -1,15 +1,5 @@
-"""P3I's Proactive Response Score: PRS-U (causal) and PRS-B (bidirectional), and their primed forms.
-
-Definitions (docs/protocols.md, implemented as written; times in seconds):
-
-- pair score ``s(o, g) = c(o.text, g) * exp(-alpha * |o.time - g.time|)``, alpha = 0.05 by default;
-- PRS-U assigns each reply to the latest target with ``time <= reply time``; a reply earlier than
-  every target goes to the first target with pair score 0 (it still counts there). Equal target
-  times: the target listed first;
-- PRS-B assigns each reply to the nearest target; on equal distance the earlier target, then the
-  one listed first;
-- per target ``S_i = max s / |O_i|`` (0 with no replies); the primed variants drop the division;
-- sample score = mean of ``S_i``; a sample with no targets scores 1 when silent, else 0.
+"""P3I's Proactive Response Score: PRS-U (causal) and PRS-B (bidirectional), and their primed forms,
+as ``docs/protocols.md`` defines them (assignment, ties, the pair score with ``alpha``).
 
 Content enters as a callable ``content(reply_index, target_index) -> [0, 1]`` (indices into the
 caller's lists) or None (always 1). It is called only for assigned pairs, at most twice per reply.

@@ -58,7 +58,7 @@ def tiny_model_and_processor(tiny_checkpoint):
 
 @pytest.fixture(scope="session")
 def toy_dir(tmp_path_factory) -> Path:
-    from data_builders.records import write_jsonl
+    from data_builders.record_io import write_jsonl
     from data_builders.synthetic.toy import generate_toy
 
     out = tmp_path_factory.mktemp("toy")

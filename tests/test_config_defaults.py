@@ -4,8 +4,9 @@
 A key whose value restates the schema default is a second copy of one fact: the two drift apart
 the day one is edited. Interpolations (``${paths.runs_dir}/${run_name}``) are wiring the schema
 cannot hold and never equal a default, so they are not counted. Experiment and debug options are
-override files of a root (what they restate is the point of the override) and are not checked;
-nor are the source options (``conf/source/``, placed at the top of the build config).
+override files of a root (what they restate is the point of the override) and are not checked. A
+source's options (``conf/source/<name>.yaml``, at the top of the build config) are checked against
+its options dataclass, which ``data_builders.config`` stores as the option's defaults.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import yaml
 
 from data_builders.config import BuildConfig, PathsConfig, RenderConfig
 from data_builders.mixture import MixtureConfig
+from data_builders.sources import SOURCES
 from eval.config import BenchmarkConfig, LoggerConfig, ModelConfig
 from eval.engine.memory.config import MemoryConfig
 from train.config import SCHEMAS
@@ -76,6 +78,7 @@ def _files() -> list[tuple[Path, type]]:
     files = [(CONF / f"{root}.yaml", schema) for root, schema in ROOT_SCHEMAS.items()]
     for group, schema in GROUP_SCHEMAS.items():
         files += [(path, schema) for path in sorted((CONF / group).glob("*.yaml"))]
+    files += [(path, SOURCES[path.stem].options) for path in sorted((CONF / "source").glob("*.yaml"))]
     return files
 
 
@@ -92,8 +95,9 @@ def all_restated() -> dict[str, list[str]]:
 def test_every_root_and_group_file_is_checked():
     names = {str(p.relative_to(CONF)) for p, _ in _files()}
     assert {"sft.yaml", "grpo.yaml", "eval.yaml", "watch.yaml", "build.yaml", "model/tiny.yaml"} <= names
+    assert {"source/toy.yaml", "source/jsonl.yaml"} <= names
     assert len(names) == len(set(CONF.glob("*.yaml"))) + sum(
-        len(list((CONF / g).glob("*.yaml"))) for g in GROUP_SCHEMAS
+        len(list((CONF / g).glob("*.yaml"))) for g in (*GROUP_SCHEMAS, "source")
     )
 
 

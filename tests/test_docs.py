@@ -162,6 +162,68 @@ def dangling_in(path: Path) -> list[str]:
         tmp.unlink()
 
 
+#: A path a module-map row lists: a file with a suffix or a folder with a trailing slash.
+MAP_PATH = re.compile(r"[\w.-]+(?:/[\w.-]+)*(?:\.(?:py|sh|yaml|md)|/)")
+
+
+def map_paths(design: str) -> list[str]:
+    """The paths ``docs/design.md``'s module map lists: each row's folder, and each code span of its
+    text that is a path, relative to that folder (or to the repository when it starts with a
+    top-level folder)."""
+    section = design.split("\n## Module map\n", 1)[1].split("\n## ", 1)[0]
+    listed = []
+    for folder, what in re.findall(r"^\| `([^`]+)` \| (.*) \|$", section, re.M):
+        listed.append(folder)
+        for name in re.findall(r"`([^`\s]+)`", what):
+            if MAP_PATH.fullmatch(name):
+                listed.append(name if name.split("/")[0] in TOP else folder + name)
+    return listed
+
+
+def unlisted_code(root: Path, design: str) -> list[str]:
+    """What the module map gets wrong: a path it lists that does not exist, or a folder of code it
+    does not list (a package or subpackage of the five layers, ``slurm/`` and each of its scripts,
+    ``conf/`` and each config group that holds configs)."""
+    listed = map_paths(design)
+    out = [f"{p} is listed but does not exist" for p in listed if not (root / p).exists()]
+    need = []
+    for top in PACKAGES:
+        need += sorted(
+            f"{d.relative_to(root)}/"
+            for d in [root / top, *(root / top).rglob("*")]
+            if d.is_dir() and d.name != "__pycache__" and any(d.glob("*.py"))
+        )
+    need += ["slurm/", *sorted(f"slurm/{f.name}" for f in (root / "slurm").glob("*.sh"))]
+    need += ["conf/"] + sorted(
+        f"{d.relative_to(root)}/" for d in (root / "conf").rglob("*") if d.is_dir() and any(d.glob("*.yaml"))
+    )
+    return out + [f"{p} exists but the module map does not list it" for p in need if p not in set(listed)]
+
+
+def test_the_module_map_lists_every_folder_of_code_and_nothing_else():
+    assert unlisted_code(ROOT, (ROOT / "docs" / "design.md").read_text(encoding="utf-8")) == []
+
+
+def test_the_module_map_check_finds_a_missing_path_and_an_unlisted_folder(tmp_path):
+    for d in ("infra", "infra/deep", "slurm", "conf/model"):
+        (tmp_path / d).mkdir(parents=True)
+    (tmp_path / "infra" / "a.py").write_text("")
+    (tmp_path / "infra" / "deep" / "b.py").write_text("")
+    (tmp_path / "slurm" / "run.sh").write_text("")
+    (tmp_path / "conf" / "model" / "tiny.yaml").write_text("")
+    design = (
+        "# Design\n\n## Module map\n\n| path | what it holds |\n|---|---|\n"
+        "| `infra/` | the base (`a.py`, `gone.py`) |\n| `slurm/` | `run.sh` |\n"
+        "| `conf/` | groups (`model/`) |\n\n## Next\n\n| `rewards/` | not the map |\n"
+    )
+    for top in PACKAGES[:-1]:  # the other layers, empty: nothing of theirs is code
+        (tmp_path / top).mkdir()
+    assert unlisted_code(tmp_path, design) == [
+        "infra/gone.py is listed but does not exist",
+        "infra/deep/ exists but the module map does not list it",
+    ]
+
+
 #: ``python -m <project module> [subcommand] args`` in the README and the docs, up to the end of the
 #: code span, a comment, a table cell or the line.
 COMMAND = re.compile(rf"python -m ((?:{ALT_PACKAGES})(?:\.\w+)*)([^`#|\n]*)")

@@ -30,10 +30,10 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from data_builders.config import RenderConfig
+from data_builders.frame_cache import FrameCache
 from data_builders.frames import stream_frames
 from data_builders.mixture import build_toy_mixture
-from data_builders.records import load_streams, resolve_video
-from data_builders.video import FrameCache
+from data_builders.record_io import load_streams, resolve_video
 from eval.config import quiet_libraries
 from eval.engine.model import count_parameters, load_model_and_processor
 from eval.engine.render import TurnRenderer

@@ -1,25 +1,12 @@
-"""A checkpoint -> a plain Hugging Face model folder with a model card (``docs/training.md``).
+"""A checkpoint -> a plain Hugging Face model folder with a model card.
 
     python -m train.export checkpoint=runs/sft/final out=exports/sft
     python -m train.export checkpoint=runs/grpo/best out=exports/grpo push_to_hub=true repo_id=me/my-model
 
-``checkpoint`` is a ``final/``, ``best/`` or ``checkpoint-<step>/`` folder (or a run dir: its
-``final/``). The folder written to ``out`` loads with ``AutoModelForImageTextToText`` and
-``AutoProcessor`` alone, offline, with nothing of this project installed:
-
-- the weights, as safetensors only: a DeepSpeed ZeRO checkpoint without gathered weights is
-  consolidated from its shards (read with ``torch.load(weights_only=True)``,
-  ``train.safe_load``), a LoRA adapter is merged into its base model;
-- the processor, with a chat template of the turn format (``</Silence>`` / ``</Response>`` are
-  special tokens of the tokenizer), ``generation_config.json`` (greedy, stops at ``<|im_end|>``) and
-  ``render.json`` (the frames the model was trained on);
-- ``README.md``, the model card (``train.model_card``): the hub's front matter (``base_model``,
-  ``pipeline_tag``, ``tags``, ``datasets``, the ``model-index`` of the checkpoint's evaluations),
-  the training config and data mixture, and a plain ``transformers`` streaming loop.
-
-``push_to_hub=true`` uploads the folder to ``repo_id`` with ``huggingface_hub`` (``create_repo`` then
-``HfApi().upload_folder``), with the token of ``HF_TOKEN`` in the environment; without one it stops
-before anything is sent. Prints one JSON object (the folder, its files, the evaluations found).
+Writes the weights (safetensors; a ZeRO checkpoint consolidated through ``train.safe_load``, a LoRA
+adapter merged), the processor with the turn format's chat template, ``generation_config.json``,
+``render.json`` and the model card (``train.model_card``), and prints one JSON object. What the
+folder holds, how it loads and how ``push_to_hub`` sends it: ``docs/training.md``.
 """
 
 from __future__ import annotations

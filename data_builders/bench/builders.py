@@ -8,7 +8,7 @@ Prints one JSON object on its last line:
   validate, dedup, write JSONL + parquet + stats) for synthetic Nexar, UCF-Crime and Ego4D files,
   with video existence and probing stubbed out (a fixed 40 s, 30 fps clip), so no file is decoded.
 - ``frame_cache_speedup``: time to decode 32 toy clips at 1 fps into an empty
-  :class:`~data_builders.video.FrameCache`, divided by the time to read them again from it.
+  :class:`~data_builders.frame_cache.FrameCache`, divided by the time to read them again from it.
 - ``index_files_per_s``: files per second walked by the video index of a build
   (:class:`~data_builders.video_index.VideoIndex`) over a synthetic tree of 100,000 empty files
   (250 folders x 4 subfolders x 100 files, 9 in 10 of them videos), best of 3 runs.
@@ -30,9 +30,10 @@ from pathlib import Path
 from data_builders.bench.cache import cache_figures
 from data_builders.bench.video import peak_mb_10min_720p
 from data_builders.build import build_source
-from data_builders.records import step_times
+from data_builders.frame_cache import FrameCache
+from data_builders.stream_steps import step_times
 from data_builders.synthetic.toy import generate_toy
-from data_builders.video import FrameCache, VideoInfo
+from data_builders.video import VideoInfo
 from data_builders.video_index import VideoIndex
 
 FAKE_INFO = VideoInfo(duration=40.0, fps=30.0, n_frames=1200, width=1280, height=720)

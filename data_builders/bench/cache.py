@@ -7,7 +7,7 @@ pipeline``, ``train.bench.pipeline``).
 The frames are real-looking 448 x 448 frames (``render=hd``'s budget): a synthetic scene generated
 here (a lit gradient, wood-grain and checker textures, hard-edged shapes moving over it and per-pixel
 sensor noise), written as H.264 (the toy videos' encoder settings, CRF 12, so the noise survives:
-harder to compress than most web video) and read back through :class:`~data_builders.video.FrameCache`
+harder to compress than most web video) and read back through :class:`~data_builders.frame_cache.FrameCache`
 in each format of :data:`BENCH_FORMATS`, as the frames stage writes them.
 
 - ``cache_bytes_per_frame``: the entry's size on disk over its frames, by format.
@@ -30,9 +30,11 @@ from pathlib import Path
 
 import numpy as np
 
-from data_builders.records import step_times
+from data_builders.frame_cache import FrameCache
+from data_builders.frame_codec import encode_frame
+from data_builders.stream_steps import step_times
 from data_builders.synthetic.toy import generate_toy, write_mp4
-from data_builders.video import DEFAULT_MAX_PIXELS, FrameCache, encode_frame, read_frames
+from data_builders.video import DEFAULT_MAX_PIXELS, read_frames
 
 #: The formats measured (``raw`` first: the others are set against it).
 BENCH_FORMATS = ("raw", "png", "jpeg95", "jpeg90", "jpeg80", "webp90")

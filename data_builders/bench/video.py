@@ -2,7 +2,7 @@
 
 ``peak_mb_10min_720p``: a synthetic 10-minute 1280 x 720 H.264 file (written here with PyAV: 5 fps,
 a keyframe every 2 s, ``ultrafast``, so writing it takes seconds) goes into an empty
-:class:`~data_builders.video.FrameCache` at 1 step/s and 448 x 448 frames (``render=hd``: 600
+:class:`~data_builders.frame_cache.FrameCache` at 1 step/s and 448 x 448 frames (``render=hd``: 600
 frames of 597 x 336, 361 MB on disk), each back end in a fresh process, whose peak resident set
 (``VmHWM``) is the figure: what the frames stage needs per worker. The reported figure is the
 larger of the two back ends'; both are listed. ``VmHWM`` (``/proc/self/status``), not ``ru_maxrss``:
@@ -23,7 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from data_builders.video import BACKENDS, DEFAULT_MAX_PIXELS, FrameCache, clip_times
+from data_builders.frame_cache import FrameCache
+from data_builders.video import BACKENDS, DEFAULT_MAX_PIXELS, clip_times
 
 
 def write_synthetic(

@@ -80,7 +80,7 @@ class CaptainCook4dOptions:
     """Keys of ``source=captaincook4d``."""
 
     video_pattern: str = "{recording_id}_360p.mp4"
-    """Video path under ``videos`` (the downloader's 360p file names)."""
+    """Video path under ``videos`` (the downloader's 360p file names; other layouts are found by name)."""
     mode: str = "both"
     """``both`` (error recovery + next-step guidance) or ``errors``."""
     recipe_order: str = "auto"

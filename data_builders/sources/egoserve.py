@@ -93,7 +93,7 @@ class EgoServeOptions:
     egolife_dir: str = "EgoLife"
     """Folder under ``videos`` with ``<PERSON>/DAY<d>/`` chunk files."""
     holoassist_video_pattern: str = "HoloAssist/{video_name}/Export_py/Video_pitchshift.mp4"
-    """HoloAssist video path under ``videos``."""
+    """HoloAssist video path under ``videos`` (the HoloAssist release's layout)."""
     captaincook4d_video_pattern: str = "CaptainCook4D/{recording_id}_360p.mp4"
     """CaptainCook4D video path under ``videos``."""
     instruction: str = (

@@ -66,21 +66,23 @@ class HoloAssistOptions:
     """Keys of ``source=holoassist``."""
 
     video_pattern: str = "{video_name}/Export_py/Video_pitchshift.mp4"
-    """Video path under ``videos`` (the release's layout)."""
+    """Video path under ``videos`` (the release's layout; names may hold spaces and &)."""
     roles: list[str] = field(default_factory=lambda: ["instructor-start-conversation"])
-    """Conversation roles whose purposes can make targets (proactive ones)."""
+    """Conversation roles whose purposes can make targets (proactive ones: the instructor stepping in unasked)."""
     correction_purposes: list[str] = field(default_factory=lambda: ["correct the wrong action"])
     """Purposes that become ``error_recovery`` targets."""
     guidance_purposes: list[str] = field(
         default_factory=lambda: ["follow-up instruction", "describing high-level instruction"]
     )
-    """Purposes that become ``next_step_guidance`` targets."""
+    """Purposes that become ``next_step_guidance`` targets (others, e.g. opening/closing remarks, adjusting
+    video, other: no target)."""
     corrections_from_actions: bool = True
-    """A conversation a wrong fine-grained action names as its correction is error recovery."""
+    """A conversation a wrong fine-grained action names as its correction (``Incorrect Action Corrected by``)
+    is error recovery."""
     drop_confidence: list[str] = field(default_factory=lambda: ["low-confidence-transcription"])
-    """``Transcription Confidence`` values whose transcription is no reference reply."""
+    """``Transcription Confidence`` values whose transcription is no reference reply (left out, counted)."""
     unintelligible_markers: list[str] = field(default_factory=lambda: ["unintelligible", "inaudible"])
-    """A transcription holding one of these (any case) is no reference reply."""
+    """A transcription holding one of these (any case) is no reference reply (left out, counted)."""
     instruction: str = (
         "I am doing a task. Correct me when I do something wrong and tell me what to do next when I need it."
     )

@@ -24,7 +24,7 @@ Where the target lands, and why: these captions and answers cover the whole clip
 times, so the evidence is complete only once the model has seen the last frame it will be shown.
 The target is therefore at the clip's last decision step, ``clip_start + (n - 1) / steps_per_second``
 with ``n = floor(duration * steps_per_second)`` (e.g. 29.0 s for a 30.4 s clip at 1 step/s), the
-same grid as ``records.step_times``; answering earlier would teach the model to guess.
+same grid as ``stream_steps.step_times``; answering earlier would teach the model to guess.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from data_builders.records import RecordError, Stream, Target, step_times
+from data_builders.records import RecordError, Stream, Target
 from data_builders.registry import (
     BuildInputs,
     ConversionError,
@@ -46,6 +46,7 @@ from data_builders.registry import (
     load_json,
     require,
 )
+from data_builders.stream_steps import step_times
 from data_builders.video import VideoInfo
 
 MEDIA_TAG = re.compile(r"<(image|video)>\s*")

@@ -369,7 +369,8 @@ class OvoOptions:
     """Keys of ``source=ovo``."""
 
     video_pattern: str = "{video}"
-    """Video path under ``videos``; the release's ``video`` is relative to its source video root."""
+    """Video path under ``videos``; the release's ``video`` (e.g. ``Ego4D/clips/<uid>.mp4``) is relative to its
+    source video root."""
 
 
 def build_ovo(inputs: BuildInputs, options: OvoOptions) -> Iterator[Pending | ConversionError]:

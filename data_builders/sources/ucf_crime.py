@@ -53,11 +53,12 @@ class UcfCrimeOptions:
     """Keys of ``source=ucf_crime``."""
 
     frame_rate: float = 30.0
-    """Frame rate of the frame numbers when the video is not probed (the official evaluation's)."""
+    """Frame rate of the frame numbers when the video is not probed (the official evaluation's 30)."""
     use_probed_fps: bool = True
     """Convert frames at the probed video's fps (warn when it differs from ``frame_rate``)."""
     video_pattern: str = "{folder}/{video_name}"
-    """Video path under ``videos``; fields ``video_name``, ``event_class`` and ``folder``."""
+    """Video path under ``videos``; fields ``video_name``, ``event_class`` and ``folder`` (the class, or
+    ``normal_folder``)."""
     normal_folder: str = "Testing_Normal_Videos_Anomaly"
     """``folder`` of the Normal lines (the anomaly lines' ``folder`` is their class)."""
     segments: str = "all"

@@ -5,7 +5,7 @@
 Every clip is ``duration`` seconds of ``size x size`` frames on a plain background (its shade varies
 by clip). Records cycle through four tasks; a share ``negative_share`` of them are negatives in
 which nothing happens (same instruction, no target). Event times are whole seconds, so on the
-1 step/s grid a target lands exactly on the step of its time (see ``records.target_step``).
+1 step/s grid a target lands exactly on the step of its time (see ``stream_steps.target_step``).
 
 - ``event_monitoring``: a red square appears at second ``k`` and stays. Target at ``k``.
 - ``object_monitoring``: a blue square is visible from the start and disappears at ``k``.

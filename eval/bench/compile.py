@@ -26,7 +26,8 @@ import time
 import torch
 
 from eval.bench.gpu import SIZE_HELP, _sync, build_model, model_side, toy_stream
-from eval.engine.streaming import EngineConfig, StreamingEngine, compiled_graphs
+from eval.engine.step_forward import compiled_graphs
+from eval.engine.streaming import EngineConfig, StreamingEngine
 
 CASES = {"silent": 1.01, "firing": -1.0}  # thresholds
 

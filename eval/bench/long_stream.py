@@ -7,7 +7,7 @@ a fresh process streaming a synthetic 1 step/s video of 7,200 steps (2 hours) th
 model with ``frame_window=32``, over that of a 600-step (10-minute) one. What it measures is the
 engine: the frames are synthetic 64 x 64 toy frames (a square moving over grey, one per step),
 made as arrays, not decoded, and stored as a ``.npy`` file that each process maps copy-on-write,
-exactly as a :class:`~data_builders.video.FrameCache` hit arrives in evaluation (``eval.run``
+exactly as a :class:`~data_builders.frame_cache.FrameCache` hit arrives in evaluation (``eval.run``
 always reads through the cache); 7,200 of them are 88 MB. Threshold 0.5: the untrained tiny model
 stays silent, the steady state of a long stream. Each process reports its own peak (``VmHWM``,
 see ``data_builders.bench.video.peak_rss_mb``), its resident set once the model is loaded and

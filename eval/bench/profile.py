@@ -108,9 +108,9 @@ def profile_stream(
     )
     cuda = device.startswith("cuda")
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    engine._prepare = _labelled("vision", engine._prepare)
-    engine._head = _labelled("head", engine._head)
-    engine._language_model = _labelled("model", engine._language_model)
+    engine.vision.prepare = _labelled("vision", engine.vision.prepare)
+    engine.forward.head = _labelled("head", engine.forward.head)
+    engine.forward.language_model = _labelled("model", engine.forward.language_model)
     found: dict[str, dict] = {}
     state: dict = {}
 

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from data_builders.records import write_jsonl
+from data_builders.record_io import write_jsonl
 from data_builders.synthetic.toy import generate_toy
 from eval.config import model_preset, quiet_libraries
 from eval.engine.model import build_tiny_checkpoint

@@ -248,7 +248,8 @@ def render_values(values: Any, source: str | Path) -> dict[str, Any]:
             raise CheckpointError(
                 source, f"{key} must be {want.__name__}, got {type(value).__name__} {value!r}"
             )
-    from data_builders.video import BACKENDS, parse_frame_format
+    from data_builders.frame_codec import parse_frame_format
+    from data_builders.video import BACKENDS
 
     if values.get("video_backend", BACKENDS[0]) not in BACKENDS:
         raise CheckpointError(

@@ -16,8 +16,9 @@ import numpy as np
 import torch
 
 from data_builders.records import Stream
+from eval.engine.decisions import decision_probability
 from eval.engine.render import TurnRenderer
-from eval.engine.streaming import StepDecision, StreamResult, decision_probability, evidence_turn
+from eval.engine.streaming import StepDecision, StreamResult, evidence_turn
 
 
 class NaiveStreamer:

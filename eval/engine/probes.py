@@ -7,7 +7,7 @@ A per-probe harness (OVO-Bench's official one) asks each question at a time t an
 from the video cut to [0, t]: one run per probe. With the KV-cache engine one pass serves every
 probe of a video. At a probe's step the cache is marked, the question turn is fed and its answer
 decoded, and the cache is rewound to the mark (cropped, the mask and the M-RoPE offset reset:
-``StreamingEngine._rewind``) before the step's own turn goes on. The branch leaves nothing behind,
+``eval.engine.kv_window.KVWindow.rewind``) before the step's own turn goes on. The branch leaves nothing behind,
 so each answer is the one a fresh run on the cut video gives (``mode="rerun"`` is that run, the
 reference ``tests/eval/test_probes.py`` checks the branches against).
 
@@ -47,9 +47,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from data_builders.records import RecordError, Stream, step_times
+from data_builders.records import RecordError, Stream
+from data_builders.stream_steps import step_times
+from eval.engine.decisions import decision_probability
+from eval.engine.frame_features import Features
 from eval.engine.render import TurnRenderer, timestamp_text
-from eval.engine.streaming import EngineConfig, StreamingEngine, _Features, decision_probability
+from eval.engine.streaming import EngineConfig, StreamingEngine
 
 MODES = ("branch", "rerun")
 
@@ -155,7 +158,7 @@ class _Step:
     context: str | None
     pending: list[int]
     grid: torch.Tensor
-    image: _Features
+    image: Features
 
 
 def _with_prompt(context: str | None, prompt: str) -> str:
@@ -192,8 +195,8 @@ class _ProbeEngine(StreamingEngine):
         answers: list[ProbeAnswer | None] = [None] * len(probes)
         asked: list[ProbeAnswer] = []
         for k in range(last + 1):
-            self._prepare(k, [0])
-            grid, n_image = self._grid(0, k)
+            self.vision.prepare(k, [frames])
+            grid, n_image = self.vision.grid(frames, k)
             step = _Step(
                 time=times[k],
                 elapsed=times[k] - stream.clip_start,
@@ -201,7 +204,7 @@ class _ProbeEngine(StreamingEngine):
                 context=r.context_for_step(stream, k, 0, instruction=instruction),
                 pending=closing if k else [],
                 grid=grid,
-                image=self._image_features(k, [0]),
+                image=self.vision.features(k, [frames]),
             )
             followed = False
             for i in at.get(k, []):
@@ -214,8 +217,10 @@ class _ProbeEngine(StreamingEngine):
                 break
             if k < last:
                 user = r.user_turn(step.elapsed, n_image, step.context)
-                self._forward([step.pending + user + r.assistant_open], [grid], step.image, decision=True)
-        self._release(id(frames), frames)
+                self.forward(
+                    self.kv, [step.pending + user + r.assistant_open], [grid], step.image, decision=True
+                )
+        self.vision.release(frames)
         return asked if follow_up is not None else answers
 
     def _ask(
@@ -223,12 +228,12 @@ class _ProbeEngine(StreamingEngine):
     ) -> ProbeAnswer:
         """One probe on its step's branch (marked and rewound unless a rerun), appended to ``asked``."""
         r = self.renderer
-        mark = self._mark() if branch else None
+        mark = self.kv.mark() if branch else None
         user = r.user_turn(step.elapsed, step.n_image, _with_prompt(step.context, probe.prompt))
         chunk = step.pending + user + r.assistant_open
         got = self._decode(probe, step.time, chunk, step.grid, step.image, full_logits)
         if mark is not None:
-            self._rewind(mark)
+            self.kv.rewind(mark)
         asked.append(got)
         return got
 
@@ -238,20 +243,20 @@ class _ProbeEngine(StreamingEngine):
         time: float,
         chunk: list[int],
         grid: torch.Tensor,
-        image: _Features,
+        image: Features,
         full_logits: bool,
     ) -> ProbeAnswer:
         """Feed a probe's chunk, force the response token, decode greedily to ``<|im_end|>``."""
         r = self.renderer
-        first = self._forward([chunk], [grid], image, decision=not full_logits)[0]
+        first = self.forward(self.kv, [chunk], [grid], image, decision=not full_logits)[0]
         if full_logits:
             p = float(decision_probability(first, r.silence_id, r.response_id))
         else:
             p = float(torch.softmax(first, dim=-1)[1])
         rows, text, tok = [first], [], r.response_id
         while len(text) < self.cfg.max_new_tokens:
-            logits = self._forward([[tok]], [None])[0]
-            tok, _ = self._next_token(logits)
+            logits = self.forward(self.kv, [[tok]], [None])[0]
+            tok, _ = self.decide.next_token(logits)
             if full_logits:
                 rows.append(logits)
             if tok == r.im_end_id:

@@ -7,12 +7,12 @@ Turn format (docs/design.md), one user turn and one assistant turn per decision 
     <|im_start|>assistant\\n</Response> [category] text<|im_end|>\\n
 
 - The timestamp is the time elapsed since the clip start, one decimal, in seconds, in every window
-  of a stream too (``records.step_windows``: SFT and GRPO windows keep the clip clock, as at
+  of a stream too (``stream_steps.step_windows``: SFT and GRPO windows keep the clip clock, as at
   evaluation).
 - The instruction goes in the user turn of the step it is given at (``instruction_time``, default
   the first step); a training window that starts later repeats it (and the history) in its first turn.
 - The frame of a step is the one on screen at that step's time (see ``data_builders.video``).
-- A target lands on the first step at or after its time (``records.target_step``): the model can
+- A target lands on the first step at or after its time (``stream_steps.target_step``): the model can
   only speak once it has seen the evidence. Targets landing on the same step are joined into one
   response.
 - ``labels`` are the assistant tokens only (decision token, response text, ``<|im_end|>``); the
@@ -33,7 +33,8 @@ import numpy as np
 import torch
 
 from data_builders.config import RenderConfig
-from data_builders.records import Stream, Target, step_times, target_step
+from data_builders.records import Stream, Target
+from data_builders.stream_steps import step_times, target_step
 from rewards.turns import RESPONSE, SILENCE
 
 SILENCE_CLASS, RESPONSE_CLASS = 0, 1

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data_builders.records import RecordError, iter_jsonl, load_predictions
+from data_builders.record_io import iter_jsonl, load_predictions
+from data_builders.records import RecordError
 from rewards.egoserve import SECONDS_PER_DAY, ServiceEvent
 from rewards.egoserve_rules import (
     official_main_type,

@@ -45,9 +45,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from data_builders.records import TIME_EPS, Prediction, RecordError, Stream, step_times, target_step
+from data_builders.records import TIME_EPS, Prediction, RecordError, Stream
 from data_builders.registry import load_json
 from data_builders.sources.ovo import Item, cut_step, item_id, read_release
+from data_builders.stream_steps import step_times, target_step
 from eval.protocols.base import OfficialFormat, Protocol
 from eval.protocols.public import PublicRunner, no_frame_window, probe_frames
 from infra.files import atomic_writer

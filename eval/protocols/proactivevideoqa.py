@@ -49,7 +49,8 @@ import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from data_builders.records import Prediction, RecordError, Stream, iter_jsonl, write_jsonl
+from data_builders.record_io import iter_jsonl, write_jsonl
+from data_builders.records import Prediction, RecordError, Stream
 from data_builders.registry import RECORD_EXCEPTIONS, record_reason, seconds
 from data_builders.sources.proactivevideoqa import (
     BENCHMARK_TASKS,

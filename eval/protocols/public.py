@@ -132,7 +132,7 @@ def probe_frames(stream: Stream, path: Path, renderer: Any, options: dict[str, A
     import numpy as np
 
     from data_builders.frames import stream_frames
-    from data_builders.records import resolve_video
+    from data_builders.record_io import resolve_video
     from eval.engine.streaming import BLANK_GREY
 
     video = resolve_video(stream, path, options.get("video_root"))

@@ -38,7 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from data_builders.records import TIME_EPS, Prediction, RecordError, Reply, Stream, step_times
+from data_builders.records import TIME_EPS, Prediction, RecordError, Reply, Stream
 from data_builders.registry import load_json
 from data_builders.sources.streamingbench_proactive import (
     SOURCE,
@@ -46,6 +46,7 @@ from data_builders.sources.streamingbench_proactive import (
     entry_questions,
     read_question,
 )
+from data_builders.stream_steps import step_times
 from eval.protocols.base import OfficialFormat, Protocol
 from eval.protocols.public import PublicRunner, no_frame_window, probe_frames
 from infra.files import atomic_writer

@@ -13,7 +13,8 @@ import pytest
 
 import data_builders.outputs as outputs
 from data_builders.build import BuildFailed, build_source
-from data_builders.records import RecordError, load_streams
+from data_builders.record_io import load_streams
+from data_builders.records import RecordError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -280,10 +281,10 @@ def _info():
 # waits there until its stdin is closed, then finishes.
 WRITER = """
 import os, signal, sys
-import data_builders.build as build, data_builders.video as video
+import data_builders.build as build, data_builders.frame_cache as frame_cache
 from data_builders.config import RenderConfig
 from data_builders.frames import clip_jobs, stream_frames
-from data_builders.video import FrameCache
+from data_builders.frame_cache import FrameCache
 mode, what, out, cache = sys.argv[1:]
 def stop():
     if mode == "die":
@@ -299,12 +300,12 @@ if what == "build":
     build.write_files = write_files
     build.build_source("toy", out, options={"n": 2, "seed": 0}, workers=1)
 else:
-    real_npy = video._write_npy
+    real_npy = frame_cache._write_npy
     def write_npy(tmp, frames, n):
         tmp.write_bytes(b"cut")
         stop()
         real_npy(tmp, frames, n)
-    video._write_npy = write_npy
+    frame_cache._write_npy = write_npy
     _, path, stream = clip_jobs(out)[0]
     render = RenderConfig(max_pixels=4096 if mode == "hold" else 1024)
     stream_frames(stream, path, render, 1.0, FrameCache(cache))

@@ -66,6 +66,7 @@ def test_frames_and_mixture_configs_compose():
     ]:
         assert path.read_text().startswith("# python -m data_builders "), path
     build = compose("build", ["source=toy"])
-    # every common key comes from the schema (build_schema), the source's options from conf/source/toy.yaml
+    # every common key comes from the schema (build_schema), the source's options from its dataclass
+    # (source_toy_schema, which conf/source/toy.yaml lists)
     assert {f.name for f in dataclasses.fields(BuildConfig)} | {"n", "duration"} <= set(build)
     assert (build.workers, build.shard_size, build.n) == (8, 10_000, 64)

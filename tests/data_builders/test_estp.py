@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from data_builders.build import build_source
-from data_builders.records import load_streams
+from data_builders.record_io import load_streams
 
 FIXTURE = Path(__file__).parents[1] / "eval" / "fixtures" / "estp"
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from data_builders.records import write_jsonl
+from data_builders.record_io import write_jsonl
 from infra.files import OutputLock, OutputLocked, atomic_writer, id_file_name, write_text_atomic
 
 

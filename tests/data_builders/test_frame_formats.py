@@ -12,10 +12,10 @@ import pytest
 
 from data_builders.bench.cache import textured_frames
 from data_builders.config import RenderConfig
+from data_builders.frame_cache import EncodedFrames, FrameCache, load_frames
 from data_builders.frames import cache_frames, stream_frames
-from data_builders.records import load_streams
+from data_builders.record_io import load_streams
 from data_builders.synthetic.toy import write_mp4
-from data_builders.video import EncodedFrames, FrameCache, load_frames
 from eval.engine.checkpoints import CheckpointError, saved_render
 
 TIMES = [0.0, 0.5, 1.0, 1.5, 2.0, 2.5]
@@ -55,7 +55,7 @@ def test_each_format_has_its_own_entry_and_png_serves_the_raw_pixels(tmp_path, v
 
 
 def test_a_window_decodes_only_its_own_frames(tmp_path, video, monkeypatch):
-    import data_builders.video as v
+    import data_builders.frame_cache as v
 
     cache = FrameCache(tmp_path / "cache")
     frames = cache.frames(video, TIMES, frame_format="jpeg90")

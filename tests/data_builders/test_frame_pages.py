@@ -6,9 +6,9 @@ import mmap
 
 import numpy as np
 
+from data_builders.frame_cache import FrameCache
 from data_builders.frame_pages import release_frames
 from data_builders.synthetic.toy import write_mp4
-from data_builders.video import FrameCache
 
 
 def _frame(i: int) -> np.ndarray:

@@ -13,7 +13,7 @@ from data_builders.bench.builders import frame_cache_speedup
 from data_builders.build import build_source
 from data_builders.config import RenderConfig
 from data_builders.frames import cache_frames, clip_jobs
-from data_builders.records import load_streams, write_jsonl
+from data_builders.record_io import load_streams, write_jsonl
 
 
 def test_frames_stage_decodes_each_clip_once(tmp_path):

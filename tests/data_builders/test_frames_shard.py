@@ -18,9 +18,9 @@ import yaml
 
 from data_builders.build import build_source
 from data_builders.config import RenderConfig
+from data_builders.frame_cache import writer_host
 from data_builders.frames import cache_frames, clip_jobs, clip_shard, parse_shard
-from data_builders.records import load_streams, write_jsonl
-from data_builders.video import writer_host
+from data_builders.record_io import load_streams, write_jsonl
 from tests.conftest import run_module
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,16 +101,16 @@ def test_shards_running_at_once_leave_the_cache_one_run_leaves(tmp_path):
 # in the middle of its second entry's write, after part of it is on disk.
 KILLED_SHARD = """
 import os, signal, sys
-import data_builders.video as video
+import data_builders.frame_cache as frame_cache
 from data_builders.frames import cache_frames
-real, calls = video._write_npy, []
+real, calls = frame_cache._write_npy, []
 def write_npy(tmp, frames, n):
     calls.append(tmp)
     if len(calls) == 2:
         tmp.write_bytes(b"cut short")
         os.killpg(0, signal.SIGKILL)
     real(tmp, frames, n)
-video._write_npy = write_npy
+frame_cache._write_npy = write_npy
 cache_frames(sys.argv[1], sys.argv[2], workers=1, progress=False, shard=sys.argv[3])
 """
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from data_builders.build import BuildFailed, build_source
-from data_builders.records import load_streams
+from data_builders.record_io import load_streams
 from data_builders.synthetic.toy import generate_toy
 from tests.conftest import run_module
 

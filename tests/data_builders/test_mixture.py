@@ -10,7 +10,7 @@ import pytest
 
 from data_builders.build import BuildFailed, build_source
 from data_builders.mixture import MixtureConfig, SourceShare, apportion, build_mixture, split_of, video_groups
-from data_builders.records import load_streams
+from data_builders.record_io import load_streams
 
 WEIGHTS = {"shot2story": 10000, "llava_video": 2000, "nexar": 600, "ego4d_events": 768}
 

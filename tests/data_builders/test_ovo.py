@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from data_builders.build import build_source
-from data_builders.records import load_streams
+from data_builders.record_io import load_streams
 
 ROOT = Path(__file__).resolve().parents[2]
 

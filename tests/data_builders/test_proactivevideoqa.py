@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from data_builders.build import BuildFailed, build_source
-from data_builders.records import load_streams
+from data_builders.record_io import load_streams
 
 RELEASE = Path(__file__).parent / "fixtures" / "proactivevideoqa"
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,17 +6,9 @@ import json
 
 import pytest
 
-from data_builders.records import (
-    RecordError,
-    Stream,
-    Target,
-    decision_counts,
-    load_predictions,
-    load_streams,
-    target_step,
-    write_jsonl,
-    write_parquet,
-)
+from data_builders.record_io import load_predictions, load_streams, write_jsonl, write_parquet
+from data_builders.records import RecordError, Stream, Target
+from data_builders.stream_steps import decision_counts, target_step
 
 
 def _stream(i: int = 0, **kw) -> Stream:

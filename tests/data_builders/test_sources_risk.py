@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from data_builders.build import build_source
-from data_builders.records import load_streams
+from data_builders.record_io import load_streams
 
 
 def test_nexar_alert_window_and_negative(tmp_path, mp4, build, by_id):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from data_builders.records import load_streams, target_step
+from data_builders.record_io import load_streams
+from data_builders.stream_steps import target_step
 from data_builders.synthetic.toy import COLOURS, PROCEDURE, generate_toy
 from data_builders.video import read_frames
 

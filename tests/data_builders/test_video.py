@@ -19,8 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from data_builders.frame_cache import FrameCache
 from data_builders.synthetic.toy import write_mp4
-from data_builders.video import FrameCache, VideoError, probe_video, read_frames
+from data_builders.video import VideoError, probe_video, read_frames
 
 BACKENDS = ["decord", "pyav"]
 

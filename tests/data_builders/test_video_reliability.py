@@ -16,12 +16,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from data_builders import video as video_mod
+from data_builders import frame_cache
 from data_builders.build import build_source
 from data_builders.config import RenderConfig
+from data_builders.frame_cache import FrameCache
 from data_builders.frames import cache_frames, stream_frames
-from data_builders.records import Stream, write_jsonl
-from data_builders.video import FrameCache, VideoError, read_frames
+from data_builders.record_io import write_jsonl
+from data_builders.records import Stream
+from data_builders.video import VideoError, read_frames
 
 
 def _frame(i: int, h: int, w: int) -> np.ndarray:
@@ -162,7 +164,7 @@ def test_a_full_disk_in_the_frames_stage_names_the_folder_and_a_rerun_completes(
     videos = [_write(tmp_path / f"v{k}.mp4", 32, 32, 6) for k in range(4)]
     write_jsonl(tmp_path / "records.jsonl", [_stream(v, f"r{k}", 6.0) for k, v in enumerate(videos)])
     cache = tmp_path / "frames"
-    real = video_mod._write_npy
+    real = frame_cache._write_npy
 
     def small_disk(tmp, frames, n):  # room for two entries: the third write runs out of space
         if len(list(cache.rglob("*.npy"))) >= 2:
@@ -171,7 +173,7 @@ def test_a_full_disk_in_the_frames_stage_names_the_folder_and_a_rerun_completes(
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real(tmp, frames, n)
 
-    monkeypatch.setattr(video_mod, "_write_npy", small_disk)
+    monkeypatch.setattr(frame_cache, "_write_npy", small_disk)
     render = RenderConfig(max_pixels=4096)
     with pytest.raises(RuntimeError) as info:
         cache_frames(tmp_path / "records.jsonl", cache, render, workers=1, progress=False)
@@ -182,7 +184,7 @@ def test_a_full_disk_in_the_frames_stage_names_the_folder_and_a_rerun_completes(
     assert [p for p in entries if p.is_file() and p.suffix != ".npy"] == []  # no partial file left
     kept = [np.load(p) for p in entries if p.suffix == ".npy"]
     assert [k.shape for k in kept] == [(6, 32, 32, 3)] * 2  # what is left is whole
-    monkeypatch.setattr(video_mod, "_write_npy", real)  # space freed: the rerun completes
+    monkeypatch.setattr(frame_cache, "_write_npy", real)  # space freed: the rerun completes
     summary = cache_frames(tmp_path / "records.jsonl", cache, render, workers=1, progress=False)
     assert (summary["clips"], summary["frames"], summary["failed"]) == (4, 24, 0)
     assert len(list(cache.rglob("*.npy"))) == 4
@@ -192,7 +194,7 @@ def test_a_compressed_entry_with_flipped_bytes_is_dropped_and_decoded_again(tmp_
     """Ten bytes flipped inside one JPEG frame of a compressed entry: the frame fails its crc32, the
     entry is dropped naming the file and rebuilt, and the pixels served are the fresh ones. Bytes
     damaged after an entry was opened fail when that frame is read, and the entry is deleted."""
-    from data_builders.video import FrameCacheError
+    from data_builders.frame_cache import FrameCacheError
 
     video = _write(tmp_path / "twenty.mp4", 32, 32, 20)
     times = [float(t) for t in range(10)]

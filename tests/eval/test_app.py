@@ -31,7 +31,8 @@ from urllib.parse import parse_qs, urlencode, urlparse
 import numpy as np
 import pytest
 
-from data_builders.records import RecordError, load_streams
+from data_builders.record_io import load_streams
+from data_builders.records import RecordError
 from data_builders.synthetic.toy import write_mp4
 from eval.app import AppConfig, Demo, serve
 from eval.run import evaluate, load_config

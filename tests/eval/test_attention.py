@@ -11,7 +11,7 @@ from transformers import masking_utils
 
 from data_builders.config import RenderConfig
 from data_builders.frames import stream_frames
-from data_builders.records import load_streams
+from data_builders.record_io import load_streams
 from eval.engine import attention
 from eval.engine.render import TurnRenderer
 from eval.engine.streaming import EngineConfig, StreamingEngine

@@ -11,7 +11,8 @@ from data_builders.config import RenderConfig
 from data_builders.frames import stream_frames
 from data_builders.records import HistoryEntry, RecordError
 from data_builders.synthetic.toy import generate_toy
-from eval.engine.probes import Probe, _ProbeEngine, answer_probes
+from eval.engine.kv_window import KVWindow
+from eval.engine.probes import Probe, answer_probes
 from eval.engine.render import TurnRenderer
 from eval.engine.streaming import EngineConfig
 
@@ -110,10 +111,10 @@ def test_a_branch_left_in_the_cache_changes_every_later_answer(setup, monkeypatc
 
     def crop_only(self, mark):
         self.cache.crop(mark.columns - self.cache.get_seq_length())
-        self._mask_len = mark.mask_len
+        self.mask_len = mark.mask_len
 
     for rewind, unmoved in ((lambda self, mark: None, {"first"}), (crop_only, {"first", "seven-a"})):
-        monkeypatch.setattr(_ProbeEngine, "_rewind", rewind)
+        monkeypatch.setattr(KVWindow, "rewind", rewind)
         wrong = answer_probes(model, renderer, stream, frames, PROBES, max_new_tokens=6)
         for a, w in zip(exact, wrong, strict=True):
             moved = float((w.logits[0] - a.logits[0]).abs().max())

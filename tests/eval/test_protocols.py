@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from data_builders.records import Reply, Target, load_streams
+from data_builders.record_io import load_streams
+from data_builders.records import Reply, Target
 from eval import protocols, runners, score, scoring
 from eval.protocols.base import Protocol
 from eval.run import evaluate, load_config

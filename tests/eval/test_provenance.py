@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from data_builders.records import Target, load_streams, write_jsonl
+from data_builders.record_io import load_streams, write_jsonl
+from data_builders.records import Target
 from eval.provenance import RECORD_FIELD, decides, describe_difference, first_difference, record_fingerprint
 from eval.store import PredictionLog
 from tests.conftest import eval_overrides, run_module

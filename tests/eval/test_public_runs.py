@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from data_builders.build import build_source
-from data_builders.records import load_streams
+from data_builders.record_io import load_streams
 from data_builders.synthetic.toy import write_mp4
 from eval import score
 from eval.protocols.streamingbench_proactive import PROMPT_TEMPLATE

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from data_builders.records import RecordError, load_streams
+from data_builders.record_io import load_streams
+from data_builders.records import RecordError
 from eval.ranks import adopt, check_manifests, merge, shard_path, split, write_manifest
 from eval.run import evaluate, load_config
 from eval.runners import get_runner

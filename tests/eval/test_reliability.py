@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from data_builders.records import RecordError, load_streams, write_jsonl
+from data_builders.record_io import load_streams, write_jsonl
+from data_builders.records import RecordError
 from eval import score, store
 from eval.run import evaluate, load_config
 from eval.store import PredictionLog, PredictionWriteError

@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from data_builders.records import HistoryEntry, Target, load_streams, write_jsonl
+from data_builders.record_io import load_streams, write_jsonl
+from data_builders.records import HistoryEntry, Target
 from eval import score
-from eval.engine import streaming
-from eval.engine.streaming import StepDecision, StreamResult, compiled_forward
+from eval.engine import step_forward
+from eval.engine.step_forward import compiled_forward
+from eval.engine.streaming import StepDecision, StreamResult
 from eval.run import evaluate, load_config
 from eval.runners import get_runner
 from eval.store import PredictionLog
@@ -84,7 +86,7 @@ def test_compiled_run_writes_the_eager_run_s_predictions(tiny_checkpoint, toy_di
         compiled_models.append(lm)
         return compiled_forward(lm)
 
-    monkeypatch.setattr(streaming, "compiled_forward", spy)
+    monkeypatch.setattr(step_forward, "compiled_forward", spy)
     rows = {}
     for flag in ("false", "true"):
         out = tmp_path / flag

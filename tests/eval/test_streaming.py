@@ -14,9 +14,11 @@ from data_builders.config import RenderConfig
 from data_builders.frames import stream_frames
 from data_builders.records import Stream
 from data_builders.synthetic.toy import generate_toy
+from eval.engine.kv_window import KVWindow
 from eval.engine.naive import NaiveStreamer
 from eval.engine.render import TurnRenderer
-from eval.engine.streaming import EngineConfig, StreamingEngine, compiled_graphs
+from eval.engine.step_forward import compiled_graphs
+from eval.engine.streaming import EngineConfig, StreamingEngine
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +108,7 @@ def test_compaction_in_place_changes_no_decision(setup, monkeypatch):
     compacted = StreamingEngine(model, renderer, cfg)
     [a] = compacted.run([long], [long_frames])
     kept = compacted.cache_length()
-    monkeypatch.setattr(StreamingEngine, "_compact", lambda self: setattr(self, "_dead", 0))
+    monkeypatch.setattr(KVWindow, "compact", lambda self: setattr(self, "dead", 0))
     masked = StreamingEngine(model, renderer, cfg)
     [b] = masked.run([long], [long_frames])
     assert len(a.steps) == 80 and 0 < sum(s.fired for s in a.steps) < 80
@@ -245,7 +247,7 @@ def test_step_timings_split_each_step(tiny_model_and_processor, toy_dir):
     what the bench reports as the engine's own host work is the rest."""
     from data_builders.config import RenderConfig
     from data_builders.frames import stream_frames
-    from data_builders.records import load_streams
+    from data_builders.record_io import load_streams
     from eval.engine.render import TurnRenderer
     from eval.engine.streaming import EngineConfig, StreamingEngine
 

@@ -12,7 +12,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from data_builders.records import Stream, Target, load_streams, write_jsonl
+from data_builders.record_io import load_streams, write_jsonl
+from data_builders.records import Stream, Target
 from data_builders.synthetic.toy import generate_toy
 from eval.config import BenchmarkConfig
 from eval.run import evaluate, load_config

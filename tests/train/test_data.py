@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from data_builders.config import RenderConfig
-from data_builders.records import load_streams, write_jsonl
+from data_builders.frame_cache import FrameCache
+from data_builders.record_io import load_streams, write_jsonl
 from data_builders.splits import split_records
-from data_builders.video import FrameCache
 from eval.engine.render import TurnRenderer
 from train.sft.data import StreamWindowDataset, WindowCollator
 
@@ -85,7 +85,7 @@ def test_stages_read_what_the_frames_stage_cached(tiny_model_and_processor, toy_
     """``python -m data_builders frames`` fills paths.frame_cache_dir; SFT windows, GRPO windows and
     evaluation then read every frame from it: not one clip is decoded again."""
     from data_builders.frames import cache_frames, stream_frames
-    from data_builders.records import resolve_video
+    from data_builders.record_io import resolve_video
     from eval.engine.streaming import EngineConfig, stream_batches
 
     _, processor = tiny_model_and_processor

@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 import train.export as export_module
 from data_builders.config import RenderConfig
 from data_builders.frames import stream_frames
-from data_builders.records import load_streams, resolve_video
+from data_builders.record_io import load_streams, resolve_video
 from eval.engine.checkpoints import weights_fingerprint, write_render
 from eval.engine.render import TurnRenderer
 from train.model_card import evaluations_of

@@ -8,7 +8,9 @@ import torch
 
 from data_builders.config import RenderConfig
 from data_builders.frames import stream_frames
-from data_builders.records import Stream, Target, load_streams, target_step
+from data_builders.record_io import load_streams
+from data_builders.records import Stream, Target
+from data_builders.stream_steps import target_step
 from eval.engine.render import RESPONSE_CLASS, TurnRenderer
 from eval.engine.streaming import EngineConfig, StreamingEngine
 from rewards.grpo import build_reward, step_rewards

@@ -139,7 +139,7 @@ def test_keep_best_keeps_the_weights_of_the_best_held_out_evaluation(toy_mixture
     from safetensors.torch import load_file
 
     from data_builders.config import RenderConfig
-    from data_builders.records import load_streams
+    from data_builders.record_io import load_streams
     from data_builders.splits import split_records
     from eval.engine.checkpoints import saved_render
     from eval.engine.model import load_model_and_processor

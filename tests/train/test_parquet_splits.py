@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from data_builders.mixture import build_toy_mixture
-from data_builders.records import load_streams
+from data_builders.record_io import load_streams
 from data_builders.splits import records_file, split_records
 
 

@@ -94,7 +94,7 @@ def test_two_steps_pinned_losses_checkpoint_and_run_dir(toy_data, tmp_path):
 
     from data_builders.config import RenderConfig
     from data_builders.frames import stream_frames
-    from data_builders.records import load_streams
+    from data_builders.record_io import load_streams
     from eval.engine.render import TurnRenderer
     from eval.engine.streaming import EngineConfig, StreamingEngine
 

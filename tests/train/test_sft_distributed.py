@@ -17,7 +17,7 @@ import pytest
 
 from data_builders.build import write_outputs
 from data_builders.mixture import build_toy_mixture
-from data_builders.records import load_streams
+from data_builders.record_io import load_streams
 from train.sft.run import compose_config, train
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -370,7 +370,7 @@ def part_eval(device: str, s: dict) -> dict:
     batches after the first over the time from the first batch's predictions to the last's."""
     import tempfile
 
-    from data_builders.records import write_jsonl
+    from data_builders.record_io import write_jsonl
     from data_builders.synthetic.toy import generate_toy
 
     e = s["eval"]

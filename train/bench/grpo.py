@@ -35,7 +35,7 @@ WINDOW_STEPS = 20
 def window_pool(root: Path, windows: int):
     """The tiny model, its processor and renderer (``render=toy``), and ``windows`` toy windows."""
     from data_builders.frames import stream_frames
-    from data_builders.records import load_streams, write_jsonl
+    from data_builders.record_io import load_streams, write_jsonl
     from data_builders.synthetic.toy import generate_toy
     from eval.engine.model import load_model_and_processor
     from eval.engine.render import TurnRenderer

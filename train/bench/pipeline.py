@@ -24,9 +24,9 @@ from pathlib import Path
 
 from data_builders.bench.cache import BENCH_FORMATS, textured_frames
 from data_builders.config import CONF_DIR, model_render
-from data_builders.records import write_jsonl
+from data_builders.frame_cache import FrameCache
+from data_builders.record_io import write_jsonl
 from data_builders.synthetic.toy import generate_toy, write_mp4
-from data_builders.video import FrameCache
 
 #: Qwen3-VL's image processor (``conf/model/qwen3_vl_4b.yaml``).
 QWEN3_VL_IMAGES = {

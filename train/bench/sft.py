@@ -32,7 +32,7 @@ VARIANTS = {"frozen_vision": True, "trained_vision": False}
 
 def run_variant(freeze: bool, steps: int, batch: int, threads: int, warmup: int = 2) -> dict:
     """Measure one variant in this process."""
-    from data_builders.records import write_jsonl
+    from data_builders.record_io import write_jsonl
     from data_builders.synthetic.toy import generate_toy
     from eval.config import quiet_libraries
     from eval.engine.model import load_model_and_processor

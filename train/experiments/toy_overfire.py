@@ -27,8 +27,10 @@ from omegaconf import DictConfig, OmegaConf
 from data_builders.build import write_outputs
 from data_builders.config import RenderConfig
 from data_builders.mixture import build_toy_mixture
-from data_builders.records import Target, load_streams, resolve_video, step_times, target_step
+from data_builders.record_io import load_streams, resolve_video
+from data_builders.records import Target
 from data_builders.splits import split_records
+from data_builders.stream_steps import step_times, target_step
 from eval.config import BenchmarkConfig
 from eval.runners import evaluate_model
 from infra.schema import typed

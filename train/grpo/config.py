@@ -32,7 +32,7 @@ class GRPOSettings(StageSettings):
     """Held-out split evaluated every ``eval_every`` updates (None: no evaluation)."""
     window_steps: int = bounded(20, ge=1)
     """Decision steps per rollout window (one GRPO prompt). Windows keep the clip clock and hold the
-    targets that land on their steps (``data_builders.records.step_windows``), as SFT's do."""
+    targets that land on their steps (``data_builders.stream_steps.step_windows``), as SFT's do."""
     negative_share: float = bounded(0.25, ge=0, le=1)
     """Share of windows without a target."""
     num_generations: int = bounded(4, ge=2)

@@ -50,7 +50,7 @@ import torch
 
 from eval.engine.checkpoints import COMPLETE_MARKER, checkpoint_name, named_step, write_render
 from eval.engine.render import TurnRenderer
-from eval.engine.streaming import compiled_graphs
+from eval.engine.step_forward import compiled_graphs
 from eval.tracking import flatten
 from infra.ranks import all_reduce, barrier, broadcast, gather, shard
 from infra.run_control import Preempted, RunControl

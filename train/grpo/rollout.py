@@ -1,6 +1,6 @@
 """GRPO rollouts: windows of a stream, G sampled streaming rollouts per window, and their advantages.
 
-A *window* is steps ``[start, end)`` of a stream (``data_builders.records.step_windows``, the rule
+A *window* is steps ``[start, end)`` of a stream (``data_builders.stream_steps.step_windows``, the rule
 SFT windows follow): its steps keep the clip clock, its first turn carries the instruction (and the
 history), and it holds the targets that land on its steps (``targets_in_window``). Each window is one
 GRPO prompt. A rollout runs the window through the :class:`~eval.engine.streaming.StreamingEngine` with
@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from data_builders.records import Stream, Target, step_windows, targets_in_window
+from data_builders.records import Stream, Target
+from data_builders.stream_steps import step_windows, targets_in_window
 from eval.engine.render import TurnRenderer
 from eval.engine.streaming import EngineConfig, StreamingEngine, StreamResult
 

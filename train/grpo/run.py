@@ -31,10 +31,10 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from data_builders.config import RenderConfig
+from data_builders.frame_cache import FrameCache
 from data_builders.frames import stream_frames
-from data_builders.records import load_streams, resolve_video
+from data_builders.record_io import load_streams, resolve_video
 from data_builders.splits import split_records
-from data_builders.video import FrameCache
 from eval.config import BenchmarkConfig, LoggerConfig, quiet_libraries
 from eval.engine.checkpoints import (
     COMPLETE_MARKER,

@@ -24,7 +24,7 @@ class TrainSettings(StageSettings):
     """Split for the trainer's eval loss (None: none)."""
     window_steps: int | None = bounded(None, ge=1)
     """Split long streams into training windows of at most this many steps (None: one window per
-    stream). Windows keep the clip clock (``data_builders.records.step_windows``), as GRPO's do."""
+    stream). Windows keep the clip clock (``data_builders.stream_steps.step_windows``), as GRPO's do."""
     num_epochs: float = bounded(1.0, gt=0)
     max_steps: int = -1
     """Optimizer steps; -1: ``num_epochs`` over the training split."""

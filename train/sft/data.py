@@ -3,7 +3,7 @@
     dataset = StreamWindowDataset.from_split(mixture_dir / "train", renderer, FrameCache(".cache/frames"))
     batch = WindowCollator(pad_token_id=processor.tokenizer.pad_token_id)([dataset[0], dataset[1]])
 
-One item is one training window of one stream (``data_builders.records.step_windows``; a whole
+One item is one training window of one stream (``data_builders.stream_steps.step_windows``; a whole
 stream unless ``train.window_steps`` splits it, the clip clock kept): its frames come through the
 frame cache (``data_builders.frames.stream_frames``: one entry per clip and pixel budget, the one the
 frames stage writes) and the renderer turns them into the model's turns. Rendered items are kept in
@@ -24,10 +24,12 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from data_builders.frame_cache import FrameCache
 from data_builders.frames import stream_frames
-from data_builders.records import Stream, load_streams, resolve_video, step_windows
+from data_builders.record_io import load_streams, resolve_video
+from data_builders.records import Stream
 from data_builders.splits import split_records
-from data_builders.video import FrameCache
+from data_builders.stream_steps import step_windows
 from eval.engine.render import TurnRenderer
 from eval.engine.streaming import BLANK_GREY
 

@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from data_builders.config import RenderConfig
-from data_builders.video import FrameCache
+from data_builders.frame_cache import FrameCache
 from eval.config import quiet_libraries
 from eval.engine.checkpoints import COMPLETE_MARKER, checkpoint_name, checkpoint_step, write_render
 from eval.engine.model import count_parameters, load_model_and_processor
