@@ -133,8 +133,8 @@ class MixRoot:
 
 store_schema("build", BuildConfig)
 # conf/source/<name>.yaml lists source_<name>_schema: the source's options, defaults from its dataclass
-for _name, _spec in SOURCES.items():
-    store_schema(f"source_{_name}", _spec.options)
+for _name in SOURCES.names():
+    store_schema(f"source_{_name}", SOURCES.get(_name).options)
 # frames.yaml's data is its group (null: none); each data option lists data_schema first, so the
 # mixture's defaults are there in every root, frames.yaml included.
 store_schema("frames", FramesConfig, keys=[f.name for f in fields(FramesConfig) if f.name != "data"])

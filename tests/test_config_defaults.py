@@ -78,7 +78,7 @@ def _files() -> list[tuple[Path, type]]:
     files = [(CONF / f"{root}.yaml", schema) for root, schema in ROOT_SCHEMAS.items()]
     for group, schema in GROUP_SCHEMAS.items():
         files += [(path, schema) for path in sorted((CONF / group).glob("*.yaml"))]
-    files += [(path, SOURCES[path.stem].options) for path in sorted((CONF / "source").glob("*.yaml"))]
+    files += [(path, SOURCES.get(path.stem).options) for path in sorted((CONF / "source").glob("*.yaml"))]
     return files
 
 
