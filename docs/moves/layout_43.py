@@ -119,6 +119,7 @@ LEVEL = {package: level for level, group in enumerate(LAYERS) for package in gro
     ("engine/streaming.py", "    engine = StreamingEngine(", "    streamer = StreamingEngine("),
     ("engine/streaming.py", "engine.run([stream]", "streamer.run([stream]"),
     ("train/safe_load.py", "``engine.load_checkpoint``", "DeepSpeed's ``load_checkpoint``"),
+    ("tests/eval/test_protocols.py", '(ROOT / "eval" / "protocols")', '(ROOT / "benchmarks" / "protocols")'),
     ("pipeline/gpu_check.py", "", '\n\nif __name__ == "__main__":\n    main(sys.argv[1:])\n'),
     (
         "tests/test_layering.py",
@@ -297,9 +298,11 @@ def rewrite_symbol_imports(files: list[Path], src_mod: str, names: list[str], ds
     text_re = re.compile(
         rf"from {re.escape(src_mod)} import ({'|'.join(map(re.escape, names))})(?=[;\s\"')]|$)"
     )
+    table_re = re.compile(rf"(?<![\w.]){re.escape(src_mod)}:({'|'.join(map(re.escape, names))})\b")
     for path in files:
         text = path.read_text()
         new = dotted_re.sub(lambda m: f"{dst_mod}.{m.group(1)}", text)
+        new = table_re.sub(lambda m: f"{dst_mod}:{m.group(1)}", new)  # a registry's "module:attr"
         new = text_re.sub(lambda m: f"from {dst_mod} import {m.group(1)}", new)
         if path.suffix == ".py":
             new = _split_from_imports(new, src_mod, names, dst_mod)
