@@ -13,7 +13,7 @@ import pytest
 
 from data_builders import sources
 from data_builders.cli import run_build
-from data_builders.records import load_streams
+from data_builders.record_io import load_streams
 from data_builders.synthetic.toy import generate_toy
 from infra.schema import compose
 
