@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,9 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
                 raise RecordError(f"invalid JSON: {exc}", file=path, record=f"line {lineno}") from None
 
 
-def _load(path: str | Path, parse, kind: str) -> list:
+def load_items(path: str | Path, parse: Callable[[Any], Any], kind: str) -> list:
+    """Every row of a ``.jsonl`` file, a ``.parquet`` file or a shard dir, parsed by ``parse`` (an
+    object with an ``id``); a bad row or a repeated id names the file and the line."""
     path = Path(path)
     if not path.exists():
         raise RecordError(f"{kind} file does not exist", file=path)
@@ -66,17 +68,18 @@ def _load(path: str | Path, parse, kind: str) -> list:
 
 def load_streams(path: str | Path) -> list[Stream]:
     """Read and validate stream records from a ``.jsonl`` file, a ``.parquet`` file or a shard dir."""
-    return _load(path, Stream.from_dict, "records")
+    return load_items(path, Stream.from_dict, "records")
 
 
 def load_predictions(path: str | Path) -> list[Prediction]:
     """Read and validate predictions (``{"id", "replies"}`` per line)."""
-    return _load(path, Prediction.from_dict, "predictions")
+    return load_items(path, Prediction.from_dict, "predictions")
 
 
-def write_jsonl(path: str | Path, items: Iterable[Stream | Prediction | dict]) -> int:
-    """Write one JSON object per line (keys in a fixed order, so output is byte-reproducible), whole
-    or not at all (``files.atomic_writer``: a crash or a full disk leaves the previous file)."""
+def write_jsonl(path: str | Path, items: Iterable[Any]) -> int:
+    """Write each item (a dict, or a record with ``to_dict``) as one JSON object per line, keys in a
+    fixed order so output is byte-reproducible, whole or not at all (``files.atomic_writer``: a crash
+    or a full disk leaves the previous file)."""
     n = 0
     with atomic_writer(path) as fh:
         for item in items:

@@ -112,7 +112,7 @@ class RecordError(ValueError):
         )
 
 
-def _number(value: Any, name: str) -> float:
+def check_number(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise RecordError(f"expected a number of seconds, got {value!r}", field=name)
     try:
@@ -128,7 +128,7 @@ def check_clip_start(value: Any) -> float:
     """A record's ``clip_start``: a number of seconds, 0 or more. The steps, targets and replies of a
     clip are times from its start on, and a reply before 0 s is refused (:class:`Prediction`), so a
     clip starting earlier could be run but never scored."""
-    start = _number(value, "clip_start")
+    start = check_number(value, "clip_start")
     if start < 0:
         raise RecordError(
             f"a clip starts at 0 s or later on its record's clock, got {start} (its steps and replies "
@@ -138,7 +138,7 @@ def check_clip_start(value: Any) -> float:
     return start
 
 
-def _text(value: Any, name: str, *, optional: bool = False) -> str | None:
+def check_text(value: Any, name: str, *, optional: bool = False) -> str | None:
     if value is None and optional:
         return None
     if not isinstance(value, str):
@@ -146,7 +146,7 @@ def _text(value: Any, name: str, *, optional: bool = False) -> str | None:
     return value
 
 
-def _require(data: dict, key: str, prefix: str = "") -> Any:
+def require_field(data: dict, key: str, prefix: str = "") -> Any:
     if key not in data or data[key] is None:
         raise RecordError("missing required field", field=prefix + key)
     return data[key]
@@ -177,7 +177,7 @@ class Target:
         if window is not None:
             if not isinstance(window, (list, tuple)) or len(window) != 2:
                 raise RecordError(f"expected [start, end], got {window!r}", field=f"{prefix}.window")
-            start, end = (_number(v, f"{prefix}.window") for v in window)
+            start, end = (check_number(v, f"{prefix}.window") for v in window)
             if end < start:
                 raise RecordError(f"window ends before it starts ({start} > {end})", field=f"{prefix}.window")
             window = (start, end)
@@ -186,14 +186,14 @@ class Target:
                 raise RecordError("a target needs a time or a window", field=f"{prefix}.time")
             time = (window[0] + window[1]) / 2
         else:
-            time = _number(data["time"], f"{prefix}.time")
-        content = _text(data.get("content", ""), f"{prefix}.content")
+            time = check_number(data["time"], f"{prefix}.time")
+        content = check_text(data.get("content", ""), f"{prefix}.content")
         return cls(
             time=time,
             content=content,
             window=window,
-            label=_text(data.get("label"), f"{prefix}.label", optional=True),
-            category=_text(data.get("category"), f"{prefix}.category", optional=True),
+            label=check_text(data.get("label"), f"{prefix}.label", optional=True),
+            category=check_text(data.get("category"), f"{prefix}.category", optional=True),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -214,8 +214,8 @@ class HistoryEntry:
         if not isinstance(data, dict):
             raise RecordError(f"expected an object, got {type(data).__name__}", field=prefix)
         return cls(
-            time=_number(_require(data, "time", f"{prefix}."), f"{prefix}.time"),
-            text=_text(_require(data, "text", f"{prefix}."), f"{prefix}.text"),
+            time=check_number(require_field(data, "time", f"{prefix}."), f"{prefix}.time"),
+            text=check_text(require_field(data, "text", f"{prefix}."), f"{prefix}.text"),
         )
 
 
@@ -265,9 +265,9 @@ class Stream:
         try:
             if not isinstance(rid, str) or not rid:
                 raise RecordError(f"expected a non-empty string id, got {rid!r}", field="id")
-            task = check_task(_text(_require(data, "task"), "task"))
-            clip_start = check_clip_start(_require(data, "clip_start"))
-            clip_end = _number(_require(data, "clip_end"), "clip_end")
+            task = check_task(check_text(require_field(data, "task"), "task"))
+            clip_start = check_clip_start(require_field(data, "clip_start"))
+            clip_end = check_number(require_field(data, "clip_end"), "clip_end")
             if clip_end <= clip_start:
                 raise RecordError(
                     f"clip ends before it starts ({clip_start} >= {clip_end})", field="clip_end"
@@ -275,7 +275,7 @@ class Stream:
             targets = _clip_targets(data, clip_start, clip_end)
             instruction_time = data.get("instruction_time")
             if instruction_time is not None:
-                instruction_time = _number(instruction_time, "instruction_time")
+                instruction_time = check_number(instruction_time, "instruction_time")
                 if not clip_start - TIME_EPS <= instruction_time <= clip_end + TIME_EPS:
                     raise RecordError("instruction time lies outside the clip", field="instruction_time")
             raw_history = data.get("history") or []
@@ -284,16 +284,16 @@ class Stream:
             meta = _meta(data)
             return cls(
                 id=rid,
-                source=_text(_require(data, "source"), "source"),
+                source=check_text(require_field(data, "source"), "source"),
                 task=task,
-                video=_text(_require(data, "video"), "video"),
+                video=check_text(require_field(data, "video"), "video"),
                 clip_start=clip_start,
                 clip_end=clip_end,
-                instruction=_text(_require(data, "instruction"), "instruction"),
+                instruction=check_text(require_field(data, "instruction"), "instruction"),
                 targets=targets,
                 instruction_time=instruction_time,
                 history=[HistoryEntry.from_dict(h, f"history[{i}]") for i, h in enumerate(raw_history)],
-                video_offset=_number(data.get("video_offset", 0.0) or 0.0, "video_offset"),
+                video_offset=check_number(data.get("video_offset", 0.0) or 0.0, "video_offset"),
                 meta=meta,
             )
         except RecordError as err:
@@ -404,7 +404,7 @@ class Prediction:
             for i, r in enumerate(raw):
                 if not isinstance(r, dict):
                     raise RecordError("expected an object", field=f"replies[{i}]")
-                time = _number(_require(r, "time", f"replies[{i}]."), f"replies[{i}].time")
+                time = check_number(require_field(r, "time", f"replies[{i}]."), f"replies[{i}].time")
                 if time < 0:
                     raise RecordError(
                         f"a reply time is seconds on the video's clock, got {time}",
@@ -413,8 +413,8 @@ class Prediction:
                 replies.append(
                     Reply(
                         time=time,
-                        text=_text(r.get("text", ""), f"replies[{i}].text"),
-                        category=_text(r.get("category"), f"replies[{i}].category", optional=True),
+                        text=check_text(r.get("text", ""), f"replies[{i}].text"),
+                        category=check_text(r.get("category"), f"replies[{i}].category", optional=True),
                     )
                 )
             if any(b.time < a.time for a, b in zip(replies, replies[1:], strict=False)):
