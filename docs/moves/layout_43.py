@@ -7,7 +7,9 @@ stages, the cross-stage tools above them. Run once, from the repository root, on
 It is kept so that the move can be read (and re-run on a branch made before it). What moves:
 
 - ``eval/engine/`` -> ``engine/``: the model, its inputs (render) and the streaming engine, with the
-  model blocks every stage shares (``engine/config.py``) and the pre-flight (``engine/preflight.py``).
+  model blocks every stage shares (``engine/config.py``), the pre-flight (``engine/preflight.py``)
+  and what the engine says, ``Reply`` and ``Prediction`` (``engine/replies.py``, from
+  ``data_builders/records.py``).
 - ``eval/runners.py``, ``eval/scoring/``, ``eval/protocols/`` -> ``benchmarks/``, with
   ``BenchmarkConfig``/``ScoringConfig`` (``benchmarks/config.py``): what a benchmark is, used by
   ``eval.run`` and by GRPO's held-out evaluation alike.
@@ -39,6 +41,8 @@ SYMBOL_MOVES = [
         "eval/engine/memory/embedders.py",
     ),
     ("train/sweeps.py", ["SweepResult"], "pipeline/sweeps.py"),
+    ("data_builders/records.py", ["Reply", "Prediction"], "eval/engine/replies.py"),
+    ("data_builders/record_io.py", ["load_predictions"], "eval/engine/replies.py"),
     ("eval/tracking.py", ["plot_timeline", "plot_timelines"], "eval/timelines.py"),
     ("eval/config.py", ["LoggerConfig"], "eval/tracking.py"),
     ("eval/config.py", ["quiet_libraries"], "infra/entry.py"),
