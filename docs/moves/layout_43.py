@@ -30,6 +30,7 @@ import ast
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 #: (module file, top-level names, destination file), in the old layout; applied in order.
@@ -288,7 +289,7 @@ def move_symbols(src: str, names: list[str], dst: str) -> None:
         new = head + "\n".join(imports) + "\n" + body.rstrip("\n") + "\n\n\n" + code
     else:
         dst_path.parent.mkdir(parents=True, exist_ok=True)
-        doc = f'"""{NEW_MODULES[dst]}"""\n\n'
+        doc = '"""' + textwrap.fill(NEW_MODULES[dst], width=100) + '"""\n\n'
         new = doc + "from __future__ import annotations\n\n" + "\n".join(imports) + "\n\n\n" + code
     dst_path.write_text(new)
     if used:
