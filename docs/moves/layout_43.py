@@ -30,6 +30,7 @@ import ast
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 #: (module file, top-level names, destination file), in the old layout; applied in order.
@@ -53,6 +54,24 @@ SYMBOL_MOVES = [
     ),
     ("eval/config.py", ["_knob", "ScoringConfig", "BenchmarkConfig"], "eval/benchmark_config.py"),
 ]
+
+#: The docstrings of the modules the symbol moves create.
+NEW_MODULES = {
+    "eval/timelines.py": "Per-record timelines as PNGs (matplotlib, Agg): P(</Response>) per step against the "
+    "threshold, the fires and the target windows; ``eval.run`` draws its first ``timelines`` records.",
+    "eval/engine/config.py": "The blocks of every root that runs the model: the model block "
+    "(``ModelConfig``; ``model_preset`` reads a ``conf/model/`` file whole), the memory plan's "
+    "settings, and the paths, model, logger, render and plan blocks every stage shares "
+    "(``ModelBlocks``; ``DataBlocks`` adds the data mixture).",
+    "eval/benchmark_config.py": "The benchmark block of ``eval.run`` and of GRPO's held-out evaluation "
+    "(``BenchmarkConfig``) and the scoring settings it extends (``ScoringConfig``: each field is also "
+    "a flag of ``python -m eval.score``).",
+    "eval/engine/replies.py": "What the model says: a ``Reply`` (when, what, an optional category) and "
+    "a stream's ``Prediction`` (its replies in time order), with their reader: what runners write and "
+    "scorers read.",
+    "pipeline/sweeps.py": "The end of a GRPO sweep: one JSON line of its table, the swept keys and each "
+    "point's final and best scores (``eval.sweep_table``).",
+}
 
 #: (old path, new path): files and folders, applied in order with ``git mv``.
 MODULE_MOVES = [
@@ -270,7 +289,7 @@ def move_symbols(src: str, names: list[str], dst: str) -> None:
         new = head + "\n".join(imports) + "\n" + body.rstrip("\n") + "\n\n\n" + code
     else:
         dst_path.parent.mkdir(parents=True, exist_ok=True)
-        doc = f'"""{", ".join(names)}: moved here from ``{dotted(src)}`` (issue 43)."""\n\n'
+        doc = '"""' + textwrap.fill(NEW_MODULES[dst], width=100) + '"""\n\n'
         new = doc + "from __future__ import annotations\n\n" + "\n".join(imports) + "\n\n\n" + code
     dst_path.write_text(new)
     if used:
