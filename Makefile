@@ -4,7 +4,7 @@
 # make test-slurm -> setup, Debian's slurm-wlm + munge when absent, then the sbatch scripts under a
 #                    real Slurm on localhost (tests/slurm/test_real_slurm.py; root; minutes)
 # make lint    -> ruff
-# make gpu-check [DEVICE=cpu] [OUT=DIR] -> train/bench/gpu_check.py: SFT, GRPO, engine, compile, probes,
+# make gpu-check [DEVICE=cpu] [OUT=DIR] -> pipeline/gpu_check.py: SFT, GRPO, engine, compile, probes,
 #                    eval.run on one GPU in 8 min (the tiny model on CPU in 3); JSON + markdown under OUT
 # make gpu-wheels -> the wheels gpu-check needs on a machine with torch but no registry, into .whl/
 SHELL := /bin/bash
@@ -61,7 +61,7 @@ test-slurm: setup
 	PROACTIVE_REAL_SLURM=1 $(PY) -m pytest -q -x tests/slurm/test_real_slurm.py
 
 demo: setup
-	$(PY) -m train.demo
+	$(PY) -m pipeline.demo
 
 lint: setup
 	$(PY) -m ruff check .
@@ -81,12 +81,12 @@ WHEEL_PLATFORMS := $(foreach n,28 17,--platform manylinux_2_$(n)_x86_64) --platf
 
 gpu-check:
 	@export PYTHONPATH=$(CURDIR):$(CURDIR)/.whl/site$${PYTHONPATH:+:$$PYTHONPATH}; \
-	missing=$$($(CHECK_PY) -m train.bench gpu_check --missing); \
+	missing=$$($(CHECK_PY) -m pipeline.gpu_check --missing); \
 	if [ -n "$$missing" ] && ls .whl/*.whl >/dev/null 2>&1; then \
 	  echo "gpu-check: installing $$missing from .whl/ into .whl/site"; \
 	  $(CHECK_PY) -m pip install -q --no-index --no-deps --no-compile --upgrade --target .whl/site .whl/*.whl || exit 2; \
 	fi; \
-	$(CHECK_PY) -m train.bench gpu_check $(if $(DEVICE),--device $(DEVICE)) --out $(OUT)
+	$(CHECK_PY) -m pipeline.gpu_check $(if $(DEVICE),--device $(DEVICE)) --out $(OUT)
 
 gpu-wheels:
 	mkdir -p .whl

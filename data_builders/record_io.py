@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from data_builders.records import Prediction, RecordError, Stream
+from data_builders.records import RecordError, Stream
 from infra.files import atomic_writer
 
 
@@ -69,11 +69,6 @@ def load_items(path: str | Path, parse: Callable[[Any], Any], kind: str) -> list
 def load_streams(path: str | Path) -> list[Stream]:
     """Read and validate stream records from a ``.jsonl`` file, a ``.parquet`` file or a shard dir."""
     return load_items(path, Stream.from_dict, "records")
-
-
-def load_predictions(path: str | Path) -> list[Prediction]:
-    """Read and validate predictions (``{"id", "replies"}`` per line)."""
-    return load_items(path, Prediction.from_dict, "predictions")
 
 
 def write_jsonl(path: str | Path, items: Iterable[Any]) -> int:

@@ -45,7 +45,7 @@ TASKS: frozenset[str] = frozenset(
         "proactive_narration",
         "timed_qa",
         "clue_then_respond",
-        # the public benchmarks (eval/protocols/): the benchmark's own task is in meta["benchmark_task"]
+        # the public benchmarks (benchmarks/protocols/): the benchmark's own task is in meta["benchmark_task"]
         "ovo",
         "streamingbench_proactive",
         "proactivevideoqa",
@@ -371,57 +371,3 @@ def _meta(data: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(meta, dict):
         raise RecordError("expected an object", field="meta")
     return meta
-
-
-@dataclass(frozen=True)
-class Reply:
-    """One thing the model said: when (seconds, record time axis), what, and an optional category."""
-
-    time: float
-    text: str
-    category: str | None = None
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """All replies of the model on one stream, in time order."""
-
-    id: str
-    replies: list[Reply] = field(default_factory=list)
-
-    @classmethod
-    def from_dict(cls, data: Any) -> Prediction:
-        if not isinstance(data, dict):
-            raise RecordError(f"expected a JSON object, got {type(data).__name__}")
-        rid = data.get("id")
-        try:
-            if not isinstance(rid, str) or not rid:
-                raise RecordError(f"expected a non-empty string id, got {rid!r}", field="id")
-            raw = data.get("replies")
-            if not isinstance(raw, list):
-                raise RecordError("missing or not a list", field="replies")
-            replies = []
-            for i, r in enumerate(raw):
-                if not isinstance(r, dict):
-                    raise RecordError("expected an object", field=f"replies[{i}]")
-                time = check_number(require_field(r, "time", f"replies[{i}]."), f"replies[{i}].time")
-                if time < 0:
-                    raise RecordError(
-                        f"a reply time is seconds on the video's clock, got {time}",
-                        field=f"replies[{i}].time",
-                    )
-                replies.append(
-                    Reply(
-                        time=time,
-                        text=check_text(r.get("text", ""), f"replies[{i}].text"),
-                        category=check_text(r.get("category"), f"replies[{i}].category", optional=True),
-                    )
-                )
-            if any(b.time < a.time for a, b in zip(replies, replies[1:], strict=False)):
-                raise RecordError("replies are not in time order", field="replies")
-            return cls(id=rid, replies=replies)
-        except RecordError as err:
-            raise err.located(record=rid if isinstance(rid, str) and rid else None) from None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "replies": [asdict(r) for r in self.replies]}

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import sys
 
+from engine.model import describe, load_model_and_processor, plain_model_config
 from eval.config import EvalConfig  # stores eval_schema, the first entry of conf/eval.yaml
-from eval.engine.model import describe, load_model_and_processor, plain_model_config
 from infra.schema import compose
 
 USAGE = "usage: python -m eval.model [model=tiny|qwen3_vl_2b|qwen3_vl_4b|qwen3_vl_8b] [model.KEY=VALUE ...]"

@@ -10,7 +10,7 @@ Every key of an ``eval.run`` config decides, except :data:`NOT_DECISIVE` (where 
 are logged, how records are batched: batch composition moves logits by ~1e-7, below the sweep's
 margin). So a key added to the schema decides until it is listed here: an unknown key errs on the
 side of redoing work, never of mixing results. The weights are the sha256 of the checkpoint's weight
-files (``eval.engine.checkpoints.weights_fingerprint``), None without a checkpoint.
+files (``engine.checkpoints.weights_fingerprint``), None without a checkpoint.
 
 A record's fingerprint covers the whole record (video, clip, instruction, history, targets, meta):
 a record rebuilt in place under the same id (a new instruction or target) has another one, so its

@@ -6,16 +6,16 @@
     accelerate launch --config_file conf/accelerate/ddp.yaml --num_processes 8 -m eval.run checkpoint=DIR ...
 
 1. Compose ``conf/eval.yaml`` (with a checkpoint, at the ``render`` block it was trained with:
-   ``eval.engine.checkpoints``); read the records (``records=PATH`` or ``<data.dir>/<split>``).
+   ``engine.checkpoints``); read the records (``records=PATH`` or ``<data.dir>/<split>``).
 2. Append one line per record to ``<out>/predictions.jsonl`` as its batch finishes (fsynced), so a
    killed run resumes: finished ids are skipped, a torn last line is dropped (``eval.store``).
    Batches are a fixed plan over the record order, so a resumed batch holds the same records.
    Each line carries its record's sha256 (``eval.provenance``): a record rebuilt in place since (same
    id, new contents) is streamed again, its old line moved to ``superseded/records-<time>/``
    (:func:`fresh_ids`).
-3. Score in memory with the protocol's scorer (``eval.runners.get_runner``) into ``metrics.json`` (what ``python -m eval.score``
-   prints; order-independent), ``per_sample.jsonl``; plot timelines; log (``eval.tracking``); write
-   the viewer page ``view.html`` and its rows as a W&B Table (``eval.view``; ``view=false``: not).
+3. Score in memory with the protocol's scorer (``benchmarks.runners.get_runner``) into ``metrics.json`` (what ``python -m eval.score``
+   prints; order-independent), ``per_sample.jsonl``; plot timelines; log (``infra.tracking``); write
+   the viewer page ``view.html`` and its rows as a W&B Table (``eval.app.view``; ``view=false``: not).
 
 Under a multi-process launch (``accelerate launch --num_processes N -m eval.run ...``, ``WORLD_SIZE``
 > 1) each rank streams its share of the records into ``predictions.rank-R-of-N.jsonl`` and rank 0
@@ -23,10 +23,10 @@ merges them into ``predictions.jsonl`` and does step 3 alone (``eval.ranks``); a
 refused there. Each rank uses the GPU of its ``LOCAL_RANK`` when CUDA is there.
 
 ``evaluate(cfg)`` does all of it and returns the metrics dict (used by ``make demo``);
-``eval.runners.evaluate_model`` runs the same streaming and scoring on a model in memory, with no
+``benchmarks.runners.evaluate_model`` runs the same streaming and scoring on a model in memory, with no
 files (GRPO's held-out evaluation and ``keep_best``). The resolved
 config is written once to ``<out>/config.yaml``, with ``weights``: the sha256 of the checkpoint's
-weight files (``eval.engine.checkpoints.weights_fingerprint``). Resuming with a config that would change the
+weight files (``engine.checkpoints.weights_fingerprint``). Resuming with a config that would change the
 decisions fails instead of mixing predictions; a folder holding an evaluation of other weights at the
 same path (a retrain into the same run dir, finished or killed part way) is moved whole to
 ``<out>/superseded/<its sha256[:12]>/`` and the checkpoint is evaluated afresh, so the numbers printed
@@ -50,12 +50,12 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from benchmarks.runners import get_runner
 from data_builders.config import RenderConfig
 from data_builders.frame_cache import FrameCache, FrameCacheError
 from data_builders.record_io import load_streams, write_jsonl
 from data_builders.records import RecordError, Stream
-from eval.config import EvalConfig, quiet_libraries, records_path
-from eval.engine.checkpoints import (
+from engine.checkpoints import (
     add_render_to_command_line,
     check_checkpoint,
     check_render,
@@ -66,11 +66,13 @@ from eval.engine.checkpoints import (
     run_dir_of,
     weights_fingerprint,
 )
-from eval.engine.memory import build_memory
-from eval.engine.model import load_model_and_processor
-from eval.engine.render import TurnRenderer
-from eval.engine.streaming import EngineConfig
-from eval.preflight import check_stage
+from engine.memory import build_memory
+from engine.model import load_model_and_processor
+from engine.preflight import check_stage
+from engine.render import TurnRenderer
+from engine.streaming import EngineConfig
+from eval.app.view import write_view
+from eval.config import EvalConfig, records_path
 from eval.provenance import RECORD_FIELD, decides, describe_difference, record_fingerprint
 from eval.ranks import (
     PREDICTIONS,
@@ -82,16 +84,15 @@ from eval.ranks import (
     split,
     write_manifest,
 )
-from eval.runners import get_runner
 from eval.store import PredictionLog, PredictionWriteError
 from eval.sweep import point_dir, reuse_rows, sibling_passes, write_summary
-from eval.tracking import format_table, make_logger, plot_timelines
-from eval.view import write_view
-from infra.entry import front_door
+from eval.timelines import plot_timelines
+from infra.entry import front_door, quiet_libraries
 from infra.files import LOCK_FILE, DiskFullError, OutputLock, OutputLocked, write_text_atomic
 from infra.progress import Progress, console
 from infra.ranks import Ranks
 from infra.schema import CONF_DIR, compose, load_literal, validate
+from infra.tracking import format_table, make_logger
 
 CONF = str(CONF_DIR)
 #: Where an output folder keeps the evaluations of weights the checkpoint no longer holds.
@@ -416,7 +417,7 @@ def _score_and_log(
     tracker.log_metrics(metrics, training_step(cfg), prefix)
     tracker.log_table(f"{prefix}/per_task", columns, table)
     tracker.log_images(f"{prefix}/timeline", pngs, [s.id for s in streams[: len(pngs)]])
-    if cfg.view:  # view.html next to metrics.json, and its rows as a W&B Table (eval.view)
+    if cfg.view:  # view.html next to metrics.json, and its rows as a W&B Table (eval.app.view)
         write_view(out, tracker=tracker, name=f"{prefix}/streams")
     tracker.finish()
     if sweep:
@@ -452,7 +453,7 @@ def _main(cfg: DictConfig) -> None:
 
 def main() -> None:
     """The command line, with a checkpoint's saved render block added as overrides before Hydra
-    composes (``eval.engine.checkpoints.render_overrides``). SIGUSR1 gets its default action back (the end
+    composes (``engine.checkpoints.render_overrides``). SIGUSR1 gets its default action back (the end
     of the process): ``slurm/eval.sh`` starts ranks under a launcher told to ignore it, and a
     resumable evaluation has nothing to save before the requeue."""
     signal.signal(signal.SIGUSR1, signal.SIG_DFL)

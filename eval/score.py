@@ -13,21 +13,21 @@ Ground truth lines need only ``id``, ``task`` and ``targets``. Every ground-trut
 prediction (``--allow-missing`` scores a missing one as silence); a prediction id not in the ground
 truth is an error. A reply's leading ``[tag]`` is its category and is not part of the scored text.
 Content scoring (``--content``, default ``label``; ``--label-fallback`` scores targets without a
-label, default ``exact``) goes through the scorer registry ``eval.scoring.CONTENT``; a pair the
+label, default ``exact``) goes through the scorer registry ``benchmarks.scoring.CONTENT``; a pair the
 scorer cannot score (an unparsable judge answer) leaves its sample out, and the count is reported
 under ``unscorable``. P3I samples without targets are reported under ``negatives`` (share silent),
 not in the task scores.
 
 EgoServe (docs/egoserve.md): the numbers are the official evaluator's, on the release files and
-EgoMemo's prediction folders as they are (``eval.protocols.egoserve_files``, ``eval.protocols.egoserve_preds``); what
+EgoMemo's prediction folders as they are (``benchmarks.protocols.egoserve_files``, ``benchmarks.protocols.egoserve_preds``); what
 its rules drop is counted under ``dropped`` (and named on stderr), input on which the official code
 would stop under ``official_would_fail``, and the ``strict`` view (every ground-truth event counts)
 comes with its ``errors``. ``--content judge`` rates the matched pairs as the official judge does;
 ``--judge-timeout`` bounds each request, and pairs the judge could not rate are counted under
 ``unrated``. A 401/403/404 from the judge exits 2 with the status.
 
-This module only reads files and options (its parser: ``eval.scoring.options``): the scoring itself
-is the protocol's (``eval.protocols.get_protocol(name).score``), the same call ``eval.run``,
+This module only reads files and options (its parser: ``benchmarks.scoring.options``): the scoring itself
+is the protocol's (``benchmarks.protocols.get_protocol(name).score``), the same call ``eval.run``,
 ``eval.watch`` and GRPO's held-out evaluation make in memory.
 """
 
@@ -38,15 +38,16 @@ import json
 import sys
 from pathlib import Path
 
-from data_builders.record_io import iter_jsonl, load_predictions, load_streams, write_jsonl
+from benchmarks.protocols import PROTOCOLS, get_protocol
+from benchmarks.protocols.egoserve import egoserve_groups, score_egoserve_events
+from benchmarks.protocols.egoserve_files import EventGroup, detect_release, read_release, release_pairs
+from benchmarks.scoring import GroundTruth, ScoreSettings, pair
+from benchmarks.scoring.judge import config_from_args
+from benchmarks.scoring.options import parse_options, settings_from_args
+from data_builders.record_io import iter_jsonl, load_streams, write_jsonl
 from data_builders.records import RecordError, Target, check_clip_start, check_task
-from eval.protocols import PROTOCOLS, get_protocol
-from eval.protocols.egoserve import egoserve_groups, score_egoserve_events
-from eval.protocols.egoserve_files import EventGroup, detect_release, read_release, release_pairs
-from eval.scoring import GroundTruth, ScoreSettings, pair
-from eval.scoring.chat_client import ChatFatal
-from eval.scoring.judge import config_from_args
-from eval.scoring.options import parse_options, settings_from_args
+from engine.replies import load_predictions
+from infra.chat_client import ChatFatal
 
 
 def _gt_from_row(row: object) -> GroundTruth:
@@ -91,7 +92,7 @@ def load_ground_truth(path: str | Path) -> list[GroundTruth]:
 
 
 def load_paired(gt_path: str | Path, pred_path: str | Path, allow_missing: bool = False):
-    """Ground truth and predictions from files, paired by id (see ``eval.scoring.pair``)."""
+    """Ground truth and predictions from files, paired by id (see ``benchmarks.scoring.pair``)."""
     truth = load_ground_truth(gt_path)  # read first: a record nothing could be scored on is named as such
     predictions = {p.id: p.replies for p in load_predictions(pred_path)}
     return pair(

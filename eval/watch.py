@@ -5,7 +5,7 @@
     EVAL_MODULE=eval.watch sbatch slurm/eval.sh run_dir=runs/sft_4b benchmark=p3i data=mix_p3i
 
 Every ``poll_s`` seconds the watcher lists the run's complete checkpoints
-(``eval.engine.checkpoints.complete_checkpoints``: ``checkpoint-<step>`` dirs holding ``COMPLETE``, so a
+(``engine.checkpoints.complete_checkpoints``: ``checkpoint-<step>`` dirs holding ``COMPLETE``, so a
 checkpoint still being written is never read) and runs ``eval.run.evaluate`` on each one not yet in
 ``<run_dir>/eval_watch.json`` for this evaluation config with the weights it holds now (the key
 ``<benchmark>/<checkpoint-N>@<config sha256[:12]>``, :func:`ledger_key`: a watcher with another
@@ -17,7 +17,7 @@ with the training job, which is still queued) is waited for up to ``run_dir_wait
 the log says until when; with ``once=true`` none, unless given), then it is an error naming it. A result is recorded (atomically: write, fsync, rename) only after its
 evaluation finished, so a killed watcher redoes at most the checkpoint it was on, and that one resumes
 from its ``predictions.jsonl``; a restarted watcher evaluates nothing twice. Each entry holds the
-sha256 of the weights it evaluated (``eval.engine.checkpoints.fingerprint_dir``; a poll re-reads a file only
+sha256 of the weights it evaluated (``engine.checkpoints.fingerprint_dir``; a poll re-reads a file only
 when its size or modification time changed): a new run in the same dir (``train.resume=none``)
 writes other weights under the same ``checkpoint-<step>`` names, so they are evaluated again, the old
 entry kept in the new one's ``superseded`` list (and ``eval.run`` moves the old evaluation's files to
@@ -30,7 +30,7 @@ split the records and rank 0 scores (``eval.ranks``); the watcher itself stays o
 
 W&B: with ``logger_from_run=true`` (default) the evaluations go to the training run's project and
 entity (its ``config.yaml``; ``WANDB_MODE`` from the environment wins over the recorded mode), into
-the training run's paired eval run (``eval.tracking``: same group, id ``<training id>-eval``, under
+the training run's paired eval run (``infra.tracking``: same group, id ``<training id>-eval``, under
 ``<run_dir>/wandb``), each checkpoint logged against ``train/global_step`` = its step, so every
 benchmark metric is one curve beside the training loss. A ``WANDB_RUN_ID`` / ``WANDB_RESUME``
 inherited from a training job is dropped, so an evaluation never writes into the training run itself.
@@ -55,8 +55,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from eval.config import EvalConfig
-from eval.engine.checkpoints import (
+from engine.checkpoints import (
     COMPLETE_MARKER,
     add_render_to_command_line,
     complete_checkpoints,
@@ -64,7 +63,8 @@ from eval.engine.checkpoints import (
     named_step,
     render_overrides,
 )
-from eval.preflight import check_stage
+from engine.preflight import check_stage
+from eval.config import EvalConfig
 from eval.provenance import decides, digest
 from infra.entry import front_door, refuse
 from infra.files import write_text_atomic
@@ -361,7 +361,7 @@ def run_dir_wait(cfg: DictConfig) -> float:
 
 def _check_start(cfg: DictConfig) -> None:
     """What ``watch`` refuses at once, before waiting for the run dir: the pre-flight
-    (``eval.preflight``: the split is one the data set has), a missing run dir under ``once=true``."""
+    (``engine.preflight``: the split is one the data set has), a missing run dir under ``once=true``."""
     check_stage("eval", cfg)
     if cfg.once and cfg.run_dir_wait_s is None and cfg.run_dir and not Path(cfg.run_dir).is_dir():
         raise FileNotFoundError(

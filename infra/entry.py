@@ -14,6 +14,8 @@ stage's pre-flight), so printing a config never waits for or reads anything.
 from __future__ import annotations
 
 import difflib
+import logging
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -111,3 +113,18 @@ def front_door(
     except (ValueError, FileNotFoundError) as exc:
         refuse(prog, str(exc))
     return cfg
+
+
+def quiet_libraries() -> None:
+    """Keep entry points' output to what they print themselves (no progress bars, no banners)."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    logging.getLogger("DeepSpeed").setLevel(logging.ERROR)
+    if "deepspeed" not in sys.modules and "DS_ACCELERATOR" not in os.environ:
+        import torch
+
+        if not torch.cuda.is_available():  # DeepSpeed prints its CPU fallback on stdout, after our JSON
+            os.environ["DS_ACCELERATOR"] = "cpu"

@@ -1,7 +1,7 @@
 """Named components of one kind, each found where one table says it lives.
 
-    PROTOCOLS = Registry("protocol", {"p3i": "eval.protocols.p3i:PROTOCOL", ...})
-    PROTOCOLS.get("p3i")      # imports eval.protocols.p3i on first use, returns its PROTOCOL
+    PROTOCOLS = Registry("protocol", {"p3i": "benchmarks.protocols.p3i:PROTOCOL", ...})
+    PROTOCOLS.get("p3i")      # imports benchmarks.protocols.p3i on first use, returns its PROTOCOL
     PROTOCOLS.names()         # ["egoserve", "estp", ...] in the table's order, importing nothing
 
 Every registry of the project (benchmark protocols, data sources, content scorers, experiment

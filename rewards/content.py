@@ -3,9 +3,9 @@
 The pure scorers live here: ``exact`` (whitespace- and case-normalized equality), ``label`` (the
 target's normalized label occurs in the normalized reply, as a substring) and ``any`` (always 1,
 timing-only), listed in :data:`PURE` and found by :func:`get_content_scorer` (what the GRPO rewards
-use). The I/O-bearing ``embedding`` and ``judge`` scorers live in ``eval/`` (``eval.scoring.embedding``,
-``eval.scoring.judge``), so this package stays free of I/O: the registry of all five is
-``eval.scoring.CONTENT``, whose table adds their two lines to :data:`PURE`.
+use). The I/O-bearing ``embedding`` and ``judge`` scorers live in ``eval/`` (``benchmarks.scoring.embedding``,
+``benchmarks.scoring.judge``), so this package stays free of I/O: the registry of all five is
+``benchmarks.scoring.CONTENT``, whose table adds their two lines to :data:`PURE`.
 
 ``label`` on a target without a label falls back to another scorer (our choice; default ``exact``,
 set ``fallback=`` to e.g. ``embedding`` in evaluation).
@@ -63,7 +63,7 @@ class Unscorable(RuntimeError):
 
 def get_content_scorer(name: str, **config: Any) -> ContentScorer:
     """Build the pure scorer ``name`` with its config (unknown names raise KeyError; ``embedding``
-    and ``judge`` are ``eval.scoring.get_content_scorer``'s).
+    and ``judge`` are ``benchmarks.scoring.get_content_scorer``'s).
 
     >>> get_content_scorer("any")("whatever", TargetText("x"))
     1.0

@@ -1,5 +1,5 @@
 """What each fire and each target came to, as a protocol's scorer sees it (the evaluation viewer,
-``eval.view``, draws these; it holds no timing rule of its own).
+``eval.app.view``, draws these; it holds no timing rule of its own).
 
 A protocol's rules live in its module (:func:`rewards.prs.fire_outcomes`,
 :func:`rewards.propermem.fire_outcomes`, :func:`rewards.egoserve.unit_outcomes`); each returns a

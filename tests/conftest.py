@@ -34,21 +34,21 @@ def run_module(
 
 
 def tiny_model_config() -> dict:
-    from eval.config import model_preset
+    from engine.config import model_preset
 
     return model_preset("tiny")
 
 
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory) -> Path:
-    from eval.engine.model import build_tiny_checkpoint
+    from engine.model import build_tiny_checkpoint
 
     return build_tiny_checkpoint(tiny_model_config(), tmp_path_factory.mktemp("tiny") / "ckpt")
 
 
 @pytest.fixture(scope="session")
 def tiny_model_and_processor(tiny_checkpoint):
-    from eval.engine.model import load_model_and_processor
+    from engine.model import load_model_and_processor
 
     cfg = tiny_model_config() | {"path": str(tiny_checkpoint)}
     model, processor = load_model_and_processor(cfg)

@@ -14,7 +14,7 @@ from omegaconf.errors import ValidationError
 
 from data_builders.__main__ import source_overrides
 from infra.schema import compose, validate
-from train.config import SCHEMAS
+from pipeline.config import SCHEMAS
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 ROOTS = sorted(p.stem for p in CONF.glob("*.yaml"))
@@ -64,7 +64,7 @@ def _cases():
 HYDRA_ENTRIES = {
     "train.sft": "sft",
     "train.grpo": "grpo",
-    "train.demo": "demo",
+    "pipeline.demo": "demo",
     "eval.run": "eval",
     "eval.watch": "watch",
     "data_builders build": "build",
@@ -120,7 +120,7 @@ def test_header_commands_are_found():
     found = {(f, e) for f, e, _ in HEADERS}
     assert {
         ("sft.yaml", "train.sft"),
-        ("debug/cpu.yaml", "train.demo"),
+        ("debug/cpu.yaml", "pipeline.demo"),
         ("accelerate/zero3.yaml", "train.sft"),
     } <= found
     assert (
@@ -193,7 +193,7 @@ def test_debug_tiny_gives_the_tiny_runs_their_old_config(test_file):
 
 
 def test_debug_cpu_composes_for_the_demo():
-    """``python -m train.demo debug=cpu`` (conf/debug/cpu.yaml's command) composes and validates."""
+    """``python -m pipeline.demo debug=cpu`` (conf/debug/cpu.yaml's command) composes and validates."""
     cfg = validate(_compose("demo", ["debug=cpu"]), SCHEMAS["demo"])
     assert (cfg.model.dtype, cfg.logger.mode) == ("float32", "disabled")
 
@@ -249,10 +249,10 @@ def test_eval_score_flags_are_the_scoring_schema():
     config's scoring keys): the same flags as before, parsed into the same settings a benchmark gives."""
     import argparse
 
-    from eval.config import BenchmarkConfig
-    from eval.runners import get_runner
+    from benchmarks.config import BenchmarkConfig
+    from benchmarks.runners import get_runner
+    from benchmarks.scoring.options import add_scoring_flags
     from eval.score import parse_args, settings_from_args
-    from eval.scoring.options import add_scoring_flags
 
     parser = argparse.ArgumentParser()
     add_scoring_flags(parser)

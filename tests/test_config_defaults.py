@@ -18,12 +18,14 @@ from typing import Any
 import pytest
 import yaml
 
+from benchmarks.config import BenchmarkConfig
 from data_builders.config import BuildConfig, PathsConfig, RenderConfig
 from data_builders.mixture import MixtureConfig
 from data_builders.sources import SOURCES
-from eval.config import BenchmarkConfig, LoggerConfig, ModelConfig
-from eval.engine.memory.config import MemoryConfig
-from train.config import SCHEMAS
+from engine.config import ModelConfig
+from engine.memory.config import MemoryConfig
+from infra.tracking import LoggerConfig
+from pipeline.config import SCHEMAS
 from train.grpo.config import RewardConfig
 
 CONF = Path(__file__).resolve().parents[1] / "conf"

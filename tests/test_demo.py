@@ -17,7 +17,7 @@ def test_demo_runs_every_stage(tmp_path):
     cmd = [
         sys.executable,
         "-m",
-        "train.demo",
+        "pipeline.demo",
         f"paths.root_dir={tmp_path}",
         "demo.n_streams=16",
         'demo.sft_overrides=["experiment=toy_sft","train.max_steps=4","train.time_budget_s=null"]',

@@ -1,9 +1,9 @@
 """Every code reference in the docs, the README, the docstrings and the comments points at something
 that exists.
 
-File paths with a suffix (``eval/engine/streaming.py``, ``conf/render/hd.yaml``, ``docs/protocols.md``) and
+File paths with a suffix (``engine/streaming.py``, ``conf/render/hd.yaml``, ``docs/protocols.md``) and
 folders written with a trailing slash must exist in the repository; dotted names of the project's
-packages (``eval.engine.streaming.StreamingEngine``, ``python -m train.grpo``) must be a module, or a
+packages (``engine.streaming.StreamingEngine``, ``python -m train.grpo``) must be a module, or a
 top-level name (or a class member) of one. A dotted name whose second part is no module is read as
 a config key (``train.output_dir``) and must be a key of that block. Python files are read for their
 docstrings and comments only; modules are parsed, not imported.
@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("train", "eval", "data_builders", "rewards", "infra")
+PACKAGES = ("pipeline", "train", "eval", "benchmarks", "engine", "data_builders", "rewards", "infra")
 TOP = PACKAGES + ("conf", "slurm", "tests", "docs")
 ALT_TOP, ALT_PACKAGES = "|".join(TOP), "|".join(PACKAGES)
 PATH = re.compile(rf"(?<![\w./-])((?:{ALT_TOP})/[\w./*<>{{}}-]*[\w/*>}}])")
@@ -142,12 +142,12 @@ def test_every_reference_exists():
 def test_the_check_finds_a_dangling_reference(tmp_path):
     doc = tmp_path / "x.md"
     doc.write_text(
-        "See eval/engine/streaming.py and eval/nowhere.py; eval.engine.streaming.StreamingEngine.run, eval.engine.streaming.Nope.\n"
+        "See engine/streaming.py and eval/nowhere.py; engine.streaming.StreamingEngine.run, engine.streaming.Nope.\n"
     )
     found = [line.split(": ", 1)[1] for line in dangling_in(doc)]
     assert found == [
         "eval/nowhere.py does not exist",
-        "eval.engine.streaming.Nope is not a module or a name of one",
+        "engine.streaming.Nope is not a module or a name of one",
     ]
 
 
@@ -376,7 +376,7 @@ def text_line(m: re.Match) -> str:
 def sft_finals(configs: list, where: str, before: int) -> set[str]:
     """The ``runs/<run_name>/final`` folders the documented SFT lines make: for a line of the README,
     those above it (the steps a reader has run); for a doc or a comment, any line's.
-    The demo's SFT stage (``train.demo``: ``runs/demo/sft``) counts everywhere."""
+    The demo's SFT stage (``pipeline.demo``: ``runs/demo/sft``) counts everywhere."""
     source = where.split(": ", 1)[0]
     ordered = source == "README.md"
     finals = {"runs/demo/sft/final"}
@@ -391,12 +391,12 @@ def sft_finals(configs: list, where: str, before: int) -> set[str]:
 
 
 def preflight_failures(lines, gpu_memory_gb: float = 80.0) -> list[str]:
-    """What each stage's pre-flight (``eval.preflight``) says of each line, on the config alone: the
+    """What each stage's pre-flight (``engine.preflight``) says of each line, on the config alone: the
     splits are ones the data set has, a real model's plan fits ``gpu_memory_gb`` on the GPUs the line
     asks for, and GRPO's ``init=runs/<name>/final`` is the final/ of a documented SFT line's run."""
-    from eval.preflight import check_stage, plan
+    from engine.preflight import check_stage, plan
     from infra.schema import compose
-    from train.config import SCHEMAS
+    from pipeline.config import SCHEMAS
 
     configs, checked = [], {}
     for where, module, overrides, gpus, zero in lines:

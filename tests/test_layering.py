@@ -7,8 +7,8 @@ private name (``_x``) is never imported from another package.
 What counts as an import: ``import a.b`` and ``from a import b`` (``b`` a module) are edges to
 ``a.b``; ``from a.b import name`` is an edge to ``a.b``. ``importlib.import_module(...)`` is one too:
 with a literal name, an edge to that module; with a name built at run time from a package prefix
-(``f"eval.protocols.{name}"``, ``f"{__name__}.{name}"``, ``"eval.protocols." + name``,
-``"eval.protocols.%s" % name``), an edge to every module of that package. A ``"module:attr"``
+(``f"benchmarks.protocols.{name}"``, ``f"{__name__}.{name}"``, ``"benchmarks.protocols." + name``,
+``"benchmarks.protocols.%s" % name``), an edge to every module of that package. A ``"module:attr"``
 string naming a project module (the tables of ``infra.registry.Registry``, which import their
 members on first use) is an edge to that module. An import under ``if TYPE_CHECKING:`` does not
 count (it never runs). A name held in a variable is not followed (``infra/registry.py``'s own
@@ -31,10 +31,20 @@ from collections import deque
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-#: Lower index = lower layer; a module may import its own layer and the ones below it.
-LAYERS = ("infra", "rewards", "data_builders", "eval", "train")
+#: Lower index = lower layer; a module may import its own package and the layers below it. The
+#: two stages, ``eval`` and ``train``, share a layer: neither imports the other.
+LAYERS = (
+    ("infra",),
+    ("rewards",),
+    ("data_builders",),
+    ("engine",),
+    ("benchmarks",),
+    ("eval", "train"),
+    ("pipeline",),
+)
+LEVEL = {package: level for level, group in enumerate(LAYERS) for package in group}
 #: A ``"module:attr"`` string of a registry table.
-MODULE_ATTR = re.compile(r"^((?:" + "|".join(LAYERS) + r")(?:\.\w+)*):[A-Za-z_]\w*$")
+MODULE_ATTR = re.compile(r"^((?:" + "|".join(LEVEL) + r")(?:\.\w+)*):[A-Za-z_]\w*$")
 #: The mark of "every module of this package" after a package prefix.
 EVERY = ".*"
 
@@ -106,7 +116,7 @@ def _imports(tree: ast.AST, *, runtime: bool = False, own: str = "") -> list[tup
 def _modules(root: Path) -> dict[str, Path]:
     """Dotted name -> file of every module of the layers (a package is its ``__init__.py``)."""
     out = {}
-    for package in LAYERS:
+    for package in LEVEL:
         for path in sorted((root / package).rglob("*.py")):
             parts = path.relative_to(root).with_suffix("").parts
             out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
@@ -123,10 +133,10 @@ def violations(root: Path = ROOT) -> list[str]:
         for line, module, names in _imports(tree, own=own):
             module = module.removesuffix(EVERY)
             top = module.split(".")[0]
-            if top not in LAYERS:
+            if top not in LEVEL:
                 continue
-            if LAYERS.index(top) > LAYERS.index(package):
-                out.append(f"{rel}:{line}: {package} imports {module} (a higher layer)")
+            if top != package and LEVEL[top] >= LEVEL[package]:
+                out.append(f"{rel}:{line}: {package} imports {module} (a higher layer or its peer)")
             private = [n for n in names if n.startswith("_") and not n.startswith("__")]
             if top != package and private:
                 out.append(f"{rel}:{line}: imports private {', '.join(private)} from {module}")
@@ -235,7 +245,7 @@ def test_no_import_circles():
 
 
 def _tree(tmp_path: Path) -> Path:
-    for package in LAYERS:
+    for package in LEVEL:
         (tmp_path / package).mkdir()
         (tmp_path / package / "__init__.py").write_text("")
     return tmp_path
@@ -249,10 +259,10 @@ def test_the_check_fails_on_an_upward_import(tmp_path):
     )
     (root / "rewards" / "y.py").write_text("from infra.files import atomic_writer\nimport data_builders.x\n")
     assert violations(root) == [
-        "data_builders/x.py:3: data_builders imports eval.watch (a higher layer)",
+        "data_builders/x.py:3: data_builders imports eval.watch (a higher layer or its peer)",
         "data_builders/x.py:4: imports private _timeline from rewards.prs",
-        "eval/engine.py:5: eval imports train.stage (a higher layer)",
-        "rewards/y.py:2: rewards imports data_builders.x (a higher layer)",
+        "eval/engine.py:5: eval imports train.stage (a higher layer or its peer)",
+        "rewards/y.py:2: rewards imports data_builders.x (a higher layer or its peer)",
     ]
 
 
@@ -319,7 +329,7 @@ def test_the_check_follows_import_module_and_registry_tables(tmp_path):
         "eval.table -> eval.thing (eval/table.py:3) -> eval.table (eval/thing.py:1)",
     ]
     (root / "rewards" / "up.py").write_text("WHERE = {'judge': 'eval.thing:THING'}\n")
-    assert violations(root) == ["rewards/up.py:1: rewards imports eval.thing (a higher layer)"]
+    assert violations(root) == ["rewards/up.py:1: rewards imports eval.thing (a higher layer or its peer)"]
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ FAST = {
     ],
     "eval.run": [],
 }
-PROJECT = ("data_builders", "eval", "train", "rewards", "infra")
+PROJECT = ("data_builders", "engine", "benchmarks", "eval", "train", "pipeline", "rewards", "infra")
 
 
 def run(cmd: list[str], cwd: Path, project: bool = True) -> subprocess.CompletedProcess:

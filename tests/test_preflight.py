@@ -1,5 +1,5 @@
-"""The pre-flight each stage runs at start (``eval.preflight``), the one-line errors of the entry
-points' front door (``infra.entry``) and the memory plan (``python -m train.plan``)."""
+"""The pre-flight each stage runs at start (``engine.preflight``), the one-line errors of the entry
+points' front door (``infra.entry``) and the memory plan (``python -m pipeline.plan``)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from engine.preflight import PreflightError, check_stage, plan
 from eval.config import EvalConfig
-from eval.preflight import PreflightError, check_stage, plan
 from eval.watch import WatchConfig, load_config
 from infra.entry import did_you_mean
 from infra.schema import compose
@@ -130,7 +130,7 @@ def test_the_4b_recipe_fits_80_gb_and_the_stage_defaults_do_not():
 def test_the_plan_reproduces_the_measured_h200_step():
     """The calibration point: one 30-frame window, one process, no ZeRO, no checkpointing (the
     H200 step of docs/performance.md, 74.5 GiB with logits at every position)."""
-    from eval.preflight import GIB, activation_bytes_per_token, calibration, model_parameters, state_bytes
+    from engine.preflight import GIB, activation_bytes_per_token, calibration, model_parameters, state_bytes
 
     cfg = compose("sft", SFT_4B, SFTConfig)
     p = model_parameters(cfg.model)
@@ -142,12 +142,12 @@ def test_the_plan_reproduces_the_measured_h200_step():
 
 @pytest.mark.slow
 def test_train_plan_prints_one_json_line():
-    proc = run("train.plan", "stage=sft", *SFT_4B, "gpu_memory_gb=80", "gpus=16")
+    proc = run("pipeline.plan", "stage=sft", *SFT_4B, "gpu_memory_gb=80", "gpus=16")
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["fits"] is True and out["gpus"] == 16 and out["gpu_hours"]["value"] > 0
     proc = run(
-        "train.plan",
+        "pipeline.plan",
         "stage=sft",
         *SFT_4B,
         "gpu_memory_gb=80",
@@ -159,7 +159,7 @@ def test_train_plan_prints_one_json_line():
 
 
 def test_the_gpu_check_refuses_what_would_not_fit(monkeypatch):
-    import eval.preflight as preflight
+    import engine.preflight as preflight
 
     monkeypatch.setattr(preflight, "_device_memory_gb", lambda: 80.0)
     monkeypatch.setenv("WORLD_SIZE", "16")
@@ -212,13 +212,13 @@ def test_mix_names_every_missing_source(tmp_path):
 
 @pytest.mark.slow
 def test_demo_answers_cfg_job_and_a_mistyped_key():
-    proc = run("train.demo", "--cfg", "job")
+    proc = run("pipeline.demo", "--cfg", "job")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "n_streams: 512" in proc.stdout
-    proc = run("train.demo", "demo.n_strams=3")
+    proc = run("pipeline.demo", "demo.n_strams=3")
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "train.demo: unknown key demo.n_strams (did you mean demo.n_streams?)"
+        "pipeline.demo: unknown key demo.n_strams (did you mean demo.n_streams?)"
     ]
 
 
@@ -284,7 +284,7 @@ def test_a_job_submitted_outside_the_repository_stops_in_one_line(script, tmp_pa
 def test_deepspeed_says_nothing_on_stdout_after_a_stage_quiets_the_libraries():
     """DeepSpeed, imported on a machine without CUDA, printed "Setting accelerator to CPU" on stdout
     (a GRPO or export command's output then did not end with its JSON line alone)."""
-    code = "from eval.config import quiet_libraries; quiet_libraries(); import deepspeed; deepspeed.get_accelerator()"
+    code = "from infra.entry import quiet_libraries; quiet_libraries(); import deepspeed; deepspeed.get_accelerator()"
     env = {k: v for k, v in os.environ.items() if k != "DS_ACCELERATOR"}
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120

@@ -25,7 +25,7 @@ import torch
 from omegaconf import DictConfig
 
 from data_builders.config import PathsConfig
-from eval.engine.checkpoints import (
+from engine.checkpoints import (
     CheckpointError,
     check_loaded_weights,
     check_model_files,

@@ -172,7 +172,7 @@ def base_model(config: dict[str, Any]) -> str | None:
     """The hub id the run started from: GRPO's ``init`` or ``model.path`` when it is one
     (``org/name``, not a local folder); a local start (an earlier run's checkpoint, e.g. the SFT
     ``final/`` a GRPO run improves) is followed to its own run's config."""
-    from eval.engine.checkpoints import run_dir_of
+    from engine.checkpoints import run_dir_of
 
     init = config.get("init") if config.get("init") not in (None, "random") else None
     path = str(init or (config.get("model") or {}).get("path") or "")

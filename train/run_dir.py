@@ -6,7 +6,7 @@ whether the tree was dirty, package versions, host, start time) written once whe
 ``checkpoint-<step>/`` directories. A checkpoint counts as complete once it holds ``COMPLETE``
 (written after the Trainer saved model, processor, optimizer, scheduler, RNG and trainer state), so
 ``resume=auto`` never restarts from a checkpoint a killed job left half-written (the marker and the
-listing are ``eval.engine.checkpoints``', which evaluation reads too).
+listing are ``engine.checkpoints``', which evaluation reads too).
 
 What stops a run (signals, the time budget, non-finite losses) is ``infra.run_control``'s; what
 both training stages do with a run dir is here:
@@ -41,7 +41,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from eval.engine.checkpoints import COMPLETE_MARKER, complete_checkpoints, named_step
+from engine.checkpoints import COMPLETE_MARKER, complete_checkpoints, named_step
 from infra.ranks import Ranks, end_group
 
 log = logging.getLogger(__name__)

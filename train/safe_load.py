@@ -9,7 +9,7 @@ containers) plus a short list of classes that only hold data:
   refused with :class:`UnsafeCheckpoint`, which names the file and what it asked for.
 - :func:`guard_deepspeed_loads`: a DeepSpeed engine's own checkpoint engine reads with
   ``weights_only=False``; this swaps in one whose loads go through :func:`load_weights_only` with
-  :func:`deepspeed_globals` (saving is unchanged), so ``engine.load_checkpoint`` reads the model
+  :func:`deepspeed_globals` (saving is unchanged), so DeepSpeed's ``load_checkpoint`` reads the model
   states and every rank's optimizer partition safely under ZeRO-2 and ZeRO-3. GRPO applies it after
   ``deepspeed.initialize`` (``train.grpo.parallel``), SFT after the Trainer's ``accelerator.prepare``
   (``train.sft.trainer.DecisionTrainer``).
@@ -93,7 +93,7 @@ class _WeightsOnlyLoads:
 
 
 def guard_deepspeed_loads(engine: Any) -> Any:
-    """Make every file ``engine.load_checkpoint`` reads load with ``weights_only=True``.
+    """Make every file DeepSpeed's ``load_checkpoint`` reads load with ``weights_only=True``.
 
     DeepSpeed reads a universal checkpoint (``checkpoint.load_universal``) with ``torch.load`` of
     its own, past the checkpoint engine: such a config is refused rather than left unguarded."""

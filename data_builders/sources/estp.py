@@ -17,7 +17,7 @@ Format (no release file was seen; fields as the benchmark's own code reads them:
 Times are seconds on the Ego4D video's clock (the video file ``<video_uid>.mp4`` is the whole
 video; the clip is a part of it). One stream per qa: instruction = its first question at its time,
 every question in ``meta["questions"]`` and the later ones in ``meta["user_turns"]`` (given to the
-model at their times: ``eval.engine.render.TurnRenderer.later_turns``); targets = the assistant turns, each with ``window =
+model at their times: ``engine.render.TurnRenderer.later_turns``); targets = the assistant turns, each with ``window =
 [start_time, end_time]`` and due at the paper's optimal time (the window's start for the tasks
 answered on sight, else its midpoint: ``rewards.estp.optimal_time``). ``meta`` keeps what the
 official prediction file needs (``video_uid``, ``clip_uid``, ``qa_index``: the qa's place in its

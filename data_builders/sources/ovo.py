@@ -34,7 +34,7 @@ the official chunks' start):
   the official prompt names the step, so the probes of one step share one instruction, given at 0.
 
 Probe times are kept as released: unsorted, and two probes of one REC item can share a time.
-``meta`` holds what the official prediction file needs back (``eval/protocols/ovo.py``):
+``meta`` holds what the official prediction file needs back (``benchmarks/protocols/ovo.py``):
 ``release`` (the release's item as it is, so that ``eval.run`` can write the ground truth of the
 items it evaluated in the release's own format), ``ovo_id`` (the release's id), ``part``, ``video_id`` (the release's ``video``), ``question``
 (multiple choice) or ``probes`` (each ``{"index": its place in test_info, ...the release's

@@ -18,7 +18,7 @@ see; cut to the probed video's end), the instruction is the question at ``time_s
 target is due at ``ground_truth_time_stamp`` with content and label ``ground_truth_output``. ``meta``
 holds the benchmark's task type (``benchmark_task``), the question's place in the file (``entry``,
 ``question_index``) and the release's own fields (``release_entry`` without its questions,
-``release_question``), from which ``eval.protocols.streamingbench_proactive.write_official`` writes
+``release_question``), from which ``benchmarks.protocols.streamingbench_proactive.write_official`` writes
 the official prediction file back. Errors (the question's record only): an unknown task type, a
 missing or malformed time, an empty question or expected output, an answer due before its question.
 """

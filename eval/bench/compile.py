@@ -25,9 +25,9 @@ import time
 
 import torch
 
+from engine.step_forward import compiled_graphs
+from engine.streaming import EngineConfig, StreamingEngine
 from eval.bench.gpu import SIZE_HELP, _sync, build_model, model_side, toy_stream
-from eval.engine.step_forward import compiled_graphs
-from eval.engine.streaming import EngineConfig, StreamingEngine
 
 CASES = {"silent": 1.01, "firing": -1.0}  # thresholds
 

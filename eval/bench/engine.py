@@ -27,7 +27,7 @@ Prints one JSON object on its last line:
   (2-hour) synthetic stream with ``--window`` over that of a 600-step one, frames memory-mapped as
   frame-cache hits arrive (``eval/bench/long_stream.py``; 1-4 minutes of this command;
   ``--long-steps none`` skips it).
-- ``probe_branch_vs_rerun``: ``eval.engine.probes.answer_probes`` on a ``--probe-steps``-step stream (600:
+- ``probe_branch_vs_rerun``: ``engine.probes.answer_probes`` on a ``--probe-steps``-step stream (600:
   10 minutes at 1 step/s) with ``--probes`` probes spread evenly over it (the last on the last
   step), each answer ``--probe-tokens`` tokens at most: the CPU time of one run per probe on the
   cut video (``mode="rerun"``, what a per-probe harness does) over that of one pass with a branch
@@ -69,14 +69,15 @@ from data_builders.config import CONF_DIR, model_render
 from data_builders.frames import stream_frames
 from data_builders.records import Stream
 from data_builders.synthetic.toy import generate_toy
+from engine.config import model_preset
+from engine.model import build_tiny_checkpoint, load_model_and_processor
+from engine.naive import NaiveStreamer
+from engine.probes import Probe, answer_probes
+from engine.render import TurnRenderer
+from engine.streaming import EngineConfig, StreamingEngine
 from eval.bench.long_stream import long_stream_peaks
 from eval.bench.ranks import ranks_figures
-from eval.config import model_preset, quiet_libraries
-from eval.engine.model import build_tiny_checkpoint, load_model_and_processor
-from eval.engine.naive import NaiveStreamer
-from eval.engine.probes import Probe, answer_probes
-from eval.engine.render import TurnRenderer
-from eval.engine.streaming import EngineConfig, StreamingEngine
+from infra.entry import quiet_libraries
 
 TINY = CONF_DIR / "model" / "tiny.yaml"
 

@@ -29,11 +29,11 @@ import torch
 from data_builders.config import model_render
 from data_builders.records import Stream
 from data_builders.synthetic.toy import INSTRUCTIONS, draw_frame, make_script
-from eval.config import model_preset
-from eval.engine.model import count_parameters, load_model_and_processor
-from eval.engine.naive import NaiveStreamer
-from eval.engine.render import TurnRenderer
-from eval.engine.streaming import EngineConfig, StreamingEngine
+from engine.config import model_preset
+from engine.model import count_parameters, load_model_and_processor
+from engine.naive import NaiveStreamer
+from engine.render import TurnRenderer
+from engine.streaming import EngineConfig, StreamingEngine
 
 
 def _sync(device: str) -> None:

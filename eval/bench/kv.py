@@ -5,12 +5,12 @@
 
 Append: one step's keys and values (``--step-tokens``, 220 for a 448x448 frame and its turn) are
 appended to one layer holding L cached tokens, with ``transformers``' ``DynamicLayer``
-(concatenation: the whole layer is copied) and with ``eval.engine.kv_cache.GrowingLayer`` (written in
+(concatenation: the whole layer is copied) and with ``engine.kv_cache.GrowingLayer`` (written in
 place); the model's cost is one layer's times the number of layers (every layer has the same
 shape). Default L: the 8- and 32-step windows, and steps 60 and 480 without a window.
 
 Attention: the step's query against one layer's L cached tokens under a mask, with transformers'
-SDPA (each key/value head repeated for its group of query heads) and with ``eval.engine.attention``'s
+SDPA (each key/value head repeated for its group of query heads) and with ``engine.attention``'s
 folded groups (the cache read as it is, the mask repeated instead), in the model's dtype.
 
 Prints one JSON object on its last line: milliseconds on this machine's CPU, the bytes each variant
@@ -29,9 +29,9 @@ import torch
 from transformers import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from eval.config import model_preset
-from eval.engine.attention import streaming_sdpa
-from eval.engine.kv_cache import GrowingLayer
+from engine.attention import streaming_sdpa
+from engine.config import model_preset
+from engine.kv_cache import GrowingLayer
 
 
 def append_ms(layer_cls, cached: int, step: int, heads: int, head_dim: int, dtype, repeats: int) -> float:
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> dict:
     text = cfg["architecture"]["text_config"]
     layers, heads, head_dim = text["num_hidden_layers"], text["num_key_value_heads"], text["head_dim"]
     query_heads = text["num_attention_heads"]
-    dtype = getattr(torch, cfg["dtype"])  # as eval.engine.model reads a model config's dtype
+    dtype = getattr(torch, cfg["dtype"])  # as engine.model reads a model config's dtype
     step = args.step_tokens
     torch.set_num_threads(1)
     per_token = 2 * heads * head_dim * dtype.itemsize * layers  # keys and values, every layer

@@ -31,10 +31,11 @@ import torch
 from data_builders.bench.video import peak_rss_mb
 from data_builders.config import CONF_DIR, model_render
 from data_builders.records import Stream
-from eval.config import model_preset, quiet_libraries
-from eval.engine.model import build_tiny_checkpoint, load_model_and_processor
-from eval.engine.render import TurnRenderer
-from eval.engine.streaming import EngineConfig, StreamingEngine
+from engine.config import model_preset
+from engine.model import build_tiny_checkpoint, load_model_and_processor
+from engine.render import TurnRenderer
+from engine.streaming import EngineConfig, StreamingEngine
+from infra.entry import quiet_libraries
 
 TINY = CONF_DIR / "model" / "tiny.yaml"
 RENDER = model_render(TINY)  # render=toy

@@ -33,11 +33,11 @@ import time
 import numpy as np
 
 from data_builders.synthetic.propermem import routine
-from eval.config import quiet_libraries
-from eval.engine.memory.backends import get_backend
-from eval.engine.memory.config import MemoryConfig
-from eval.engine.memory.embedders import get_embedder
-from eval.engine.memory.retrieval import MemoryStore
+from engine.memory.backends import get_backend
+from engine.memory.config import MemoryConfig
+from engine.memory.embedders import get_embedder
+from engine.memory.retrieval import MemoryStore
+from infra.entry import quiet_libraries
 
 VISUAL_DIM = 64
 

@@ -29,8 +29,8 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from engine.streaming import EngineConfig, StreamingEngine
 from eval.bench.gpu import SIZE_HELP, _sync, build_model, model_side, toy_stream
-from eval.engine.streaming import EngineConfig, StreamingEngine
 
 PARTS = ("vision", "model", "head")
 LAUNCHES = (

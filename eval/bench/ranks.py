@@ -27,10 +27,11 @@ from pathlib import Path
 
 from data_builders.record_io import write_jsonl
 from data_builders.synthetic.toy import generate_toy
-from eval.config import model_preset, quiet_libraries
-from eval.engine.model import build_tiny_checkpoint
+from engine.config import model_preset
+from engine.model import build_tiny_checkpoint
 from eval.ranks import PREDICTIONS, shard_path
 from eval.store import PredictionLog
+from infra.entry import quiet_libraries
 from infra.schema import CONF_DIR
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -24,11 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
-from eval.engine.memory.backends import get_backend
-from eval.engine.memory.bm25 import BM25
-from eval.engine.memory.config import MemoryConfig
-from eval.engine.memory.embedders import get_embedder
-from eval.engine.memory.retrieval import MERGERS, MemoryStore
+from engine.memory.backends import get_backend
+from engine.memory.bm25 import BM25
+from engine.memory.config import MemoryConfig
+from engine.memory.embedders import get_embedder
+from engine.memory.retrieval import MERGERS, MemoryStore
 
 RETRIEVERS = ("dense", "graph", "visual", "combined", "bm25")
 

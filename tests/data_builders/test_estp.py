@@ -79,7 +79,7 @@ def test_contextual_release_keeps_every_question(tmp_path, mp4):
         {"time": 55.0, "text": "Where did I put the keys?"},
         {"time": 80.0, "text": "And where are they now?"},
     ]
-    # the later question is a user turn given at its time (eval.engine.render.TurnRenderer.later_turns)
+    # the later question is a user turn given at its time (engine.render.TurnRenderer.later_turns)
     assert s.meta["user_turns"] == [{"time": 80.0, "content": "And where are they now?"}]
     assert [(t.time, t.window) for t in s.targets] == [(60.0, (60.0, 62.0)), (90.0, (90.0, 91.0))]
 

@@ -16,7 +16,7 @@ from data_builders.frame_cache import EncodedFrames, FrameCache, load_frames
 from data_builders.frames import cache_frames, stream_frames
 from data_builders.record_io import load_streams
 from data_builders.synthetic.toy import write_mp4
-from eval.engine.checkpoints import CheckpointError, saved_render
+from engine.checkpoints import CheckpointError, saved_render
 
 TIMES = [0.0, 0.5, 1.0, 1.5, 2.0, 2.5]
 

@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from data_builders.record_io import load_predictions, load_streams, write_jsonl, write_parquet
+from data_builders.record_io import load_streams, write_jsonl, write_parquet
 from data_builders.records import RecordError, Stream, Target
 from data_builders.stream_steps import decision_counts, target_step
+from engine.replies import load_predictions
 
 
 def _stream(i: int = 0, **kw) -> Stream:

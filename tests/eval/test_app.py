@@ -1,4 +1,4 @@
-"""eval.app: the real server on 127.0.0.1 with the tiny model, driven in headless Chromium.
+"""eval.app.server: the real server on 127.0.0.1 with the tiny model, driven in headless Chromium.
 
 - a toy record's first reply (time and text) equals eval.run's prediction; a bad video's message;
   the next request still works; a screenshot;
@@ -34,7 +34,7 @@ import pytest
 from data_builders.record_io import load_streams
 from data_builders.records import RecordError
 from data_builders.synthetic.toy import write_mp4
-from eval.app import AppConfig, Demo, serve
+from eval.app.server import AppConfig, Demo, serve
 from eval.run import evaluate, load_config
 from eval.store import PredictionLog
 
@@ -345,8 +345,8 @@ def image(width: int, height: int, kind: str = "JPEG") -> bytes:
 def test_webcam_frames(monkeypatch):
     """LiveFrames without a browser: frames sized to the pixel budget, a read that waits pings the
     page, and a stop, a silent page or a page gone end the read; a bad image is refused."""
-    from eval import app_streams
-    from eval.app_streams import ClientGone, FrameRefused, LiveFrames, WebcamStopped
+    from eval.app import streams as app_streams
+    from eval.app.streams import ClientGone, FrameRefused, LiveFrames, WebcamStopped
 
     monkeypatch.setattr(app_streams, "PING_S", 0.02)
     monkeypatch.setattr(app_streams, "WEBCAM_IDLE_S", 0.2)
@@ -387,7 +387,7 @@ def test_the_webcam_queue_is_bounded_and_keeps_the_newest_frames():
     Python's memory grows by what 8 frames take, not 1500 (issue: +900 MB)."""
     import tracemalloc
 
-    from eval.app_streams import MAX_QUEUED_FRAMES, LiveFrames
+    from eval.app.streams import MAX_QUEUED_FRAMES, LiveFrames
 
     frames = LiveFrames(limit=3600, max_pixels=320 * 250, ping=lambda: None)
     blobs = [image(320, 240 + k % 2) for k in range(2)]  # 240 or 241 rows: which one was kept shows
@@ -414,7 +414,7 @@ def test_a_webcam_frame_is_checked_before_it_is_decoded():
     import tracemalloc
     import zlib
 
-    from eval.app_streams import FrameRefused, LiveFrames
+    from eval.app.streams import FrameRefused, LiveFrames
 
     side = 5000
     raw = zlib.compress(bytes(side * (side + 1)), 9)  # 25 M black grey pixels, filter byte per row
@@ -728,9 +728,9 @@ def test_records_are_optional_and_a_named_set_must_exist(tiny_checkpoint, tmp_pa
 
 
 def app_process(*args: str, env: dict | None = None) -> subprocess.Popen:
-    """``python -m eval.app ARGS`` from the repository root, as the docs write it."""
+    """``python -m eval.app.server ARGS`` from the repository root, as the docs write it."""
     return subprocess.Popen(
-        [sys.executable, "-m", "eval.app", *args],
+        [sys.executable, "-m", "eval.app.server", *args],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
         stdout=subprocess.PIPE,

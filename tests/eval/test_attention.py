@@ -12,9 +12,9 @@ from transformers import masking_utils
 from data_builders.config import RenderConfig
 from data_builders.frames import stream_frames
 from data_builders.record_io import load_streams
-from eval.engine import attention
-from eval.engine.render import TurnRenderer
-from eval.engine.streaming import EngineConfig, StreamingEngine
+from engine import attention
+from engine.render import TurnRenderer
+from engine.streaming import EngineConfig, StreamingEngine
 
 
 @pytest.mark.parametrize("q_length", [1, 7])

@@ -63,7 +63,7 @@ def test_profile_splits_a_silent_and_a_firing_step_on_tiny_cpu(capsys):
         for step in (silent, firing):
             assert step["model_cpu_ms"] > 0 and step["host_ms"] > 0 and len(step["top_ops"]) == 8
             assert step["wall_ms"] >= step["model_cpu_ms"] + step["head_cpu_ms"]
-        # no op of a decision's forward reads a device value back (eval.engine.image_merge): on a GPU the
+        # no op of a decision's forward reads a device value back (engine.image_merge): on a GPU the
         # silent step's one wait is the read of its two logits
         assert silent["syncing_ops"] == 0
         # a reply's one-token forwards each check their mask (transformers), after the host read the

@@ -152,7 +152,7 @@ def test_each_command_reads_the_render_of_the_checkpoint_it_names(
 ):
     """The helper eval.run, eval.watch and train.grpo share: the checkpoint's render block added to the
     command line, and a damaged one a one-line exit 2 naming the command and the file."""
-    from eval.engine.checkpoints import add_render_to_command_line
+    from engine.checkpoints import add_render_to_command_line
 
     ckpt = copy_checkpoint(tiny_checkpoint, tmp_path / "ckpt", render={"max_pixels": 8192})
     monkeypatch.setattr(sys, "argv", [prog, f"{key}={ckpt}", "limit=2"])

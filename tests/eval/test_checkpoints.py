@@ -13,7 +13,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from data_builders.config import RenderConfig
-from eval.engine.checkpoints import (
+from engine.checkpoints import (
     COMPLETE_MARKER,
     model_dir,
     render_overrides,
@@ -63,7 +63,7 @@ def test_a_4b_run_trains_and_evaluates_at_one_frame_budget(tmp_path, caplog):
     improved, _ = _job("train.grpo", f"init={final}")  # the README's command: model group tiny (toy)
     assert improved["render"] == sft
     assert load_config([]).render.max_pixels == 4096  # no checkpoint: the model group's (tiny) render
-    with caplog.at_level(logging.WARNING, logger="eval.engine.checkpoints"):
+    with caplog.at_level(logging.WARNING, logger="engine.checkpoints"):
         explicit = load_config([f"checkpoint={final}", "render=toy"])
     assert explicit.render.max_pixels == 4096 and "render the model was trained with" in caplog.text
 

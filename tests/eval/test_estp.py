@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from data_builders.records import Prediction, Reply
+from benchmarks.protocols.estp import asked_stream, write_official
 from data_builders.sources.estp import read_release, stream_of
-from eval.protocols.estp import asked_stream, write_official
+from engine.replies import Prediction, Reply
 from eval.score import main
 
 FIXTURE = Path(__file__).parent / "fixtures" / "estp"

@@ -9,8 +9,8 @@ from torch.profiler import ProfilerActivity, profile
 from transformers import DynamicCache, Qwen3VLForConditionalGeneration
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
-from eval.engine.image_merge import deepstack_at, embed_with_images, flat_positions, placeholder_columns
-from eval.engine.model import qwen3_vl_config
+from engine.image_merge import deepstack_at, embed_with_images, flat_positions, placeholder_columns
+from engine.model import qwen3_vl_config
 
 PAD = 7  # the image placeholder id of the test model
 SYNCING = {"aten::nonzero", "aten::_local_scalar_dense"}

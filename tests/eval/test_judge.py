@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from eval.scoring import get_content_scorer
-from eval.scoring.chat_client import ChatClient, ChatError, ChatFatal, ChatUnavailable
-from eval.scoring.judge import Judge, parse_rating
+from benchmarks.scoring import get_content_scorer
+from benchmarks.scoring.judge import Judge, parse_rating
+from infra.chat_client import ChatClient, ChatError, ChatFatal, ChatUnavailable
 from rewards.content import TargetText, Unscorable
 from rewards.egoserve import ServiceEvent
 
@@ -276,7 +276,7 @@ def test_eval_score_rates_the_official_matched_pairs(tree, egoserve, chat_server
 
 
 def test_memory_http_backend_falls_back_and_stops_asking_a_dead_endpoint(raw_server):
-    from eval.engine.memory.backends import get_backend
+    from engine.memory.backends import get_backend
 
     def hang(conn, n, stop):
         stop.wait(3)
@@ -295,9 +295,9 @@ def test_memory_http_backend_falls_back_and_stops_asking_a_dead_endpoint(raw_ser
 
 
 def test_eval_run_checks_the_judge_settings_before_streaming(tmp_path):
-    from eval.config import BenchmarkConfig
+    from benchmarks.config import BenchmarkConfig
+    from benchmarks.runners import get_runner
     from eval.run import evaluate, load_config
-    from eval.runners import get_runner
 
     bench = BenchmarkConfig(name="egoserve", protocol="egoserve", content="any", open_content="judge")
     with pytest.raises(ValueError, match="benchmark.judge_url"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicLayer
 
-from eval.engine.kv_cache import MIN_CAPACITY, GrowingLayer, growing_cache, reserve_columns
+from engine.kv_cache import MIN_CAPACITY, GrowingLayer, growing_cache, reserve_columns
 
 
 def _steps(n: int, width: int, seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:

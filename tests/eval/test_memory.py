@@ -1,4 +1,4 @@
-"""Long-horizon memory stores and retrieval (eval.engine.memory): dense index, multi-scale summaries, graph,
+"""Long-horizon memory stores and retrieval (engine.memory): dense index, multi-scale summaries, graph,
 visual archive, scopes, merge, BM25, back ends (rule; model on the tiny Qwen3-VL; http on 127.0.0.1),
 the temporal restriction, and the generator + recall path at small scale."""
 
@@ -10,15 +10,15 @@ import random
 import numpy as np
 
 from data_builders.synthetic.propermem import SynthConfig, generate, routine
+from engine.memory import CachedEmbedder, Memory, build_memory
+from engine.memory.backends import get_backend, parse_extraction, rule_extract
+from engine.memory.bm25 import BM25
+from engine.memory.config import MemoryConfig
+from engine.memory.embedders import get_embedder
+from engine.memory.graph import KnowledgeGraph
+from engine.memory.retrieval import MemoryStore, evidence_block, interleave, resolve_scope, rrf
+from engine.memory.temporal import DenseIndex, Hit
 from eval.bench.recall import recall_table
-from eval.engine.memory import CachedEmbedder, Memory, build_memory
-from eval.engine.memory.backends import get_backend, parse_extraction, rule_extract
-from eval.engine.memory.bm25 import BM25
-from eval.engine.memory.config import MemoryConfig
-from eval.engine.memory.embedders import get_embedder
-from eval.engine.memory.graph import KnowledgeGraph
-from eval.engine.memory.retrieval import MemoryStore, evidence_block, interleave, resolve_scope, rrf
-from eval.engine.memory.temporal import DenseIndex, Hit
 
 
 def unit(rng: np.random.Generator, n: int, d: int) -> np.ndarray:

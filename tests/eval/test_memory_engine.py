@@ -13,14 +13,14 @@ from data_builders.config import RenderConfig
 from data_builders.frames import stream_frames
 from data_builders.records import HistoryEntry
 from data_builders.synthetic.toy import generate_toy
-from eval.engine.memory import Memory
-from eval.engine.memory.backends import get_backend
-from eval.engine.memory.config import MemoryConfig
-from eval.engine.memory.embedders import get_embedder
-from eval.engine.memory.visual import FramePooler
-from eval.engine.naive import NaiveStreamer
-from eval.engine.render import TurnRenderer
-from eval.engine.streaming import EngineConfig, StreamingEngine
+from engine.memory import Memory
+from engine.memory.backends import get_backend
+from engine.memory.config import MemoryConfig
+from engine.memory.embedders import get_embedder
+from engine.memory.visual import FramePooler
+from engine.naive import NaiveStreamer
+from engine.render import TurnRenderer
+from engine.streaming import EngineConfig, StreamingEngine
 
 HISTORY = [
     HistoryEntry(-86400.0 * 3, "Marco is my landlord, we met years ago."),

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForImageTextToText
 
-from eval.engine.model import freeze_vision_tower, vision_tower_parameters
+from engine.model import freeze_vision_tower, vision_tower_parameters
 from tests.conftest import tiny_model_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,7 +111,7 @@ def test_processes_asking_for_one_tiny_checkpoint_at_once_build_it_once(tmp_path
 import json, sys, time
 from pathlib import Path
 from tests.conftest import tiny_model_config
-from eval.engine.model import build_tiny_checkpoint
+from engine.model import build_tiny_checkpoint
 cfg = tiny_model_config()
 while time.time() < {time.time() + 20}:  # the three start together, imports done
     time.sleep(0.01)
@@ -138,7 +138,7 @@ print(mtime)
 
 
 def test_a_tiny_checkpoint_of_another_config_is_replaced(tmp_path):
-    from eval.engine.model import TINY_STAMP, _fingerprint, build_tiny_checkpoint
+    from engine.model import TINY_STAMP, _fingerprint, build_tiny_checkpoint
 
     cfg = tiny_model_config()
     out = build_tiny_checkpoint(cfg, tmp_path / "ckpt")

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from data_builders.records import Prediction, RecordError, Reply, Stream
+from benchmarks.protocols.ovo import CHOICE_FIELDS, probe_answers, probe_plan, write_predictions
+from data_builders.records import RecordError, Stream
 from data_builders.registry import Tally
 from data_builders.sources.ovo import (
     CHOICE_PROMPT,
@@ -27,7 +28,7 @@ from data_builders.sources.ovo import (
     parse_item,
     read_release,
 )
-from eval.protocols.ovo import CHOICE_FIELDS, probe_answers, probe_plan, write_predictions
+from engine.replies import Prediction, Reply
 from eval.score import main
 
 GT = Path(__file__).resolve().parents[1] / "data_builders/fixtures/ovo/ovo_bench_new.json"

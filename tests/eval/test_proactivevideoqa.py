@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from data_builders.records import Prediction, Reply, Stream
+from benchmarks.protocols.proactivevideoqa import read_release, write_predictions
+from data_builders.records import Stream
 from data_builders.sources.proactivevideoqa import parse_question, stream_of
+from engine.replies import Prediction, Reply
 from eval import score
-from eval.protocols.proactivevideoqa import read_release, write_predictions
 from rewards.proactivevideoqa import NO_REPLY_PAUC, drop_late_regressions, turn_area, turn_pauc
 
 RELEASE = Path(__file__).resolve().parents[1] / "data_builders" / "fixtures" / "proactivevideoqa"

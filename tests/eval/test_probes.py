@@ -11,10 +11,10 @@ from data_builders.config import RenderConfig
 from data_builders.frames import stream_frames
 from data_builders.records import HistoryEntry, RecordError
 from data_builders.synthetic.toy import generate_toy
-from eval.engine.kv_window import KVWindow
-from eval.engine.probes import Probe, answer_probes
-from eval.engine.render import TurnRenderer
-from eval.engine.streaming import EngineConfig
+from engine.kv_window import KVWindow
+from engine.probes import Probe, answer_probes
+from engine.render import TurnRenderer
+from engine.streaming import EngineConfig
 
 # unsorted, two on step 7, the first step and the last (the toy streams have 40 steps)
 PROBES = [

@@ -1,4 +1,4 @@
-"""eval/protocols: every protocol is found by name whatever was imported first, and a fifth
+"""benchmarks/protocols: every protocol is found by name whatever was imported first, and a fifth
 benchmark added by the steps of docs/design.md ("Adding a benchmark, a reward or a data source"):
 its module defining one ``Protocol``, its line in the table, its YAML (scored by its ``score``, run by
 ``get_runner``, composed and run by ``eval.run``, scored again by ``eval.score``)."""
@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import protocols, runners, scoring
+from benchmarks.protocols.base import Protocol
 from data_builders.record_io import load_streams
-from data_builders.records import Reply, Target
-from eval import protocols, runners, score, scoring
-from eval.protocols.base import Protocol
+from data_builders.records import Target
+from engine.replies import Reply
+from eval import score
 from eval.run import evaluate, load_config
 from eval.store import PredictionLog
 
@@ -28,7 +30,7 @@ PUBLIC = {"estp", "ovo", "proactivevideoqa", "streamingbench_proactive"}
 FIFTH = '''
 """Toy protocol: a target is hit when the stream's first reply comes within 2 s after it."""
 
-from eval.protocols.base import Protocol, ProtocolRunner
+from benchmarks.protocols.base import Protocol, ProtocolRunner
 
 
 class FifthRunner(ProtocolRunner):
@@ -61,13 +63,15 @@ PROTOCOL = Protocol("fifth", runner=FifthRunner, scorer=score_fifth)
 YAML = "name: fifth\nprotocol: fifth\nsteps_per_second: 1.0\n"
 
 
-@pytest.mark.parametrize("first", ["eval.scoring", "eval.runners", "eval.protocols", "eval.score"])
+@pytest.mark.parametrize(
+    "first", ["benchmarks.scoring", "benchmarks.runners", "benchmarks.protocols", "eval.score"]
+)
 def test_every_protocol_is_found_by_name_whichever_module_is_imported_first(first):
     code = (
         f"import {first}\n"
         "import json, sys\n"
-        "from eval.protocols import PROTOCOLS, get_protocol\n"
-        "before = sorted(m for m in sys.modules if m.startswith('eval.protocols.') and m != 'eval.protocols.base')\n"
+        "from benchmarks.protocols import PROTOCOLS, get_protocol\n"
+        "before = sorted(m for m in sys.modules if m.startswith('benchmarks.protocols.') and m != 'benchmarks.protocols.base')\n"
         "names = PROTOCOLS.names()\n"
         "found = {n: type(get_protocol(n).new_runner()).__name__ for n in names}\n"
         "print(json.dumps([before, names, found]))\n"
@@ -76,24 +80,27 @@ def test_every_protocol_is_found_by_name_whichever_module_is_imported_first(firs
     before, names, found = json.loads(out.stdout.splitlines()[-1])
     assert names == sorted(OURS | PUBLIC)
     assert found["p3i"] == "P3IRunner" and found["ovo"] == "OvoRunner"
-    if first in ("eval.scoring", "eval.protocols"):  # nothing imported a protocol before its first get
+    if first in (
+        "benchmarks.scoring",
+        "benchmarks.protocols",
+    ):  # nothing imported a protocol before its first get
         assert before == []
 
 
 def test_the_table_lists_every_module_that_defines_a_protocol():
     defined = sorted(
         path.stem
-        for path in (ROOT / "eval" / "protocols").glob("*.py")
+        for path in (ROOT / "benchmarks" / "protocols").glob("*.py")
         if re.search(r"^PROTOCOL = Protocol\(", path.read_text(), re.M)
     )
     assert defined == protocols.PROTOCOLS.names()
     for name in defined:
-        assert protocols.PROTOCOLS.where(name) == f"eval.protocols.{name}:PROTOCOL"
+        assert protocols.PROTOCOLS.where(name) == f"benchmarks.protocols.{name}:PROTOCOL"
 
 
 def test_our_protocols_live_in_their_modules():
     for name in sorted(OURS | PUBLIC):
-        module = f"eval.protocols.{name}"
+        module = f"benchmarks.protocols.{name}"
         protocol = protocols.get_protocol(name)
         assert isinstance(protocol, Protocol) and protocol.name == name
         assert type(runners.get_runner(name)).__module__ == module
@@ -112,7 +119,7 @@ def test_our_protocols_live_in_their_modules():
 
 def test_a_name_listed_twice_or_unknown_is_refused():
     with pytest.raises(ValueError, match="protocol 'p3i' is registered twice"):
-        protocols.PROTOCOLS.add("p3i", "eval.protocols.egoserve:PROTOCOL")
+        protocols.PROTOCOLS.add("p3i", "benchmarks.protocols.egoserve:PROTOCOL")
     with pytest.raises(KeyError, match="unknown protocol 'p3j'.*did you mean 'p3i'"):
         protocols.get_protocol("p3j")
     with pytest.raises(KeyError, match="unknown protocol 'p3j'"):
@@ -122,7 +129,7 @@ def test_a_name_listed_twice_or_unknown_is_refused():
 @pytest.fixture
 def fifth(tmp_path, monkeypatch):
     """The documented steps, in a temporary folder: ``fifth.py`` in a folder searched as part of
-    eval.protocols, its line in the table (``PROTOCOLS.add``, what the table's line does) and
+    benchmarks.protocols, its line in the table (``PROTOCOLS.add``, what the table's line does) and
     ``conf/benchmark/fifth.yaml`` in a Hydra search path; all undone afterwards."""
     folder = tmp_path / "protocols"
     folder.mkdir()
@@ -130,16 +137,16 @@ def fifth(tmp_path, monkeypatch):
     (tmp_path / "conf" / "benchmark").mkdir(parents=True)
     (tmp_path / "conf" / "benchmark" / "fifth.yaml").write_text(YAML)
     monkeypatch.setattr(protocols, "__path__", [*protocols.__path__, str(folder)])
-    protocols.PROTOCOLS.add("fifth", "eval.protocols.fifth:PROTOCOL")
+    protocols.PROTOCOLS.add("fifth", "benchmarks.protocols.fifth:PROTOCOL")
     yield tmp_path
     protocols.PROTOCOLS.remove("fifth")
-    sys.modules.pop("eval.protocols.fifth", None)
+    sys.modules.pop("benchmarks.protocols.fifth", None)
     if hasattr(protocols, "fifth"):
         delattr(protocols, "fifth")
 
 
 def test_a_fifth_benchmark_is_one_module_and_scores_through_the_one_api(fifth):
-    assert "fifth" in protocols.PROTOCOLS.names() and "eval.protocols.fifth" not in sys.modules
+    assert "fifth" in protocols.PROTOCOLS.names() and "benchmarks.protocols.fifth" not in sys.modules
     g = scoring.GroundTruth
     paired = [
         (g("a", "alpha", [Target(3.0, "x")]), [Reply(4.0, "x"), Reply(9.0, "y")]),  # 4 in [3, 5]: hit

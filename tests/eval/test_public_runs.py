@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmarks.protocols.streamingbench_proactive import PROMPT_TEMPLATE
 from data_builders.build import build_source
 from data_builders.record_io import load_streams
 from data_builders.synthetic.toy import write_mp4
 from eval import score
-from eval.protocols.streamingbench_proactive import PROMPT_TEMPLATE
 from eval.run import evaluate, load_config
 from eval.store import PredictionLog
 
@@ -201,7 +201,7 @@ def test_streamingbench_official_run_asks_the_harness_s_questions(
     the clip [time_stamp, c) (its last frame at c - 1); after a reply with "yes", the bare question
     inside the same prompt on the same clip, and that reply is the answer. The untrained model never
     says yes, so the engine's reply to the first question's poll at 8 s is made "Yes." here."""
-    from eval.engine import probes
+    from engine import probes
 
     seen: list[tuple] = []
     decode = probes._ProbeEngine._decode

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.runners import get_runner
 from data_builders.record_io import load_streams
 from data_builders.records import RecordError
 from eval.ranks import adopt, check_manifests, merge, shard_path, split, write_manifest
 from eval.run import evaluate, load_config
-from eval.runners import get_runner
 from eval.store import PredictionLog
 from infra.ranks import Ranks
 

@@ -12,7 +12,7 @@ from data_builders.frames import stream_frames
 from data_builders.record_io import load_streams
 from data_builders.records import HistoryEntry, Stream, Target
 from data_builders.stream_steps import step_windows, target_step
-from eval.engine.render import RESPONSE_CLASS, SILENCE_CLASS, TurnRenderer
+from engine.render import RESPONSE_CLASS, SILENCE_CLASS, TurnRenderer
 
 
 @pytest.fixture(scope="module")

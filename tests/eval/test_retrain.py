@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from data_builders.mixture import build_toy_mixture
-from eval.engine.checkpoints import weights_fingerprint
+from engine.checkpoints import weights_fingerprint
 from eval.run import evaluate, load_config
 from eval.store import PredictionLog
 from eval.watch import load_config as watch_config

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.runners import get_runner
 from data_builders.record_io import load_streams, write_jsonl
 from data_builders.records import HistoryEntry, Target
+from engine import step_forward
+from engine.step_forward import compiled_forward
+from engine.streaming import StepDecision, StreamResult
 from eval import score
-from eval.engine import step_forward
-from eval.engine.step_forward import compiled_forward
-from eval.engine.streaming import StepDecision, StreamResult
 from eval.run import evaluate, load_config
-from eval.runners import get_runner
 from eval.store import PredictionLog
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from eval.scoring import get_content_scorer
-from eval.scoring.embedding import default_model_path
+from benchmarks.scoring import get_content_scorer
+from engine.memory.embedders import default_model_path
 from rewards.content import TargetText
 
 

@@ -14,11 +14,11 @@ from data_builders.config import RenderConfig
 from data_builders.frames import stream_frames
 from data_builders.records import Stream
 from data_builders.synthetic.toy import generate_toy
-from eval.engine.kv_window import KVWindow
-from eval.engine.naive import NaiveStreamer
-from eval.engine.render import TurnRenderer
-from eval.engine.step_forward import compiled_graphs
-from eval.engine.streaming import EngineConfig, StreamingEngine
+from engine.kv_window import KVWindow
+from engine.naive import NaiveStreamer
+from engine.render import TurnRenderer
+from engine.step_forward import compiled_graphs
+from engine.streaming import EngineConfig, StreamingEngine
 
 
 @pytest.fixture(scope="module")
@@ -248,8 +248,8 @@ def test_step_timings_split_each_step(tiny_model_and_processor, toy_dir):
     from data_builders.config import RenderConfig
     from data_builders.frames import stream_frames
     from data_builders.record_io import load_streams
-    from eval.engine.render import TurnRenderer
-    from eval.engine.streaming import EngineConfig, StreamingEngine
+    from engine.render import TurnRenderer
+    from engine.streaming import EngineConfig, StreamingEngine
 
     model, processor = tiny_model_and_processor
     renderer = TurnRenderer(processor, RenderConfig(max_pixels=64 * 64))

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.protocols.streamingbench_proactive import poll_probes, poll_step, write_official
 from data_builders.build import build_source
-from data_builders.records import Prediction, RecordError, Reply
+from data_builders.records import RecordError
 from data_builders.sources.streamingbench_proactive import read_question
-from eval.protocols.streamingbench_proactive import poll_probes, poll_step, write_official
+from engine.replies import Prediction, Reply
 from eval.score import main
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data_builders/fixtures/streamingbench_proactive"

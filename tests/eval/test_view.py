@@ -1,4 +1,4 @@
-"""eval.view: the page of a real toy eval.run, opened in headless Chromium (Debian's, driven by
+"""eval.app.view: the page of a real toy eval.run, opened in headless Chromium (Debian's, driven by
 Playwright), its rows, fires and outcome counts against predictions.jsonl and the scorer; a filter;
 a screenshot. And a synthetic 1,000-stream run: the file's size and the page's load time."""
 
@@ -12,14 +12,14 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from benchmarks.config import BenchmarkConfig
+from benchmarks.runners import get_runner
 from data_builders.record_io import load_streams, write_jsonl
 from data_builders.records import Stream, Target
 from data_builders.synthetic.toy import generate_toy
-from eval.config import BenchmarkConfig
+from eval.app.view import CURVE_BINS, embed_json, main, render_html
 from eval.run import evaluate, load_config
-from eval.runners import get_runner
 from eval.store import PredictionLog
-from eval.view import CURVE_BINS, embed_json, main, render_html
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -212,7 +212,7 @@ def test_bad_folder_is_a_clear_error(tmp_path, capsys):
     assert "no predictions" in capsys.readouterr().err
     assert main(["outdir=x"]) == 2 and "usage" in capsys.readouterr().err
     assert main(["--help"]) == 0 and capsys.readouterr().out.startswith(
-        "usage: python -m eval.view out_dir=DIR"
+        "usage: python -m eval.app.view out_dir=DIR"
     )
 
 
@@ -231,7 +231,7 @@ def test_embedded_json_holds_no_markup_and_parses_back():
 
 def _run_view(run: Path, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "eval.view", f"out_dir={run}", "thumbnails=0"],
+        [sys.executable, "-m", "eval.app.view", f"out_dir={run}", "thumbnails=0"],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -286,7 +286,7 @@ def test_a_run_folder_is_read_without_interpolation(tmp_path):
 
 def test_predictions_of_records_changed_since_are_not_shown(tmp_path, capsys):
     """A records file rebuilt after the evaluation (same id, new target): the page would score old
-    replies against new targets, so ``eval.view`` refuses, naming the file and the record."""
+    replies against new targets, so ``eval.app.view`` refuses, naming the file and the record."""
     from eval.provenance import RECORD_FIELD, record_fingerprint
 
     run = synthetic_run(tmp_path, 3, long_steps=40)

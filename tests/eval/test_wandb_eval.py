@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
+from eval.app.view import TABLE_COLUMNS
 from eval.run import evaluate, load_config
 from eval.store import PredictionLog
-from eval.tracking import LOGGERS, EvalLogger, flatten, make_logger
-from eval.view import TABLE_COLUMNS
+from infra.tracking import LOGGERS, EvalLogger, flatten, make_logger
 
 
 def test_offline_wandb_run_holds_metrics_table_and_timeline(
@@ -54,7 +54,7 @@ def test_offline_wandb_run_holds_metrics_table_and_timeline(
     assert "sentinel-secret" not in json.dumps(config)  # the key's value is never logged (only its env name)
     tables = [json.loads(p.read_text()) for p in (run / "files" / "media" / "table").rglob("*.table.json")]
     assert [t["columns"][:3] for t in tables if t["columns"][0] == "task"] == [["task", "n", "prs_u"]]
-    # the viewer's rows (eval.view): one per stream, worst first, the timeline an image per row
+    # the viewer's rows (eval.app.view): one per stream, worst first, the timeline an image per row
     assert summary["eval/p3i/streams/_type"] == "table-file"
     [rows] = [t for t in tables if t["columns"] == TABLE_COLUMNS]
     predictions = PredictionLog(tmp_path / "out" / "predictions.jsonl").rows()

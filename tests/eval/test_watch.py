@@ -11,11 +11,11 @@ import pytest
 import yaml
 from omegaconf import DictConfig
 
-from eval import tracking
-from eval.engine.checkpoints import COMPLETE_MARKER
+from engine.checkpoints import COMPLETE_MARKER
 from eval.watch import LEDGER, load_config, read_ledger, run_dir_wait, watch
+from infra import tracking
+from pipeline.config import SCHEMAS
 from tests.conftest import by_checkpoint
-from train.config import SCHEMAS
 
 
 def make_checkpoint(run_dir: Path, step: int, complete: bool = True, source: Path | None = None) -> Path:

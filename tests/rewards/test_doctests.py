@@ -19,8 +19,8 @@ MODULES = [
     "rewards.content",
     "rewards.grpo",
     "rewards.bench.prs",
-    "eval.scoring.judge",
-    "eval.protocols.proactivevideoqa",
+    "benchmarks.scoring.judge",
+    "benchmarks.protocols.proactivevideoqa",
 ]
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.engine.checkpoints import complete_checkpoints
+from engine.checkpoints import complete_checkpoints
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from eval.engine.checkpoints import complete_checkpoints
+from engine.checkpoints import complete_checkpoints
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ from data_builders.config import RenderConfig
 from data_builders.frame_cache import FrameCache
 from data_builders.record_io import load_streams, write_jsonl
 from data_builders.splits import split_records
-from eval.engine.render import TurnRenderer
+from engine.render import TurnRenderer
 from train.sft.data import StreamWindowDataset, WindowCollator
 
 
@@ -86,7 +86,7 @@ def test_stages_read_what_the_frames_stage_cached(tiny_model_and_processor, toy_
     evaluation then read every frame from it: not one clip is decoded again."""
     from data_builders.frames import cache_frames, stream_frames
     from data_builders.record_io import resolve_video
-    from eval.engine.streaming import EngineConfig, stream_batches
+    from engine.streaming import EngineConfig, stream_batches
 
     _, processor = tiny_model_and_processor
     render = RenderConfig(max_pixels=64 * 64)

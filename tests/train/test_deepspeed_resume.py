@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from eval.engine.checkpoints import complete_checkpoints
+from engine.checkpoints import complete_checkpoints
 from tests.train.deepspeed_runs import launch
 
 pytestmark = pytest.mark.slow

@@ -19,8 +19,8 @@ import train.export as export_module
 from data_builders.config import RenderConfig
 from data_builders.frames import stream_frames
 from data_builders.record_io import load_streams, resolve_video
-from eval.engine.checkpoints import weights_fingerprint, write_render
-from eval.engine.render import TurnRenderer
+from engine.checkpoints import weights_fingerprint, write_render
+from engine.render import TurnRenderer
 from train.model_card import evaluations_of
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from train.bench import gpu_check
+from pipeline import gpu_check
 
 ROOT = Path(__file__).resolve().parents[2]
 KEYS = (
@@ -97,7 +97,7 @@ def test_a_part_past_its_cap_is_killed_and_reported_while_the_next_runs():
 
 def test_missing_modules_are_named_on_one_line_before_anything_loads():
     code = (
-        "import sys; from train.bench import gpu_check as g; "
+        "import sys; from pipeline import gpu_check as g; "
         "g.NEEDED['no_such_module_xyz'] = ('no-such-dist', None); g.main(['--device', 'cpu'])"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=_env())

@@ -11,8 +11,8 @@ from data_builders.frames import stream_frames
 from data_builders.record_io import load_streams
 from data_builders.records import Stream, Target
 from data_builders.stream_steps import target_step
-from eval.engine.render import RESPONSE_CLASS, TurnRenderer
-from eval.engine.streaming import EngineConfig, StreamingEngine
+from engine.render import RESPONSE_CLASS, TurnRenderer
+from engine.streaming import EngineConfig, StreamingEngine
 from rewards.grpo import build_reward, step_rewards
 from train.grpo.config import LOSS_TYPES
 from train.grpo.loss import (

@@ -138,12 +138,12 @@ def test_resume_continues_from_the_last_complete_checkpoint(toy_mixture, kept, t
 def test_keep_best_keeps_the_weights_of_the_best_held_out_evaluation(toy_mixture, kept):
     from safetensors.torch import load_file
 
+    from benchmarks.runners import evaluate_model
     from data_builders.config import RenderConfig
     from data_builders.record_io import load_streams
     from data_builders.splits import split_records
-    from eval.engine.checkpoints import saved_render
-    from eval.engine.model import load_model_and_processor
-    from eval.runners import evaluate_model
+    from engine.checkpoints import saved_render
+    from engine.model import load_model_and_processor
 
     root, out = kept
     run = root / "runs" / "grpo"

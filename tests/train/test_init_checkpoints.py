@@ -15,7 +15,7 @@ import yaml
 
 from data_builders.config import RenderConfig
 from data_builders.mixture import build_toy_mixture
-from eval.engine.checkpoints import saved_render, write_render
+from engine.checkpoints import saved_render, write_render
 from train.grpo.run import compose_config, run
 from train.sft.run import compose_config as sft_config
 from train.sft.run import train

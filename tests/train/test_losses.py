@@ -11,7 +11,7 @@ import torch
 from data_builders.config import RenderConfig
 from data_builders.frames import stream_frames
 from data_builders.record_io import load_streams
-from eval.engine.render import TurnRenderer
+from engine.render import TurnRenderer
 from train.sft.data import WindowCollator
 from train.sft.losses import (
     WEIGHT_MODES,

@@ -15,7 +15,7 @@ import torch
 from transformers import TrainerCallback
 
 from data_builders.mixture import build_toy_mixture
-from eval.engine.checkpoints import (
+from engine.checkpoints import (
     COMPLETE_MARKER,
     checkpoint_name,
     checkpoint_step,

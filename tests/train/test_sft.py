@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from transformers import TrainerCallback
 
 from data_builders.mixture import build_toy_mixture
-from eval.engine.checkpoints import complete_checkpoints, saved_render
+from engine.checkpoints import complete_checkpoints, saved_render
 from infra.run_control import NonFiniteLoss
 from train.run_dir import resolve_resume
 from train.sft.run import build_trainer, compose_config, train
@@ -95,8 +95,8 @@ def test_two_steps_pinned_losses_checkpoint_and_run_dir(toy_data, tmp_path):
     from data_builders.config import RenderConfig
     from data_builders.frames import stream_frames
     from data_builders.record_io import load_streams
-    from eval.engine.render import TurnRenderer
-    from eval.engine.streaming import EngineConfig, StreamingEngine
+    from engine.render import TurnRenderer
+    from engine.streaming import EngineConfig, StreamingEngine
 
     model = AutoModelForImageTextToText.from_pretrained(final)
     processor = AutoProcessor.from_pretrained(final)
@@ -109,7 +109,7 @@ def test_two_steps_pinned_losses_checkpoint_and_run_dir(toy_data, tmp_path):
 
 
 def test_frozen_vision_tower_gets_no_gradient_and_does_not_change(toy_data, tmp_path):
-    from eval.engine.model import vision_tower_parameters
+    from engine.model import vision_tower_parameters
 
     trainer, _ = build_trainer(sft_cfg(toy_data, tmp_path / "run", "train.max_steps=1"))
     model = trainer.model

@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load_file
 
 from data_builders.mixture import build_toy_mixture
-from eval.engine.checkpoints import complete_checkpoints
+from engine.checkpoints import complete_checkpoints
 from infra.run_control import REQUEUE_EXIT_CODE
 from train.sft.run import compose_config, train
 

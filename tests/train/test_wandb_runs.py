@@ -10,9 +10,9 @@ import pytest
 from data_builders.mixture import build_toy_mixture
 from eval.run import evaluate
 from eval.run import load_config as eval_config
-from eval.tracking import training_run
 from eval.watch import load_config as watch_config
 from eval.watch import watch
+from infra.tracking import training_run
 from tests.conftest import by_checkpoint
 from train.sft.run import compose_config, train
 

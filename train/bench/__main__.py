@@ -1,11 +1,10 @@
-"""``python -m train.bench [sft|grpo|memory|pipeline|gpu_check] [options]``: sft by default; one JSON object of
+"""``python -m train.bench [sft|grpo|memory|pipeline] [options]``: sft by default; one JSON object of
 figures on the last line.
 
     python -m train.bench sft        # SFT step throughput, vision tower frozen vs trained (train/bench/sft.py)
     python -m train.bench grpo       # rollouts with / without frame sharing, --compile (train/bench/grpo.py)
     python -m train.bench memory     # step memory, full vs selected logits (train/bench/memory.py)
     python -m train.bench pipeline   # SFT's input pipeline on the cache formats (train/bench/pipeline.py)
-    python -m train.bench gpu_check  # everything a GPU allocation needs to know, 8 min (train/bench/gpu_check.py)
 """
 
 import sys
@@ -20,7 +19,6 @@ SUBCOMMANDS = Registry(
         "grpo": "train.bench.grpo:main",
         "memory": "train.bench.memory:main",
         "pipeline": "train.bench.pipeline:main",
-        "gpu_check": "train.bench.gpu_check:main",
     },
 )
 

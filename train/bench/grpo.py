@@ -25,7 +25,7 @@ import torch
 import yaml
 
 from data_builders.config import CONF_DIR, model_render
-from eval.config import model_preset
+from engine.config import model_preset
 from train.grpo.config import GRPOSettings, reward_spec
 
 TINY = CONF_DIR / "model" / "tiny.yaml"
@@ -37,8 +37,8 @@ def window_pool(root: Path, windows: int):
     from data_builders.frames import stream_frames
     from data_builders.record_io import load_streams, write_jsonl
     from data_builders.synthetic.toy import generate_toy
-    from eval.engine.model import load_model_and_processor
-    from eval.engine.render import TurnRenderer
+    from engine.model import load_model_and_processor
+    from engine.render import TurnRenderer
     from train.grpo.rollout import make_windows
 
     model, processor = load_model_and_processor(model_preset(TINY), cache_dir=root / "cache")
@@ -52,7 +52,7 @@ def window_pool(root: Path, windows: int):
 
 def roll(model, renderer, pool, group: int, share: bool, compiled: bool = False) -> tuple[float, int, list]:
     """Every window's G rollouts: seconds, frames encoded, the tokens fed."""
-    from eval.engine.streaming import EngineConfig, StreamingEngine
+    from engine.streaming import EngineConfig, StreamingEngine
 
     encoded, tokens, t0 = 0, [], time.perf_counter()
     for j, w in enumerate(pool):
@@ -105,7 +105,7 @@ def update_split(model, processor, renderer, pool, group: int, run_dir: Path) ->
 
 
 def bench_grpo(windows: int, group: int, threads: int, compile: bool = False) -> dict:
-    from eval.config import quiet_libraries
+    from infra.entry import quiet_libraries
 
     quiet_libraries()
     torch.set_num_threads(threads)

@@ -66,7 +66,7 @@ import numpy as np
 import torch
 
 from data_builders.config import CONF_DIR, model_render
-from eval.config import model_preset
+from engine.config import model_preset
 
 ROOT = CONF_DIR.parent
 MODEL = CONF_DIR / "model" / "qwen3_vl_4b.yaml"
@@ -153,7 +153,7 @@ def _reset_peak() -> None:
 
 def bench_model(dtype: str):
     """The 4B widths with 2 language layers and 1 vision block, random weights."""
-    from eval.engine.model import load_model_and_processor
+    from engine.model import load_model_and_processor
 
     cfg = model_preset(MODEL)
     arch = cfg["architecture"]
@@ -185,7 +185,7 @@ def bench_window(renderer, frames: int, seed: int = 0):
 
 def as_rollout(stream, pixels, rendered):
     """The rendered window as a GRPO rollout: its assistant tokens are the generated ones."""
-    from eval.engine.streaming import StepDecision, StreamResult
+    from engine.streaming import StepDecision, StreamResult
     from train.grpo.rollout import Rollout, Window
 
     generated = (rendered.labels != -100).tolist()
@@ -257,8 +257,8 @@ def run_memory_variant(
     name: str, frames: int, group: int, dtype: str, threads: int, params: str = "all"
 ) -> dict:
     """Measure one variant in this process; ``params``: ``all`` or ``merger`` (the gradients computed)."""
-    from eval.config import quiet_libraries
-    from eval.engine.render import TurnRenderer
+    from engine.render import TurnRenderer
+    from infra.entry import quiet_libraries
 
     quiet_libraries()
     torch.set_num_threads(threads)

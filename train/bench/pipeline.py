@@ -45,8 +45,8 @@ def pipeline_rate(
     """(samples/s, tokens per sample) of one worker through SFT's dataset and collator, ``fmt`` entries."""
     import torch
 
-    from eval.engine.model import add_decision_tokens, build_processor, build_tokenizer
-    from eval.engine.render import TurnRenderer
+    from engine.model import add_decision_tokens, build_processor, build_tokenizer
+    from engine.render import TurnRenderer
     from train.sft.data import StreamWindowDataset, WindowCollator
 
     torch.set_num_threads(1)  # one dataloader worker

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from data_builders.config import CONF_DIR, model_render
-from eval.config import model_preset
+from engine.config import model_preset
 
 ROOT = CONF_DIR.parent
 TINY = CONF_DIR / "model" / "tiny.yaml"
@@ -34,9 +34,9 @@ def run_variant(freeze: bool, steps: int, batch: int, threads: int, warmup: int 
     """Measure one variant in this process."""
     from data_builders.record_io import write_jsonl
     from data_builders.synthetic.toy import generate_toy
-    from eval.config import quiet_libraries
-    from eval.engine.model import load_model_and_processor
-    from eval.engine.render import TurnRenderer
+    from engine.model import load_model_and_processor
+    from engine.render import TurnRenderer
+    from infra.entry import quiet_libraries
     from train.sft.data import StreamWindowDataset, WindowCollator
     from train.sft.losses import class_weights, decision_loss
 

@@ -24,6 +24,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from benchmarks.config import BenchmarkConfig
+from benchmarks.runners import evaluate_model
 from data_builders.build import write_outputs
 from data_builders.config import RenderConfig
 from data_builders.mixture import build_toy_mixture
@@ -31,8 +33,6 @@ from data_builders.record_io import load_streams, resolve_video
 from data_builders.records import Target
 from data_builders.splits import split_records
 from data_builders.stream_steps import step_times, target_step
-from eval.config import BenchmarkConfig
-from eval.runners import evaluate_model
 from infra.schema import typed
 from train.run_dir import read_progress
 
@@ -50,7 +50,7 @@ class OverfireOptions:
 def held_out_metrics(
     checkpoint: Path, split: Path, render: RenderConfig, steps_per_second: float, threshold: float
 ) -> dict:
-    """P3I metrics of a saved checkpoint on a split (``eval.runners.evaluate_model``)."""
+    """P3I metrics of a saved checkpoint on a split (``benchmarks.runners.evaluate_model``)."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     processor = AutoProcessor.from_pretrained(str(checkpoint))

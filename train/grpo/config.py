@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from eval.config import DataBlocks
+from engine.config import DataBlocks
 from infra.schema import bounded, store_schema
 from train.stage_config import StageSettings
 
@@ -53,7 +53,7 @@ class GRPOSettings(StageSettings):
     """Sampling temperature of decisions (two-way softmax) and response tokens."""
     max_new_tokens: int = bounded(16, ge=1)
     compile_rollouts: bool = False
-    """Roll out with the language model's forward compiled (``eval.engine.streaming.EngineConfig.compile``):
+    """Roll out with the language model's forward compiled (``engine.streaming.EngineConfig.compile``):
     faster rollouts once its graphs are built, minutes for a 4B model's at the first update of a
     process. The updates themselves run eagerly."""
     learning_rate: float = bounded(5e-7, ge=0)

@@ -48,12 +48,12 @@ from pathlib import Path
 
 import torch
 
-from eval.engine.checkpoints import COMPLETE_MARKER, checkpoint_name, named_step, write_render
-from eval.engine.render import TurnRenderer
-from eval.engine.step_forward import compiled_graphs
-from eval.tracking import flatten
+from engine.checkpoints import COMPLETE_MARKER, checkpoint_name, named_step, write_render
+from engine.render import TurnRenderer
+from engine.step_forward import compiled_graphs
 from infra.ranks import all_reduce, barrier, broadcast, gather, shard
 from infra.run_control import Preempted, RunControl
+from infra.tracking import flatten
 from rewards.grpo import step_rewards
 from train.grpo.config import NONFINITE_MESSAGE, check_choices
 from train.grpo.loss import (

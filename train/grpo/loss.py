@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
 
-from eval.engine.render import TurnRenderer
+from engine.render import TurnRenderer
 from train.grpo.rollout import Rollout
 
 

@@ -3,7 +3,7 @@
 A *window* is steps ``[start, end)`` of a stream (``data_builders.stream_steps.step_windows``, the rule
 SFT windows follow): its steps keep the clip clock, its first turn carries the instruction (and the
 history), and it holds the targets that land on its steps (``targets_in_window``). Each window is one
-GRPO prompt. A rollout runs the window through the :class:`~eval.engine.streaming.StreamingEngine` with
+GRPO prompt. A rollout runs the window through the :class:`~engine.streaming.StreamingEngine` with
 sampled decisions and responses; the G rollouts of a window are one batch whose rows share the
 same frame array, so each frame is encoded once for the whole group.
 
@@ -21,8 +21,8 @@ import numpy as np
 
 from data_builders.records import Stream, Target
 from data_builders.stream_steps import step_windows, targets_in_window
-from eval.engine.render import TurnRenderer
-from eval.engine.streaming import EngineConfig, StreamingEngine, StreamResult
+from engine.render import TurnRenderer
+from engine.streaming import EngineConfig, StreamingEngine, StreamResult
 
 
 @dataclass

@@ -8,7 +8,7 @@
 Config -> model (from the SFT checkpoint ``init``) -> rollout windows of the training split ->
 reward functions (``conf/reward/``) -> the update loop (``train.grpo.loop``) -> final checkpoint.
 Held-out evaluations (``grpo.eval_every``, ``keep_best``) stream and score the evaluation split
-with ``eval.runners.evaluate_model``, the code behind ``eval.run``. A config with
+with ``benchmarks.runners.evaluate_model``, the code behind ``eval.run``. A config with
 ``entry.target`` (an experiment, e.g. ``experiment=toy_overfire``) hands itself to that function
 instead. Under ``accelerate launch`` with a DeepSpeed config every process runs this with its
 share of each update's windows (``train.grpo.parallel``); rank 0 writes the run dir's files.
@@ -30,13 +30,14 @@ from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from benchmarks.config import BenchmarkConfig
+from benchmarks.runners import evaluate_model, get_runner
 from data_builders.config import RenderConfig
 from data_builders.frame_cache import FrameCache
 from data_builders.frames import stream_frames
 from data_builders.record_io import load_streams, resolve_video
 from data_builders.splits import split_records
-from eval.config import BenchmarkConfig, LoggerConfig, quiet_libraries
-from eval.engine.checkpoints import (
+from engine.checkpoints import (
     COMPLETE_MARKER,
     add_render_to_command_line,
     check_checkpoint,
@@ -45,15 +46,14 @@ from eval.engine.checkpoints import (
     render_overrides,
     write_render,
 )
-from eval.preflight import check_stage
-from eval.runners import evaluate_model, get_runner
-from eval.tracking import make_logger
-from infra.entry import front_door
+from engine.preflight import check_stage
+from infra.entry import front_door, quiet_libraries
 from infra.files import OutputLock
 from infra.progress import console
 from infra.ranks import barrier, is_rank_zero
 from infra.run_control import NonFiniteLoss, Preempted, RunControl
 from infra.schema import CONF_DIR, compose, validate
+from infra.tracking import LoggerConfig, make_logger
 from rewards.grpo import build_reward
 from train.grpo.config import NONFINITE_MESSAGE, GRPOConfig, check_choices, reward_spec
 from train.run_dir import (
@@ -83,7 +83,7 @@ def run(cfg: DictConfig, out: Path | None = None) -> Path:
     control = run_control(
         cfg.grpo, "grpo", "update", NONFINITE_MESSAGE
     )  # first: a signal while the model loads is caught too
-    check_stage("grpo", cfg)  # eval.preflight: splits, init, the memory plan on a GPU
+    check_stage("grpo", cfg)  # engine.preflight: splits, init, the memory plan on a GPU
     main = is_rank_zero()
     lock = OutputLock(out or cfg.grpo.output_dir, "train.grpo").acquire() if main else None  # one run per dir
     try:
@@ -96,7 +96,7 @@ def run(cfg: DictConfig, out: Path | None = None) -> Path:
 
 def check_config(cfg: DictConfig) -> object:
     """What can fail without loading anything, checked first: the start point (the init checkpoint's
-    files, ``eval.engine.checkpoints.check_checkpoint``) and the reward (its options are tried once);
+    files, ``engine.checkpoints.check_checkpoint``) and the reward (its options are tried once);
     returns the reward function."""
     if cfg.init is None:
         raise ValueError(
@@ -186,7 +186,7 @@ def _start(cfg: DictConfig, out: Path):
 
 def _load_model(cfg: DictConfig, resume: str | None, parallel):
     """The policy and its processor: from ``resume``, else ``init``, else the model config as it is."""
-    from eval.engine.model import load_model_and_processor
+    from engine.model import load_model_and_processor
 
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
     init = cfg.init if cfg.init != "random" else None
@@ -210,7 +210,7 @@ def render_config(cfg: DictConfig) -> RenderConfig:
 
 
 def _renderer(processor, render_cfg: RenderConfig, steps_per_second: float):
-    from eval.engine.render import TurnRenderer
+    from engine.render import TurnRenderer
 
     return TurnRenderer(processor, render_cfg, steps_per_second)
 
@@ -228,7 +228,7 @@ def load_windows(cfg: DictConfig, render_cfg: RenderConfig, cache: FrameCache | 
 
 
 def held_out_evaluator(cfg: DictConfig, processor, render_cfg: RenderConfig, cache: FrameCache | None):
-    """``model -> metrics`` on ``grpo.eval_records`` or ``grpo.eval_split`` (``eval.runners.evaluate_model``,
+    """``model -> metrics`` on ``grpo.eval_records`` or ``grpo.eval_split`` (``benchmarks.runners.evaluate_model``,
     the code behind ``eval.run``); None without a held-out set. Fails here on an empty set or a
     benchmark that cannot run (a judge without its URL), not at update 0."""
     g = cfg.grpo
@@ -358,7 +358,7 @@ def _main(cfg: DictConfig) -> None:
 
 def _check_start(cfg: DictConfig) -> None:
     """What the command line refuses before Hydra runs it: the config's own checks (init, reward,
-    options: :func:`check_config`), then the stage's pre-flight (``eval.preflight``)."""
+    options: :func:`check_config`), then the stage's pre-flight (``engine.preflight``)."""
     if not cfg.entry.target:
         check_config(cfg)
         check_stage("grpo", cfg)
@@ -366,7 +366,7 @@ def _check_start(cfg: DictConfig) -> None:
 
 def main() -> None:
     """The command line, with the ``init`` checkpoint's render block added as overrides
-    (``eval.engine.checkpoints.render_overrides``: the frames it was trained on; an explicit
+    (``engine.checkpoints.render_overrides``: the frames it was trained on; an explicit
     ``render`` override wins, with a warning)."""
     add_render_to_command_line("train.grpo", key="init")
     front_door("train.grpo", "grpo", GRPOConfig, check=_check_start)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from eval.config import DataBlocks
+from engine.config import DataBlocks
 from infra.schema import bounded, store_schema
 from train.stage_config import StageSettings
 

@@ -30,8 +30,8 @@ from data_builders.record_io import load_streams, resolve_video
 from data_builders.records import Stream
 from data_builders.splits import split_records
 from data_builders.stream_steps import step_windows
-from eval.engine.render import TurnRenderer
-from eval.engine.streaming import BLANK_GREY
+from engine.render import TurnRenderer
+from engine.streaming import BLANK_GREY
 
 #: Keys a collated batch carries (the model's inputs plus ``labels`` and ``decision_mask``).
 PADDED_KEYS = {

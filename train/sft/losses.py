@@ -42,7 +42,7 @@ from pathlib import Path
 
 import torch
 
-from eval.engine.render import RESPONSE_CLASS, SILENCE_CLASS
+from engine.render import RESPONSE_CLASS, SILENCE_CLASS
 
 IGNORE_INDEX = -100
 

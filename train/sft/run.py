@@ -5,7 +5,7 @@
     accelerate launch --config_file conf/accelerate/zero2.yaml -m train.sft experiment=p3i_4b_sft data.dir=/data/mix_p3i ...
     sbatch --gpus-per-node=8 slurm/sft.sh experiment=p3i_4b_sft data.dir=/data/mix_p3i
 
-Assembles the parts and hands them to the Trainer: the model (``eval.engine.model``; vision tower frozen,
+Assembles the parts and hands them to the Trainer: the model (``engine.model``; vision tower frozen,
 merger and language model trained, or LoRA adapters), the training split of a built mixture as
 rendered windows (``train.sft.data``), the decision loss (``train.sft.losses``) inside a narrow Trainer
 subclass (``train.sft.trainer``). Checkpoints are HF directories (model + processor, safetensors);
@@ -28,12 +28,11 @@ from omegaconf.errors import OmegaConfBaseException
 
 from data_builders.config import RenderConfig
 from data_builders.frame_cache import FrameCache
-from eval.config import quiet_libraries
-from eval.engine.checkpoints import COMPLETE_MARKER, checkpoint_name, checkpoint_step, write_render
-from eval.engine.model import count_parameters, load_model_and_processor
-from eval.engine.render import TurnRenderer
-from eval.preflight import check_stage
-from infra.entry import front_door
+from engine.checkpoints import COMPLETE_MARKER, checkpoint_name, checkpoint_step, write_render
+from engine.model import count_parameters, load_model_and_processor
+from engine.preflight import check_stage
+from engine.render import TurnRenderer
+from infra.entry import front_door, quiet_libraries
 from infra.files import OutputLock
 from infra.progress import console
 from infra.ranks import is_rank_zero
@@ -144,7 +143,7 @@ def build_trainer(cfg: DictConfig) -> tuple[DecisionTrainer, RunControl]:
 
 def train(cfg: DictConfig) -> Path:
     """Run the SFT stage of a validated config; returns the final checkpoint dir (model + processor).
-    The pre-flight (``eval.preflight.check_stage``) runs first: a split or data dir that is missing,
+    The pre-flight (``engine.preflight.check_stage``) runs first: a split or data dir that is missing,
     or a plan that would not fit the GPU, stops it before the model loads."""
     check_stage("sft", cfg)
     t = cfg.train
@@ -255,7 +254,7 @@ def _main(cfg: DictConfig) -> None:
 
 
 def main() -> None:
-    """The command line: composed, validated and pre-flighted (``eval.preflight``: the splits, the
+    """The command line: composed, validated and pre-flighted (``engine.preflight``: the splits, the
     data dir, the memory plan on a GPU) before Hydra runs it, so a mistake is one line, exit 2."""
     front_door("train.sft", "sft", SFTConfig, check=lambda cfg: check_stage("sft", cfg))
     _main()

@@ -37,10 +37,10 @@ import torch
 from omegaconf import DictConfig
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
-from eval.engine.checkpoints import COMPLETE_MARKER, checkpoint_name, write_render
-from eval.tracking import remember_run
+from engine.checkpoints import COMPLETE_MARKER, checkpoint_name, write_render
 from infra.ranks import Ranks
 from infra.run_control import RunControl
+from infra.tracking import remember_run
 from train.run_dir import rotate_checkpoints
 from train.safe_load import guarding_prepare
 from train.sft.losses import WEIGHT_MODES, decision_metrics, loss_at_labels, selected_logits
@@ -242,7 +242,7 @@ class WandbRunCallback(TrainerCallback):
     """Once the Trainer's W&B run exists (rank 0): add the whole resolved Hydra config to its config
     (loss, data, render, reward...: what defines the run, beyond the Trainer's arguments) and record
     its identity in ``<output_dir>/wandb.json``, where the checkpoint evaluations find it and log to
-    the paired eval run (``eval.tracking``)."""
+    the paired eval run (``infra.tracking``)."""
 
     def __init__(self, config: dict):
         self.config = config

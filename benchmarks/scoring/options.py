@@ -1,0 +1,79 @@
+"""``python -m eval.score``'s command line: its parser and the scoring settings it gives.
+
+Here, below every protocol, so that a public benchmark's runner scores its official files with the
+very options ``eval.score`` would parse (``benchmarks.protocols.public``) without importing the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import fields
+
+from benchmarks.config import ScoringConfig
+from benchmarks.protocols.egoserve_preds import RESPONSE_NAME
+from benchmarks.scoring import CONTENT_SCORERS, ScoreSettings
+from rewards.egoserve import TOLERANCE_S
+
+DESCRIPTION = "Score predictions against ground truth with a benchmark's own metric (docs/protocols.md)."
+
+
+def settings_from_args(args: argparse.Namespace) -> ScoreSettings:
+    """The scoring settings of the parsed options (validated: ``--alpha -1`` is an error)."""
+    return ScoreSettings(**{f.name: getattr(args, f.name) for f in fields(ScoringConfig)})
+
+
+#: The scoring flags that take one of a fixed set of values.
+SCORING_CHOICES = {"content": list(CONTENT_SCORERS), "dataset": sorted(TOLERANCE_S)}
+
+
+def add_scoring_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per :class:`benchmarks.config.ScoringConfig` field (``--<name>``, or the field's ``flag``:
+    ``open_content`` is ``--label-fallback``), with its default and help, floats typed."""
+    for f in fields(ScoringConfig):
+        flag = f.metadata["flag"] or "--" + f.name.replace("_", "-")
+        kwargs = {"default": f.default, "dest": f.name, "help": f.metadata["help"]}
+        if f.name in SCORING_CHOICES:
+            kwargs["choices"] = SCORING_CHOICES[f.name]
+        else:
+            kwargs["metavar"] = flag[2:].replace("-", "_").upper()
+        if "float" in str(f.type):
+            kwargs["type"] = float
+        parser.add_argument(flag, **kwargs)
+
+
+def parse_options(argv: list[str] | None, protocols: Sequence[str]) -> argparse.Namespace:
+    """``python -m eval.score``'s options parsed, ``--protocol`` one of ``protocols``."""
+    parser = argparse.ArgumentParser(prog="python -m eval.score", description=DESCRIPTION)
+    parser.add_argument("--protocol", required=True, choices=sorted(protocols))
+    parser.add_argument(
+        "--gt", required=True, action="append", help="ground truth (EgoServe: repeat with --pred)"
+    )
+    parser.add_argument("--pred", required=True, action="append", help="predictions")
+    add_scoring_flags(parser)
+    parser.add_argument(
+        "--model", default=None, help="the model's key in a prediction file holding several (StreamingBench)"
+    )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="OVO-Bench, StreamingBench: refuse a prediction file that reuses an id or a question, or "
+        "whose ground truth differs from the release's (default: score each entry against its own, "
+        "as the official scorer does, with a warning naming them)",
+    )
+    parser.add_argument("--per-sample", default=None, help="write one JSON line per sample here")
+    parser.add_argument("--allow-missing", action="store_true", help="score a missing prediction as silence")
+    parser.add_argument(
+        "--model-suffix",
+        default=None,
+        help="EgoServe: suffix of EgoMemo's unit folders (default: EgoMemo's, e.g. -qwenvl_3_8b_instruct)",
+    )
+    parser.add_argument(
+        "--response-name", default=RESPONSE_NAME, help="EgoServe: response file name in each unit folder"
+    )
+    args = parser.parse_args(argv)
+    args.gt_list, args.pred_list = args.gt, args.pred
+    if args.protocol != "egoserve" and (len(args.gt) > 1 or len(args.pred) > 1):
+        parser.error("--gt and --pred may repeat only for --protocol egoserve")
+    args.gt, args.pred = args.gt[0], args.pred[0]
+    return args

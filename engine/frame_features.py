@@ -1,0 +1,113 @@
+"""The streaming engine's vision side: each row's frames prepared when the row reaches them.
+
+``frame_chunk`` steps at a time, the processor (pixel values, grids) and the vision tower run on
+that chunk only, in one call for every frame array that needs its next chunk; an array shared by
+several rows (the same object, as in a GRPO group) is prepared once. The chunk a new one replaces
+is released: its features dropped and its pages handed back to the OS
+(``data_builders.frame_pages.release_frames``). Why: ``engine/streaming.py``'s docstring.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from data_builders.frame_pages import release_frames
+from engine.render import TurnRenderer
+
+
+@dataclass
+class Chunk:
+    """Steps ``[start, end)`` of one frame array, prepared: grids and vision-tower features."""
+
+    start: int
+    end: int
+    grid: torch.Tensor  # (frames, 3)
+    tokens: list[int]  # image placeholder tokens of each frame
+    pooled: Sequence[torch.Tensor]  # one per frame
+    deepstack: list[Sequence[torch.Tensor]]  # per deepstack layer, one per frame
+
+
+@dataclass
+class Features:
+    """A step's image features: per active row (in row order) its frame's pooled features (a row per
+    placeholder token) and, per deepstack layer, the same rows of that layer's features."""
+
+    pooled: tuple[torch.Tensor, ...]
+    deepstack: list[tuple[torch.Tensor, ...]]
+
+
+class FrameFeatures:
+    """Prepared chunks by frame array (``id(frames)``), the frames the vision tower saw
+    (``frames_encoded``) and the CPU seconds of its calls since ``seconds`` was last reset."""
+
+    def __init__(self, model, renderer: TurnRenderer, cfg, upload: Callable[[torch.Tensor], torch.Tensor]):
+        self.model = model
+        self.renderer = renderer
+        self.cfg = cfg  # the engine's EngineConfig: ``frame_chunk``
+        self.upload = upload
+        self.chunks: dict[int, Chunk] = {}
+        self.frames_encoded = 0
+        self.seconds = 0.0
+
+    def prepare(self, k: int, arrays: Sequence[np.ndarray]) -> None:
+        """Make step k's frame of each array ready. An array past its prepared chunk gets the next
+        ``frame_chunk`` frames through the processor and the vision tower, in one call for all such
+        arrays (amortizing its fixed cost), each array once. The chunk it replaces is released."""
+        need: dict[int, np.ndarray] = {}
+        for frames in arrays:
+            held = self.chunks.get(id(frames))
+            if held is None or not held.start <= k < held.end:
+                need.setdefault(id(frames), frames)
+        if not need:
+            return
+        t0 = time.thread_time()
+        spans, pvs, grids = [], [], []
+        for key, frames in need.items():
+            end = min(k + self.cfg.frame_chunk, len(frames))
+            pv, grid = self.renderer.encode_frames(frames[k:end])
+            spans.append((key, frames, end))
+            pvs.append(pv)
+            grids.append(grid)
+        grid = torch.cat(grids)
+        out = self.model.model.get_image_features(self.upload(torch.cat(pvs)), self.upload(grid))
+        self.frames_encoded += int(grid.shape[0])
+        i = 0
+        for key, frames, end in spans:
+            n = end - k
+            self.release(frames)
+            self.chunks[key] = Chunk(
+                k,
+                end,
+                grid[i : i + n],
+                [self.renderer.image_tokens(g) for g in grid[i : i + n]],
+                out.pooler_output[i : i + n],
+                [layer[i : i + n] for layer in out.deepstack_features],
+            )
+            i += n
+        self.seconds += time.thread_time() - t0
+
+    def release(self, frames: np.ndarray) -> None:
+        """Drop the prepared chunk of ``frames`` and hand its pages back."""
+        held = self.chunks.pop(id(frames), None)
+        if held is not None:
+            release_frames(frames, held.start, held.end)
+
+    def features(self, k: int, arrays: Sequence[np.ndarray]) -> Features:
+        """Step k's image features of each array, in order (prepared by :meth:`prepare`)."""
+        picks = [self.chunks[id(frames)] for frames in arrays]
+        return Features(
+            pooled=tuple(c.pooled[k - c.start] for c in picks),
+            deepstack=[
+                tuple(c.deepstack[j][k - c.start] for c in picks) for j in range(len(picks[0].deepstack))
+            ],
+        )
+
+    def grid(self, frames: np.ndarray, k: int) -> tuple[torch.Tensor, int]:
+        """Step k's image grid of ``frames`` and its number of placeholder tokens."""
+        chunk = self.chunks[id(frames)]
+        return chunk.grid[k - chunk.start], chunk.tokens[k - chunk.start]

@@ -1,0 +1,433 @@
+"""The checks each stage runs at start, before any model loads: what would fail hours in, refused in
+one line (exit 2) before the job's work starts.
+
+    check_stage("eval", cfg)        # eval.run, eval.watch: the split is one the data set has
+    check_stage("sft", cfg)         # train.sft: the splits, data.dir built, the plan fits the GPU
+    check_stage("grpo", cfg)        # train.grpo: the same, and init= exists
+
+- Splits: a stage reads ``<data.dir>/<split>``; a split the data config does not declare
+  (``data=mix_p3i`` has train and val, no test), or one its built folder lacks, is refused, naming the
+  splits it has. Checkpoint selection (``eval.watch``, GRPO's held-out evaluation) reads ``val``; a
+  benchmark score reads the benchmark's own records (``records=``).
+- Paths: ``data.dir`` (training) and ``init`` (GRPO) must exist (``on_disk=False`` skips these and the
+  folder checks: the documented-commands test, whose paths are produced by earlier documented steps).
+- Memory: on a GPU (or whenever ``gpu_memory_gb`` is given), :func:`plan` is computed and a config
+  whose peak per GPU would not fit is refused, naming the biggest term, unless ``plan.check=false``.
+
+:func:`plan` is also ``python -m pipeline.plan``: the peak memory per GPU (weights, gradients, optimizer
+states per ZeRO stage, activations of the longest window, the KV cache for evaluation), the rate and
+the GPU-hours, each figure marked measured or estimated, with its source.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from infra.ranks import Ranks
+
+GIB = 1024**3
+#: The one measured real-model training step (docs/performance.md, "One H200"): Qwen3-VL-4B, one
+#: 30-frame window of 6,701 tokens at 448 x 448, AdamW on a bf16 model in one process (no ZeRO), no
+#: gradient checkpointing, logits at every position in fp32.
+H200_SFT = {"tokens": 6701, "frames": 30, "peak_gib": 74.5, "tokens_per_s": 10100.0}
+#: The H200 streaming step (docs/performance.md): one silent stream, 109 ms per step; eight batched
+#: streams run 3.9x the throughput of eight in sequence.
+H200_STREAM = {"s_per_step": 0.109, "batch8_speedup": 3.9}
+PERF = "docs/performance.md, One H200"
+#: Headroom kept free of the plan's terms (allocator fragmentation, CUDA context, communication buffers).
+RESERVE_GB = 4.0
+
+
+class PreflightError(ValueError):
+    """A config that would fail after the queue: the message names the key and what to change."""
+
+
+# ---------------------------------------------------------------- splits and paths
+
+
+def check_split(data: Any, split: str, key: str, on_disk: bool = True) -> None:
+    """``split`` is one the data config declares and, when ``data.dir`` was built, one it holds."""
+    declared = list(data.splits or {})
+    if split not in declared:
+        raise PreflightError(
+            f"{key}={split}: data={data.name} has no split {split!r} (it has {', '.join(declared) or 'none'})"
+        )
+    root = Path(data.dir) if data.dir else None
+    if on_disk and root is not None and root.is_dir() and not (root / split).is_dir():
+        present = sorted(p.name for p in root.iterdir() if p.is_dir())
+        raise PreflightError(
+            f"{key}={split}: {root} has no {split}/ (it has {', '.join(present) or 'no split'}): "
+            "rebuild the mixture with that split or pick one of these"
+        )
+
+
+def _check_data_dir(cfg: Any, on_disk: bool) -> None:
+    if not on_disk:
+        return
+    if not cfg.data.dir:
+        raise PreflightError("data.dir is not set: give data.dir=<the built mixture>")
+    if not Path(cfg.data.dir).is_dir():
+        raise PreflightError(
+            f"data.dir={cfg.data.dir} does not exist: build it first "
+            f"(python -m data_builders mix data={cfg.data.name} data.dir={cfg.data.dir})"
+        )
+
+
+def _check_eval(cfg: Any, on_disk: bool) -> None:
+    if cfg.records is not None:
+        if on_disk and not Path(cfg.records).exists():
+            raise PreflightError(f"records={cfg.records} does not exist")
+        return
+    try:
+        check_split(cfg.data, cfg.split, "split", on_disk)
+    except PreflightError as exc:
+        raise PreflightError(
+            f"{exc}; checkpoint selection reads split=val, a benchmark score its own records=<build dir>"
+        ) from None
+
+
+def _check_sft(cfg: Any, on_disk: bool) -> None:
+    _check_data_dir(cfg, on_disk)
+    check_split(cfg.data, cfg.train.train_split, "train.train_split", on_disk)
+    if cfg.train.eval_split:
+        check_split(cfg.data, cfg.train.eval_split, "train.eval_split", on_disk)
+
+
+def _check_grpo(cfg: Any, on_disk: bool) -> None:
+    g = cfg.grpo
+    if cfg.get("entry") is not None and cfg.entry.target:
+        return
+    _check_data_dir(cfg, on_disk)
+    check_split(cfg.data, g.train_split, "grpo.train_split", on_disk)
+    if g.eval_every and g.eval_split and not g.eval_records:
+        check_split(cfg.data, g.eval_split, "grpo.eval_split", on_disk)
+    if on_disk and cfg.init and cfg.init != "random" and not Path(cfg.init).exists():
+        raise PreflightError(
+            f"init={cfg.init} does not exist: give the SFT run's final/ (or a checkpoint-N/)"
+        )
+
+
+CHECKS = {"eval": _check_eval, "sft": _check_sft, "grpo": _check_grpo}
+
+
+def check_stage(stage: str, cfg: Any, *, on_disk: bool = True, memory: bool = True) -> dict | None:
+    """The stage's pre-flight: splits, paths, then (on a GPU, unless ``plan.check=false`` or not
+    ``memory``) the memory plan. Raises :class:`PreflightError`; returns the plan when one was computed."""
+    CHECKS[stage](cfg, on_disk)
+    memory = _device_memory_gb() if memory else None
+    if memory is None or not cfg.plan.check:
+        return None
+    world = Ranks.from_env().world
+    return require_fit(plan(stage, cfg, gpu_memory_gb=memory, gpus=world))
+
+
+def require_fit(result: dict) -> dict:
+    """``result`` (a :func:`plan`) or a :class:`PreflightError` naming its biggest term."""
+    if not result["fits"]:
+        terms = result["memory_gb"]
+        raise PreflightError(
+            f"the {result['stage']} run would not fit: {terms['peak']['value']:.1f} GB peak per GPU "
+            f"> {result['gpu_memory_gb']:g} GB ({result['biggest']}: {terms[result['biggest']]['value']:.1f} GB; "
+            f"{terms['peak']['source']}); {_advice(result)}, or plan.check=false to run anyway"
+        )
+    return result
+
+
+def _advice(result: dict) -> str:
+    return {
+        "activations": "lower the per-device batch or window_steps, or turn gradient_checkpointing on",
+        "kv_cache": "lower batch_size or set frame_window",
+        "optimizer": "use more GPUs or ZeRO-2/3 (ACCELERATE_CONFIG=conf/accelerate/zero3.yaml)",
+    }.get(result["biggest"], "use more GPUs or ZeRO-3 (ACCELERATE_CONFIG=conf/accelerate/zero3.yaml)")
+
+
+def _device_memory_gb() -> float | None:
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / 1e9
+
+
+# ---------------------------------------------------------------- the memory and time plan
+
+
+def figure(value: float, kind: str, source: str, digits: int = 2) -> dict:
+    """One figure of a plan: its value, ``measured`` or ``estimated``, and where it comes from."""
+    return {"value": round(float(value), digits), "kind": kind, "source": source}
+
+
+def model_parameters(model_cfg: Any, lora: Any | None = None) -> dict[str, int]:
+    """Total and trainable parameters of a model config, built on the meta device (no weights, no
+    download): the vision tower frozen as the stages freeze it; under LoRA, the adapters' and the
+    mergers' parameters trainable."""
+    import torch
+    from omegaconf import OmegaConf
+    from transformers import Qwen3VLForConditionalGeneration
+
+    from engine.model import freeze_vision_tower, qwen3_vl_config
+
+    with torch.device("meta"):
+        model = Qwen3VLForConditionalGeneration(
+            qwen3_vl_config(OmegaConf.to_container(model_cfg.architecture))
+        )
+    if model_cfg.freeze_vision:
+        freeze_vision_tower(model, train_merger=bool(model_cfg.train_merger))
+    total = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    if lora is not None and lora.enabled:
+        pattern = re.compile(lora.target_modules)
+        adapters = sum(
+            lora.r * (m.in_features + m.out_features)
+            for name, m in model.named_modules()
+            if isinstance(m, torch.nn.Linear) and pattern.fullmatch(name)
+        )
+        mergers = sum(p.numel() for n, p in model.model.visual.named_parameters() if "merger" in n)
+        trainable = adapters + (mergers if lora.train_merger else 0)
+    text = model.config.text_config
+    return {
+        "total": total,
+        "trainable": trainable,
+        "layers": text.num_hidden_layers,
+        "hidden": text.hidden_size,
+        "intermediate": text.intermediate_size,
+        "kv_width": text.num_key_value_heads * text.head_dim,
+        "vocab": text.vocab_size,
+    }
+
+
+def activation_bytes_per_token(p: dict, checkpointing: bool, full_logits: bool = False) -> float:
+    """Bytes a trained forward keeps per token for its backward, in bf16, from the widths: per layer the
+    inputs of the norms, projections, attention and MLP (``7 h + 2 kv + 4 i`` values, SDPA keeps no
+    score matrix); with gradient checkpointing each layer keeps only its input (``h``) and one layer's
+    whole set is live during its recompute. ``full_logits``: fp32 logits and their gradient at every
+    position (the measured H200 step; the trainers now take the labelled positions only)."""
+    h, i, kv, layers = p["hidden"], p["intermediate"], p["kv_width"], p["layers"]
+    layer = 2.0 * (7 * h + 2 * kv + 4 * i)
+    kept = layers * 2.0 * h + layer if checkpointing else layers * layer
+    return kept + (2 * 4.0 * p["vocab"] if full_logits else 0.0)
+
+
+def state_bytes(p: dict, zero: int, gpus: int) -> dict[str, float]:
+    """Weights, gradients and optimizer states per GPU. bf16 weights (2 bytes); DeepSpeed's bf16 mode
+    keeps an fp32 master copy and fp32 Adam moments (12 bytes per trained parameter), ZeRO-1 shards
+    them, ZeRO-2 the bf16 gradients too, ZeRO-3 the weights as well; without ZeRO (``zero=0``) AdamW
+    keeps its two moments in the weights' dtype (4 bytes)."""
+    n, t = p["total"], p["trainable"]
+    return {
+        "weights": 2.0 * n / (gpus if zero >= 3 else 1),
+        "gradients": 2.0 * t / (gpus if zero >= 2 else 1),
+        "optimizer": (12.0 * t / gpus) if zero >= 1 else 4.0 * t,
+    }
+
+
+def calibration(p: dict) -> float:
+    """Factor on the activation estimate that makes the H200 step's estimate its measured peak (same
+    architecture; one process, no ZeRO, no checkpointing, full logits)."""
+    states = sum(state_bytes(p, zero=0, gpus=1).values())
+    acts = activation_bytes_per_token(p, checkpointing=False, full_logits=True) * H200_SFT["tokens"]
+    return max((H200_SFT["peak_gib"] * GIB - states) / acts, 0.1)
+
+
+def tokens_per_step(cfg: Any) -> float:
+    """Tokens of one decision step: the frame's visual tokens (``render.max_pixels`` over the merged
+    patch area) and the text around it (the H200 window's 6,701 tokens over 30 frames less 196 each)."""
+    proc = cfg.model.image_processor
+    patch = int(proc.get("patch_size", 16)) * int(proc.get("merge_size", 2))
+    text = H200_SFT["tokens"] / H200_SFT["frames"] - 196
+    return cfg.render.max_pixels / patch**2 + text
+
+
+def longest_window(cfg: Any, window_steps: int | None, split: str) -> dict:
+    """Steps of the longest window: ``plan.longest_window_steps``, the stage's window length, the
+    longest clip of the split's ``stats.json``, else the measured H200 window."""
+    if cfg.plan.longest_window_steps:
+        return figure(cfg.plan.longest_window_steps, "measured", "plan.longest_window_steps", 0)
+    if window_steps:
+        return figure(window_steps, "measured", "the stage's window_steps", 0)
+    stats = Path(cfg.data.dir or "") / split / "stats.json"
+    if cfg.data.dir and stats.is_file():
+        seconds = json.loads(stats.read_text())["clip_seconds"].get("max", 0.0)
+        return figure(math.ceil(seconds * stats_rate(stats)), "measured", f"{stats}: longest clip", 0)
+    return figure(
+        H200_SFT["frames"],
+        "estimated",
+        f"no stats.json under data.dir: the H200 step's {H200_SFT['frames']}-step window ({PERF}); "
+        "plan.longest_window_steps=N for longer clips",
+        0,
+    )
+
+
+def stats_rate(stats: Path) -> float:
+    return float(json.loads(stats.read_text()).get("steps_per_second") or 1.0)
+
+
+def _records(cfg: Any, split: str) -> dict:
+    """Records of the split: its ``stats.json``, else the data config's source counts times the
+    split's share."""
+    stats = Path(cfg.data.dir or "") / split / "stats.json"
+    if cfg.data.dir and stats.is_file():
+        return figure(json.loads(stats.read_text())["records"], "measured", str(stats), 0)
+    counts = [s.get("count") or 0 for s in (cfg.data.sources or {}).values()]
+    share = float((cfg.data.splits or {}).get(split, 1.0))
+    n = (cfg.data.total or sum(counts)) * share
+    return figure(n, "estimated", f"data={cfg.data.name}: source counts x the {split} share {share:g}", 0)
+
+
+def _memory(terms: dict[str, tuple[float, str, str]], gpu_memory_gb: float) -> tuple[dict, str, bool]:
+    """The memory block: each term in GB, their sum plus the reserve as the peak, the biggest term."""
+    out = {name: figure(b / 1e9, kind, src) for name, (b, kind, src) in terms.items()}
+    peak = sum(b for b, _, _ in terms.values()) / 1e9 + RESERVE_GB
+    biggest = max(terms, key=lambda k: terms[k][0])
+    out["peak"] = figure(peak, "estimated", f"the terms above + {RESERVE_GB:g} GB reserve")
+    return out, biggest, peak <= gpu_memory_gb
+
+
+def _training_terms(p: dict, cfg: Any, tokens: float, checkpointing: bool, zero: int, gpus: int) -> dict:
+    states = state_bytes(p, zero, gpus)
+    src = f"parameters on the meta device, ZeRO-{zero} over {gpus} GPUs"
+    terms = {name: (b, "estimated", src) for name, b in states.items()}
+    per_token = activation_bytes_per_token(p, checkpointing) * calibration(p)
+    terms["activations"] = (
+        per_token * tokens,
+        "estimated",
+        f"{per_token / 1e6:.3f} MB/token x {tokens:.0f} tokens (widths, gradient checkpointing "
+        f"{'on' if checkpointing else 'off'}, calibrated to the H200 step's 74.5 GiB, {PERF})",
+    )
+    return terms
+
+
+def _plan_sft(cfg: Any, p: dict, gpus: int, zero: int) -> dict:
+    t = cfg.train
+    window = longest_window(cfg, t.window_steps, t.train_split)
+    tokens = window["value"] * tokens_per_step(cfg) * t.per_device_batch_size
+    terms = _training_terms(p, cfg, tokens, t.gradient_checkpointing, zero, gpus)
+    per_pass = t.per_device_batch_size * gpus
+    accumulation = t.global_batch_size // per_pass if t.global_batch_size else t.gradient_accumulation_steps
+    records = _records(cfg, t.train_split)
+    steps = (
+        t.max_steps
+        if t.max_steps > 0
+        else math.ceil(
+            math.ceil(math.ceil(records["value"] / per_pass) / max(accumulation, 1)) * t.num_epochs
+        )
+    )
+    rate = H200_SFT["tokens_per_s"] * (0.75 if t.gradient_checkpointing else 1.0)
+    seconds = steps * max(accumulation, 1) * per_pass * window["value"] * tokens_per_step(cfg) / rate / gpus
+    return {
+        "terms": terms,
+        "window_steps": window,
+        "records": records,
+        "steps": figure(steps, "estimated", "records, batch and accumulation as the Trainer steps", 0),
+        "tokens_per_s_per_gpu": figure(
+            rate,
+            "measured" if not t.gradient_checkpointing else "estimated",
+            f"the H200 SFT step ({PERF})"
+            + ("; x0.75 for the recomputed forward" if t.gradient_checkpointing else ""),
+            0,
+        ),
+        "seconds": seconds,
+    }
+
+
+def _plan_grpo(cfg: Any, p: dict, gpus: int, zero: int) -> dict:
+    g = cfg.grpo
+    window = longest_window(cfg, g.window_steps, g.train_split)
+    tokens = window["value"] * tokens_per_step(cfg) * g.num_generations
+    terms = _training_terms(p, cfg, tokens, g.gradient_checkpointing, zero, gpus)
+    terms["kv_cache"] = (
+        _kv_bytes(p, tokens),
+        "estimated",
+        "rollouts' KV cache: 2 x layers x kv width x bf16",
+    )
+    speedup = 1 + (H200_STREAM["batch8_speedup"] - 1) * (min(g.num_generations, 8) - 1) / 7
+    rollout_s = window["value"] * H200_STREAM["s_per_step"] * g.num_generations / speedup
+    loss_s = tokens / (H200_SFT["tokens_per_s"] * (0.75 if g.gradient_checkpointing else 1.0))
+    update_s = math.ceil(g.windows_per_step / gpus) * (rollout_s + loss_s)
+    return {
+        "terms": terms,
+        "window_steps": window,
+        "steps": figure(g.max_steps, "measured", "grpo.max_steps", 0),
+        "steps_per_s": figure(
+            1 / update_s,
+            "estimated",
+            f"rollouts at the H200 streaming step, loss at its SFT rate ({PERF})",
+            5,
+        ),
+        "seconds": g.max_steps * update_s,
+    }
+
+
+def _kv_bytes(p: dict, tokens: float) -> float:
+    return 2.0 * p["layers"] * p["kv_width"] * 2.0 * tokens
+
+
+def _plan_eval(cfg: Any, p: dict, gpus: int, zero: int) -> dict:
+    split = cfg.split if cfg.records is None else ""
+    window = longest_window(cfg, cfg.frame_window, split)
+    tokens = window["value"] * tokens_per_step(cfg) * cfg.batch_size
+    terms = {
+        "weights": (2.0 * p["total"], "estimated", "parameters on the meta device, bf16"),
+        "kv_cache": (
+            _kv_bytes(p, tokens),
+            "estimated",
+            f"{cfg.batch_size} streams x {tokens / cfg.batch_size:.0f} tokens",
+        ),
+    }
+    records = (
+        _records(cfg, cfg.split)
+        if cfg.records is None
+        else figure(0, "estimated", "records= (not counted)", 0)
+    )
+    speedup = 1 + (H200_STREAM["batch8_speedup"] - 1) * (min(cfg.batch_size, 8) - 1) / 7
+    rate = speedup / H200_STREAM["s_per_step"]
+    return {
+        "terms": terms,
+        "window_steps": window,
+        "records": records,
+        "steps_per_s": figure(
+            rate, "estimated", f"stream steps per GPU: the H200 streaming step, batched ({PERF})", 2
+        ),
+        "seconds": records["value"] * window["value"] / rate / gpus,
+    }
+
+
+PLANNERS = {"sft": _plan_sft, "grpo": _plan_grpo, "eval": _plan_eval}
+
+
+def plan(stage: str, cfg: Any, *, gpu_memory_gb: float, gpus: int, zero: int | None = None) -> dict:
+    """The memory and time plan of a stage's config on ``gpus`` GPUs of ``gpu_memory_gb`` GB each:
+    one JSON-able dict (``python -m pipeline.plan`` prints it)."""
+    zero = _zero_stage() if zero is None else zero
+    p = model_parameters(cfg.model, cfg.get("lora"))
+    part = PLANNERS[stage](cfg, p, gpus, zero)
+    memory, biggest, fits = _memory(part.pop("terms"), gpu_memory_gb)
+    seconds = part.pop("seconds")
+    return {
+        "stage": stage,
+        "model": cfg.model.name,
+        "gpus": gpus,
+        "gpu_memory_gb": gpu_memory_gb,
+        "zero": zero,
+        "parameters": figure(p["total"], "measured", "the model config built on the meta device", 0),
+        "trainable": figure(
+            p["trainable"], "measured", "the meta-device model, frozen as the stage freezes it", 0
+        ),
+        "memory_gb": memory,
+        **part,
+        "gpu_hours": figure(seconds * gpus / 3600, "estimated", "the steps at the rate above"),
+        "fits": fits,
+        "biggest": biggest,
+    }
+
+
+def _zero_stage() -> int:
+    """The ZeRO stage of the launch this process runs under (accelerate's environment), else 0."""
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() not in ("1", "true"):
+        return 0
+    return int(os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2"))
