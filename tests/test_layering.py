@@ -1,6 +1,7 @@
-"""Imports go one way: train -> eval -> data_builders -> rewards -> infra, and never in a circle.
+"""Imports go one way: pipeline -> train | eval -> benchmarks -> engine -> data_builders -> rewards -> infra
+(train and eval are peers: neither imports the other), and never in a circle.
 
-Every module of the five packages is parsed (no import is executed), and each import of a project
+Every module of the packages is parsed (no import is executed), and each import of a project
 package, at module level or inside a function, must name the module's own layer or a lower one. A
 private name (``_x``) is never imported from another package.
 
