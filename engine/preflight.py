@@ -157,8 +157,11 @@ def _device_memory_gb() -> float | None:
 # ---------------------------------------------------------------- the memory and time plan
 
 
-def figure(value: float, kind: str, source: str, digits: int = 2) -> dict:
-    """One figure of a plan: its value, ``measured`` or ``estimated``, and where it comes from."""
+def figure(value: float | None, kind: str, source: str, digits: int = 2) -> dict:
+    """One figure of a plan: its value, ``measured`` or ``estimated``, and where it comes from; a
+    value that cannot be known from the config (no record counts) is null, kind ``unknown``."""
+    if value is None:
+        return {"value": None, "kind": "unknown", "source": source}
     return {"value": round(float(value), digits), "kind": kind, "source": source}
 
 
@@ -276,6 +279,8 @@ def _records(cfg: Any, split: str) -> dict:
     counts = [s.get("count") or 0 for s in (cfg.data.sources or {}).values()]
     share = float((cfg.data.splits or {}).get(split, 1.0))
     n = (cfg.data.total or sum(counts)) * share
+    if not n:  # an unbuilt data set that states no counts: the time cannot be known, it is not 0
+        return figure(None, "unknown", f"no {stats} and data={cfg.data.name} states no source counts")
     return figure(n, "estimated", f"data={cfg.data.name}: source counts x the {split} share {share:g}", 0)
 
 
@@ -313,12 +318,18 @@ def _plan_sft(cfg: Any, p: dict, gpus: int, zero: int) -> dict:
     steps = (
         t.max_steps
         if t.max_steps > 0
+        else None
+        if records["value"] is None
         else math.ceil(
             math.ceil(math.ceil(records["value"] / per_pass) / max(accumulation, 1)) * t.num_epochs
         )
     )
     rate = H200_SFT["tokens_per_s"] * (0.75 if t.gradient_checkpointing else 1.0)
-    seconds = steps * max(accumulation, 1) * per_pass * window["value"] * tokens_per_step(cfg) / rate / gpus
+    seconds = (
+        None
+        if steps is None
+        else steps * max(accumulation, 1) * per_pass * window["value"] * tokens_per_step(cfg) / rate / gpus
+    )
     return {
         "terms": terms,
         "window_steps": window,
@@ -380,9 +391,7 @@ def _plan_eval(cfg: Any, p: dict, gpus: int, zero: int) -> dict:
         ),
     }
     records = (
-        _records(cfg, cfg.split)
-        if cfg.records is None
-        else figure(0, "estimated", "records= (not counted)", 0)
+        _records(cfg, cfg.split) if cfg.records is None else figure(None, "unknown", "records= (not counted)")
     )
     speedup = 1 + (H200_STREAM["batch8_speedup"] - 1) * (min(cfg.batch_size, 8) - 1) / 7
     rate = speedup / H200_STREAM["s_per_step"]
@@ -393,7 +402,7 @@ def _plan_eval(cfg: Any, p: dict, gpus: int, zero: int) -> dict:
         "steps_per_s": figure(
             rate, "estimated", f"stream steps per GPU: the H200 streaming step, batched ({PERF})", 2
         ),
-        "seconds": records["value"] * window["value"] / rate / gpus,
+        "seconds": None if records["value"] is None else records["value"] * window["value"] / rate / gpus,
     }
 
 
@@ -420,7 +429,11 @@ def plan(stage: str, cfg: Any, *, gpu_memory_gb: float, gpus: int, zero: int | N
         ),
         "memory_gb": memory,
         **part,
-        "gpu_hours": figure(seconds * gpus / 3600, "estimated", "the steps at the rate above"),
+        "gpu_hours": figure(
+            None if seconds is None else seconds * gpus / 3600,
+            "estimated",
+            "the steps at the rate above" if seconds is not None else "the records are not known",
+        ),
         "fits": fits,
         "biggest": biggest,
     }

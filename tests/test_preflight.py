@@ -127,6 +127,23 @@ def test_the_4b_recipe_fits_80_gb_and_the_stage_defaults_do_not():
         assert term["kind"] in ("measured", "estimated") and term["source"]
 
 
+def test_the_time_of_a_data_set_with_no_counts_is_unknown_not_zero(tmp_path):
+    """Toy data never built: no stats.json and no source counts. Steps set by epochs (no
+    ``max_steps``), the time and the GPU-hours are null (kind ``unknown``), not 0; a built split's
+    stats.json gives them."""
+    overrides = ["experiment=toy_sft", f"data.dir={tmp_path}", "train.max_steps=-1"]
+    cfg = compose("sft", overrides, SFTConfig)
+    out = plan("sft", cfg, gpu_memory_gb=80, gpus=1)
+    for key in ("records", "steps", "gpu_hours"):
+        assert out[key]["value"] is None and out[key]["kind"] == "unknown", (key, out[key])
+    (tmp_path / "train").mkdir()
+    stats = {"records": 96, "clip_seconds": {"max": 20.0}, "steps_per_second": 1.0}
+    (tmp_path / "train" / "stats.json").write_text(json.dumps(stats))
+    out = plan("sft", cfg, gpu_memory_gb=80, gpus=1)
+    assert out["records"] == {"value": 96, "kind": "measured", "source": str(tmp_path / "train" / "stats.json")}
+    assert out["steps"]["value"] > 0 and out["gpu_hours"]["value"] > 0
+
+
 def test_the_plan_reproduces_the_measured_h200_step():
     """The calibration point: one 30-frame window, one process, no ZeRO, no checkpointing (the
     H200 step of docs/performance.md, 74.5 GiB with logits at every position)."""
