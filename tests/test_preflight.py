@@ -140,7 +140,11 @@ def test_the_time_of_a_data_set_with_no_counts_is_unknown_not_zero(tmp_path):
     stats = {"records": 96, "clip_seconds": {"max": 20.0}, "steps_per_second": 1.0}
     (tmp_path / "train" / "stats.json").write_text(json.dumps(stats))
     out = plan("sft", cfg, gpu_memory_gb=80, gpus=1)
-    assert out["records"] == {"value": 96, "kind": "measured", "source": str(tmp_path / "train" / "stats.json")}
+    assert out["records"] == {
+        "value": 96,
+        "kind": "measured",
+        "source": str(tmp_path / "train" / "stats.json"),
+    }
     assert out["steps"]["value"] > 0 and out["gpu_hours"]["value"] > 0
 
 
