@@ -1,5 +1,6 @@
-"""Per-record timelines as PNGs (matplotlib, Agg): P(</Response>) per step against the threshold, the
-fires and the target windows; ``eval.run`` draws its first ``timelines`` records."""
+"""Per-record timelines as PNGs (matplotlib, Agg): P(</Response>) per step, the threshold, target
+times (lines) and windows (spans), and the fires (markers); ``eval.run`` draws its first
+``timelines`` records and logs them as images."""
 
 from __future__ import annotations
 

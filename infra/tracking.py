@@ -22,8 +22,7 @@ One W&B run per training run, its evaluations beside it:
 - ``logger=none`` needs no W&B at all (imported only by the ``wandb`` back end). The API key is read
   by W&B from ``WANDB_API_KEY``; it is never in the config and never logged.
 
-:func:`plot_timeline` draws one record as a PNG (matplotlib, Agg): P(</Response>) per step, the
-threshold, target times (lines) and windows (spans), and the fires (markers).
+The timelines a run logs as images are drawn by ``eval.timelines``.
 """
 
 from __future__ import annotations
