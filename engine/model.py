@@ -33,7 +33,6 @@ from infra.files import waiting_lock, write_text_atomic
 from rewards.turns import RESPONSE, SILENCE
 
 log = logging.getLogger(__name__)
-CONF = str(Path(__file__).resolve().parents[2] / "conf")
 #: The file a tiny checkpoint folder holds its config's fingerprint in, written last when it is built.
 TINY_STAMP = "tiny_fingerprint.txt"
 

@@ -57,7 +57,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 #: import name -> (distribution, lowest version); the modules the six parts import.
 NEEDED = {
     "torch": ("torch", "2.9"),

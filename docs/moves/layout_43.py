@@ -143,6 +143,9 @@ LEVEL = {package: level for level, group in enumerate(LAYERS) for package in gro
     ("engine/streaming.py", "engine.run([stream]", "streamer.run([stream]"),
     ("train/safe_load.py", "``engine.load_checkpoint``", "DeepSpeed's ``load_checkpoint``"),
     ("tests/eval/test_protocols.py", '(ROOT / "eval" / "protocols")', '(ROOT / "benchmarks" / "protocols")'),
+    # a module one folder higher than before finds the repository one parent nearer
+    ("pipeline/gpu_check.py", "Path(__file__).resolve().parents[2]", "Path(__file__).resolve().parents[1]"),
+    ("engine/model.py", 'CONF = str(Path(__file__).resolve().parents[2] / "conf")\n', ""),
     ("pipeline/gpu_check.py", "", '\n\nif __name__ == "__main__":\n    main(sys.argv[1:])\n'),
     (
         "tests/test_layering.py",

@@ -103,7 +103,7 @@ def rss_mb() -> float:
 
 def kv_bytes(engine: StreamingEngine) -> int:
     return sum(
-        t.numel() * t.element_size() for layer in engine.cache.layers for t in (layer.keys, layer.values)
+        t.numel() * t.element_size() for layer in engine.kv.cache.layers for t in (layer.keys, layer.values)
     )
 
 
