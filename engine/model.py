@@ -242,7 +242,7 @@ def load_model_and_processor(cfg: Mapping[str, Any], cache_dir: str | Path | Non
         if path is None:
             if cache_dir is None:
                 raise ValueError("model.kind=tiny needs model.path or a cache_dir to build the checkpoint in")
-            path = Path(cache_dir) / f"tiny-{_fingerprint(cfg)}"
+            path = tiny_checkpoint_dir(cfg, cache_dir)
         path = build_tiny_checkpoint(cfg, path)
     if cfg["kind"] == "pretrained" and cfg.get("random_init", False):
         tokenizer = build_tokenizer(int(cfg.get("tokenizer", {}).get("vocab_size", 512)))
@@ -286,12 +286,16 @@ def count_parameters(model: torch.nn.Module) -> dict[str, int]:
     return {"total": total, "trainable": trainable}
 
 
+def tiny_checkpoint_dir(cfg: Mapping[str, Any], cache_dir: str | Path) -> Path:
+    """Where a tiny model without ``path`` keeps its built checkpoint: ``<cache_dir>/tiny-<config hash>``."""
+    return Path(cache_dir) / f"tiny-{_fingerprint(cfg)}"
+
+
 def plain_model_config(cfg: Mapping[str, Any], cache_dir: str | Path) -> dict[str, Any]:
-    """The model block as a plain dict, a tiny model's ``path`` filled in: where its built checkpoint
-    is kept (``<cache_dir>/tiny-<config hash>``)."""
+    """The model block as a plain dict, a tiny model's ``path`` filled in (:func:`tiny_checkpoint_dir`)."""
     out = _plain(cfg)
     if out["kind"] == "tiny" and out.get("path") is None:
-        out["path"] = str(Path(cache_dir) / f"tiny-{_fingerprint(out)}")
+        out["path"] = str(tiny_checkpoint_dir(out, cache_dir))
     return out
 
 
