@@ -315,15 +315,14 @@ def _plan_sft(cfg: Any, p: dict, gpus: int, zero: int) -> dict:
     per_pass = t.per_device_batch_size * gpus
     accumulation = t.global_batch_size // per_pass if t.global_batch_size else t.gradient_accumulation_steps
     records = _records(cfg, t.train_split)
-    steps = (
-        t.max_steps
-        if t.max_steps > 0
-        else None
-        if records["value"] is None
-        else math.ceil(
+    if t.max_steps > 0:
+        steps = t.max_steps
+    elif records["value"] is None:  # epochs of an unknown number of records
+        steps = None
+    else:
+        steps = math.ceil(
             math.ceil(math.ceil(records["value"] / per_pass) / max(accumulation, 1)) * t.num_epochs
         )
-    )
     rate = H200_SFT["tokens_per_s"] * (0.75 if t.gradient_checkpointing else 1.0)
     seconds = (
         None

@@ -191,8 +191,8 @@ def step_rewards(
 
 
 def build_reward(config: Mapping[str, Any]) -> WeightedReward:
-    """The weighted reward of a ``conf/reward/*.yaml`` dict: ``weights`` by name, and one options
-    dict per reward under its name. Zero-weight rewards are still computed, for logging. Each
+    """The weighted reward of a ``conf/reward/*.yaml`` dict: ``reward_weights`` by name, and one
+    options dict per reward under its name. Zero-weight rewards are still computed, for logging. Each
     reward is tried once on an empty rollout, so a bad option fails here, before any model loads.
 
     >>> r = build_reward({"reward_weights": {"format": 1.0}})
