@@ -20,7 +20,7 @@ def _knob(default: Any, help: str | None, *, flag: str | None = None, **bounds: 
 @dataclass
 class ScoringConfig:
     """How predictions are scored: the content scorer and the protocol's constants. One definition for
-    a benchmark config's scoring keys (``conf/benchmark/*.yaml``), ``benchmarks.scoring.ScoreSettings`` and
+    a benchmark config's scoring keys (``conf/benchmark/*.yaml``), ``benchmarks.scoring.ScoreConfig`` and
     the flags of ``python -m eval.score`` (derived from these fields, ``benchmarks.scoring.options.add_scoring_flags``)."""
 
     content: str = _knob("label", None)

@@ -42,10 +42,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     sys.argv = [f"data_builders {argv[0]}", *source_overrides(argv[1:])]
     if argv[0] in ("mix", "frames"):  # a mistyped key: one line, exit 2 (build checks its source's own)
-        from data_builders.config import FramesConfig, MixRoot
+        from data_builders.config import FramesConfig, MixConfig
         from infra.entry import front_door
 
-        front_door(sys.argv[0], argv[0], MixRoot if argv[0] == "mix" else FramesConfig, sys.argv[1:])
+        front_door(sys.argv[0], argv[0], MixConfig if argv[0] == "mix" else FramesConfig, sys.argv[1:])
     commands[argv[0]]()
 
 

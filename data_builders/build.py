@@ -410,14 +410,14 @@ def build_source(
 ) -> BuildReport:
     """Build one source end to end (see the module docstring) and return the report.
 
-    ``options`` are the source's own keys (its options dataclass). Raises :class:`BuildFailed`
+    ``options`` are the source's own keys (its config dataclass). Raises :class:`BuildFailed`
     when the settings or inputs are unusable, when no record was built, or (after leaving the
     files in ``out/failed_build/``) when more than ``max_error_rate`` of the source records failed.
     ``probe`` and ``exists`` are injectable for benchmarks of the conversion alone.
     """
     spec = get_source(source)
     try:
-        opts = spec.make_options(options)
+        opts = spec.make_config(options)
     except ValueError as exc:
         raise BuildFailed(str(exc)) from None
     _check_settings(max_error_rate, shard_size, workers, video_paths)

@@ -34,13 +34,13 @@ def _logging() -> None:
 
 
 def split_build_config(cfg: DictConfig, source: str) -> tuple[BuildConfig, object]:
-    """The common keys as :class:`BuildConfig` and the rest as the source's options dataclass."""
+    """The common keys as :class:`BuildConfig` and the rest as the source's config dataclass."""
     plain = OmegaConf.to_container(cfg, resolve=True)
     plain.pop("hydra", None)
     common = {f.name for f in dataclasses.fields(BuildConfig)}
     base = typed(BuildConfig, {k: v for k, v in plain.items() if k in common}, "build")
     options = typed(
-        get_source(source).options, {k: v for k, v in plain.items() if k not in common}, f"source={source}"
+        get_source(source).config, {k: v for k, v in plain.items() if k not in common}, f"source={source}"
     )
     return base, options
 

@@ -125,7 +125,7 @@ class FramesConfig:
 
 
 @dataclass
-class MixRoot:
+class MixConfig:
     """``conf/mix.yaml``: the ``data`` group only."""
 
     data: MixtureConfig = field(default_factory=MixtureConfig)
@@ -134,9 +134,9 @@ class MixRoot:
 store_schema("build", BuildConfig)
 # conf/source/<name>.yaml lists source_<name>_schema: the source's options, defaults from its dataclass
 for _name in SOURCES.names():
-    store_schema(f"source_{_name}", SOURCES.get(_name).options)
+    store_schema(f"source_{_name}", SOURCES.get(_name).config)
 # frames.yaml's data is its group (null: none); each data option lists data_schema first, so the
 # mixture's defaults are there in every root, frames.yaml included.
 store_schema("frames", FramesConfig, keys=[f.name for f in fields(FramesConfig) if f.name != "data"])
-store_schema("mix", MixRoot)
+store_schema("mix", MixConfig)
 store_schema("data", MixtureConfig)

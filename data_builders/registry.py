@@ -18,13 +18,13 @@ A source is one module of ``data_builders/sources/`` ending in its ``SPEC``, lis
 
 >>> from dataclasses import dataclass
 >>> @dataclass
-... class NoOptions:
+... class NoSourceConfig:
 ...     pass
 >>> def doc_example(inputs, options):
 ...     return []
->>> SPEC = SourceSpec("doc_example", build=doc_example, options=NoOptions, needs_annotations=False)
->>> SPEC.make_options({}), SPEC.needs_annotations
-(NoOptions(), False)
+>>> SPEC = SourceSpec("doc_example", build=doc_example, config=NoSourceConfig, needs_annotations=False)
+>>> SPEC.make_config({}), SPEC.needs_annotations
+(NoSourceConfig(), False)
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from typing import Any
 from data_builders.records import RecordError, Stream
 from data_builders.video import VideoInfo
 
-#: A builder: (inputs, options dataclass) -> pending items and per-record errors.
+#: A builder: (inputs, config dataclass) -> pending items and per-record errors.
 Builder = Callable[["BuildInputs", Any], Iterable["Pending | ConversionError"]]
 
 
@@ -144,23 +144,23 @@ class Pending:
 
 @dataclass(frozen=True)
 class SourceSpec:
-    """A source: its name, its builder, its options dataclass (its own config keys, with defaults;
+    """A source: its name, its builder, its config dataclass (its own config keys, with defaults;
     ``conf/source/<name>.yaml`` mirrors it) and whether it reads annotations."""
 
     name: str
     build: Builder
-    options: type
+    config: type
     needs_annotations: bool = True
 
-    def make_options(self, values: dict[str, Any] | None = None) -> Any:
-        """The options dataclass from plain values; an unknown key fails with the known ones."""
+    def make_config(self, values: dict[str, Any] | None = None) -> Any:
+        """The config dataclass from plain values; an unknown key fails with the known ones."""
         values = dict(values or {})
-        known = {f.name for f in fields(self.options)}
+        known = {f.name for f in fields(self.config)}
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(f"source {self.name!r} has no option(s) {unknown}; known: {sorted(known)}")
         try:
-            return self.options(**values)
+            return self.config(**values)
         except ValueError as exc:
             raise ValueError(f"source {self.name!r}: {exc}") from None
 

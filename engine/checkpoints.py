@@ -1,6 +1,6 @@
 """What a training run leaves for evaluation: complete checkpoints and the render config they were trained at.
 
-A run directory (``train.output_dir`` / ``grpo.output_dir``) holds ``checkpoint-<step>/`` dirs, a
+A run directory (``sft.output_dir`` / ``grpo.output_dir``) holds ``checkpoint-<step>/`` dirs, a
 ``final/`` dir and ``config.yaml``. A checkpoint is complete once it holds ``COMPLETE`` (written after
 everything else), so a reader never picks one a killed job left half-written. Every checkpoint the
 training stages write, ``final/`` and GRPO's ``best/`` included, also holds ``render.json``: the

@@ -1,6 +1,6 @@
 """The blocks of every root that runs the model: the model block (``ModelConfig``; ``model_preset``
 reads a ``conf/model/`` file whole), the memory plan's settings, and the paths, model, logger,
-render and plan blocks every stage shares (``ModelBlocks``; ``DataBlocks`` adds the data mixture)."""
+render and plan blocks every stage shares (``ModelRootConfig``; ``DataRootConfig`` adds the data mixture)."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def model_preset(model: str | Path = "tiny") -> dict[str, Any]:
 
 
 @dataclass
-class PlanSettings:
+class PlanConfig:
     """The pre-flight memory check (``plan`` block of every stage): refuse at start a config whose
     peak memory per GPU (``engine.preflight.plan``) would not fit the GPU."""
 
@@ -64,7 +64,7 @@ class PlanSettings:
 
 
 @dataclass
-class ModelBlocks:
+class ModelRootConfig:
     """The blocks of every root that runs the model (``conf/sft.yaml``, ``grpo.yaml``, ``eval.yaml``,
     ``demo.yaml``): where things live, the model, the logger and the render config, defined once."""
 
@@ -74,12 +74,12 @@ class ModelBlocks:
     render: RenderConfig = field(default_factory=RenderConfig)
     """Frame size and history budget: the model group's (``model=tiny``: ``render=toy``), saved in
     every checkpoint as ``render.json``; ``eval.run`` with a checkpoint reads that back."""
-    plan: PlanSettings = field(default_factory=PlanSettings)
+    plan: PlanConfig = field(default_factory=PlanConfig)
     """The memory check each stage runs at start on a GPU (``engine.preflight``)."""
 
 
 @dataclass
-class DataBlocks(ModelBlocks):
-    """:class:`ModelBlocks` and the mixture a stage reads (``data``: ``<data.dir>/<split>``)."""
+class DataRootConfig(ModelRootConfig):
+    """:class:`ModelRootConfig` and the mixture a stage reads (``data``: ``<data.dir>/<split>``)."""
 
     data: MixtureConfig = field(default_factory=MixtureConfig)

@@ -93,9 +93,9 @@ def _check_eval(cfg: Any, on_disk: bool) -> None:
 
 def _check_sft(cfg: Any, on_disk: bool) -> None:
     _check_data_dir(cfg, on_disk)
-    check_split(cfg.data, cfg.train.train_split, "train.train_split", on_disk)
-    if cfg.train.eval_split:
-        check_split(cfg.data, cfg.train.eval_split, "train.eval_split", on_disk)
+    check_split(cfg.data, cfg.sft.train_split, "sft.train_split", on_disk)
+    if cfg.sft.eval_split:
+        check_split(cfg.data, cfg.sft.eval_split, "sft.eval_split", on_disk)
 
 
 def _check_grpo(cfg: Any, on_disk: bool) -> None:
@@ -308,7 +308,7 @@ def _training_terms(p: dict, cfg: Any, tokens: float, checkpointing: bool, zero:
 
 
 def _plan_sft(cfg: Any, p: dict, gpus: int, zero: int) -> dict:
-    t = cfg.train
+    t = cfg.sft
     window = longest_window(cfg, t.window_steps, t.train_split)
     tokens = window["value"] * tokens_per_step(cfg) * t.per_device_batch_size
     terms = _training_terms(p, cfg, tokens, t.gradient_checkpointing, zero, gpus)

@@ -15,13 +15,13 @@ from typing import Any
 
 from benchmarks.config import BenchmarkConfig
 from data_builders.splits import split_records
-from engine.config import DataBlocks
+from engine.config import DataRootConfig
 from engine.memory.config import MemoryConfig
 from infra.schema import bounded, store_schema
 
 
 @dataclass
-class EvalConfig(DataBlocks):
+class EvalConfig(DataRootConfig):
     """``python -m eval.run``: stream every record through a checkpoint, score, log."""
 
     checkpoint: str | None = None

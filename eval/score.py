@@ -41,7 +41,7 @@ from pathlib import Path
 from benchmarks.protocols import PROTOCOLS, get_protocol
 from benchmarks.protocols.egoserve import egoserve_groups, score_egoserve_events
 from benchmarks.protocols.egoserve_files import EventGroup, detect_release, read_release, release_pairs
-from benchmarks.scoring import GroundTruth, ScoreSettings, pair
+from benchmarks.scoring import GroundTruth, ScoreConfig, pair
 from benchmarks.scoring.judge import config_from_args
 from benchmarks.scoring.options import parse_options, settings_from_args
 from data_builders.record_io import iter_jsonl, load_streams, write_jsonl
@@ -104,7 +104,7 @@ def load_paired(gt_path: str | Path, pred_path: str | Path, allow_missing: bool 
     )
 
 
-def egoserve_groups_from_files(args: argparse.Namespace, settings: ScoreSettings) -> list[EventGroup]:
+def egoserve_groups_from_files(args: argparse.Namespace, settings: ScoreConfig) -> list[EventGroup]:
     """The event groups of every ``--gt``/``--pred`` pair: release files (a release root expands to
     its three datasets) or stream records."""
     if len(args.gt_list) != len(args.pred_list):

@@ -18,7 +18,7 @@ the log says until when; with ``once=true`` none, unless given), then it is an e
 evaluation finished, so a killed watcher redoes at most the checkpoint it was on, and that one resumes
 from its ``predictions.jsonl``; a restarted watcher evaluates nothing twice. Each entry holds the
 sha256 of the weights it evaluated (``engine.checkpoints.fingerprint_dir``; a poll re-reads a file only
-when its size or modification time changed): a new run in the same dir (``train.resume=none``)
+when its size or modification time changed): a new run in the same dir (``sft.resume=none``)
 writes other weights under the same ``checkpoint-<step>`` names, so they are evaluated again, the old
 entry kept in the new one's ``superseded`` list (and ``eval.run`` moves the old evaluation's files to
 ``superseded/``). A checkpoint that the trainer's ``save_total_limit`` deleted before its
@@ -86,7 +86,7 @@ class WatchConfig(EvalConfig):
     """The split of ``data`` each checkpoint is evaluated on: checkpoint selection reads the held-out
     ``val``, never ``test`` (a benchmark score reads the benchmark's records: ``records=``)."""
     run_dir: str | None = None
-    """The training run dir to watch (``train.output_dir`` / ``grpo.output_dir``)."""
+    """The training run dir to watch (``sft.output_dir`` / ``grpo.output_dir``)."""
     poll_s: float = 60.0
     """Seconds between looks for new checkpoints."""
     once: bool = False

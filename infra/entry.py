@@ -57,7 +57,7 @@ def split_argv(argv: list[str]) -> tuple[list[str], bool]:
 
 
 def key_paths(schema: type, prefix: str = "") -> list[str]:
-    """Every key path of a dataclass schema (``split``, ``data.dir``, ``train.seed``, ...)."""
+    """Every key path of a dataclass schema (``split``, ``data.dir``, ``sft.seed``, ...)."""
     out = []
     hints = get_type_hints(schema)
     for f in fields(schema):

@@ -1,7 +1,7 @@
 """Typed configs: a composed Hydra config merged into its dataclass schema, every value in bounds.
 
     cfg = validate(composed, SFTConfig)          # unknown key, wrong type, value out of bounds: raise
-    options = typed(ToyOptions, {"n": 8}, "source=toy")
+    options = typed(ToySourceConfig, {"n": 8}, "source=toy")
 
 A schema field declared with :func:`bounded` carries its allowed range (``bounded(0.5, ge=0,
 le=1)``); :func:`check_bounds` also refuses every NaN or infinite float, so ``threshold=nan``,

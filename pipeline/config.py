@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from data_builders.config import FramesConfig, MixRoot
-from engine.config import ModelBlocks
+from data_builders.config import FramesConfig, MixConfig
+from engine.config import ModelRootConfig
 from eval.config import EvalConfig
 from eval.watch import WatchConfig
 from infra.schema import bounded, store_schema
@@ -22,7 +22,7 @@ from train.sft.config import SFTConfig
 
 
 @dataclass
-class DemoSettings:
+class DemoStageConfig:
     n_streams: int = bounded(512, ge=8)
     """Toy clips to generate (split by video into ``splits``)."""
     splits: dict[str, float] = field(default_factory=lambda: {"train": 0.75, "val": 0.125, "test": 0.125})
@@ -38,15 +38,15 @@ class DemoSettings:
 
 
 @dataclass
-class DemoConfig(ModelBlocks):
+class DemoConfig(ModelRootConfig):
     run_name: str = "demo"
-    demo: DemoSettings = field(default_factory=DemoSettings)
+    demo: DemoStageConfig = field(default_factory=DemoStageConfig)
 
 
 store_schema("demo", DemoConfig)
 
 #: The typed schema of each root config in ``conf/`` (``build.yaml`` adds the chosen source's
-#: options dataclass, see ``data_builders.cli``).
+#: config dataclass, see ``data_builders.cli``).
 SCHEMAS: dict[str, type] = {
     "demo": DemoConfig,
     "sft": SFTConfig,
@@ -54,6 +54,6 @@ SCHEMAS: dict[str, type] = {
     "eval": EvalConfig,
     "watch": WatchConfig,
     "frames": FramesConfig,
-    "mix": MixRoot,
+    "mix": MixConfig,
     "export": ExportConfig,
 }

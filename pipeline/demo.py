@@ -1,7 +1,7 @@
 """The whole pipeline on the tiny model and toy videos, on CPU.
 
     python -m pipeline.demo            (or: make demo)
-    python -m pipeline.demo demo.n_streams=64 'demo.sft_overrides=["experiment=toy_sft","train.max_steps=300"]'
+    python -m pipeline.demo demo.n_streams=64 'demo.sft_overrides=["experiment=toy_sft","sft.max_steps=300"]'
 
 1. Build toy clips (``source=toy``) and split them by video (``data=toy``), as the builders do.
 2. Build the tiny Qwen3-VL checkpoint; render one stream and print what the model sees.
@@ -15,7 +15,7 @@
 
 The stages train for a number of steps, not seconds: a slower machine takes longer, and each stage
 logs its progress (steps, rate, ETA). A wall-clock budget is an option
-(``train.time_budget_s`` / ``grpo.time_budget_s``); when it cuts a stage short, the stage's line
+(``sft.time_budget_s`` / ``grpo.time_budget_s``); when it cuts a stage short, the stage's line
 and ``summary.json`` say how many steps ran of how many.
 """
 
@@ -161,7 +161,7 @@ def _sft_stage(
             [
                 f"paths.root_dir={cfg.paths.root_dir}",
                 f"data.dir={data_dir}",
-                f"train.output_dir={run_dir / 'sft'}",
+                f"sft.output_dir={run_dir / 'sft'}",
                 *cfg.demo.sft_overrides,
             ]
         )

@@ -204,9 +204,9 @@ def part_sft(device: str, s: dict) -> dict:
     from train.sft.losses import loss_at_labels, selected_logits
 
     cfg = _recipe("sft", "p3i_4b_sft")
-    steps = cfg.train.window_steps or SFT_WINDOW_STEPS
+    steps = cfg.sft.window_steps or SFT_WINDOW_STEPS
     model, renderer, about, size = _model(device, s)
-    if cfg.train.gradient_checkpointing:
+    if cfg.sft.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     ids = (renderer.silence_id, renderer.response_id)
 
@@ -215,7 +215,7 @@ def part_sft(device: str, s: dict) -> dict:
             *selected_logits(m, inputs, labels, decision), decision_ids=ids, gamma=cfg.loss.gamma
         ).loss
 
-    out = bench_sft(model, renderer, device, steps, size, 3, loss_fn, lr=cfg.train.learning_rate)
+    out = bench_sft(model, renderer, device, steps, size, 3, loss_fn, lr=cfg.sft.learning_rate)
     peak, source = device_peak_flops(device)
     flops = sft_flops(model, out["tokens"], out["patches"])
     return {
@@ -224,7 +224,7 @@ def part_sft(device: str, s: dict) -> dict:
         "sft_mfu": round(flops / out["step_s"] / peak, 4),
         "sft_tokens": out["tokens"],
         "sft_frames": steps,
-        "sft_gradient_checkpointing": bool(cfg.train.gradient_checkpointing),
+        "sft_gradient_checkpointing": bool(cfg.sft.gradient_checkpointing),
         "sft_peak_source": source,
         "model": about,
     }

@@ -42,7 +42,7 @@
 #      every rank did (torch's own report of "failed" ranks would be a ~40-line traceback); the
 #      decision is made here: once srun has ended, if USR1 came or the step exited 75, "scontrol requeue".
 #   5. The requeued job has the same job id and the same command line: the same run dir (from the
-#      user's overrides) and train.resume=auto / grpo.resume=auto resume from the newest COMPLETE
+#      user's overrides) and sft.resume=auto / grpo.resume=auto resume from the newest COMPLETE
 #      checkpoint, and WANDB_RUN_ID (slurm-<job id> unless set) with WANDB_RESUME=allow continues
 #      the same W&B run.
 #   The batch shell waits for srun in the background ("wait" returns when a trapped signal arrives),
@@ -53,7 +53,7 @@
 
 : "${SLURM_JOB_ID:?not inside a Slurm job: submit with sbatch (see the first line of the script)}"
 
-REQUEUE_EXIT_CODE=75 # train.requeue_exit_code / grpo.requeue_exit_code
+REQUEUE_EXIT_CODE=75 # sft.requeue_exit_code / grpo.requeue_exit_code
 PREEMPTED=0
 TERMINATING=0
 

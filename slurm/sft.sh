@@ -10,7 +10,7 @@
 # header asks for no GPUs: give --gpus-per-node=N, --gres=gpu:N or --gpus=N (one node), and lower
 # --cpus-per-task on a node with fewer than 32 CPUs (slurm/submit.sh refuses a job no node can hold).
 # Submit from the repository root: the job runs there and sources slurm/launch.sh from it. Slurm's
-# time-limit warning becomes a checkpoint and a requeue into the same run dir with train.resume=auto,
+# time-limit warning becomes a checkpoint and a requeue into the same run dir with sft.resume=auto,
 # and the same W&B run (see slurm/launch.sh). Keep run_name fixed across submissions to resume.
 #SBATCH --job-name=sft
 #SBATCH --nodes=1

@@ -6,7 +6,7 @@ the day one is edited. Interpolations (``${paths.runs_dir}/${run_name}``) are wi
 cannot hold and never equal a default, so they are not counted. Experiment and debug options are
 override files of a root (what they restate is the point of the override) and are not checked. A
 source's options (``conf/source/<name>.yaml``, at the top of the build config) are checked against
-its options dataclass, which ``data_builders.config`` stores as the option's defaults.
+its config dataclass, which ``data_builders.config`` stores as the option's defaults.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def _files() -> list[tuple[Path, type]]:
     files = [(CONF / f"{root}.yaml", schema) for root, schema in ROOT_SCHEMAS.items()]
     for group, schema in GROUP_SCHEMAS.items():
         files += [(path, schema) for path in sorted((CONF / group).glob("*.yaml"))]
-    files += [(path, SOURCES.get(path.stem).options) for path in sorted((CONF / "source").glob("*.yaml"))]
+    files += [(path, SOURCES.get(path.stem).config) for path in sorted((CONF / "source").glob("*.yaml"))]
     return files
 
 
@@ -104,8 +104,8 @@ def test_every_root_and_group_file_is_checked():
 
 
 def test_the_counter_finds_a_restated_key():
-    assert restated({"train": {"seed": 0, "learning_rate": 1e-3}, "run_name": "x"}, SCHEMAS["sft"]) == [
-        "train.seed"
+    assert restated({"sft": {"seed": 0, "learning_rate": 1e-3}, "run_name": "x"}, SCHEMAS["sft"]) == [
+        "sft.seed"
     ]
     assert restated({"grpo": {"eval_split": "val", "bf16": "auto", "beta": 0.1}}, SCHEMAS["grpo"]) == [
         "grpo.eval_split",

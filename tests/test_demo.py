@@ -20,7 +20,7 @@ def test_demo_runs_every_stage(tmp_path):
         "pipeline.demo",
         f"paths.root_dir={tmp_path}",
         "demo.n_streams=16",
-        'demo.sft_overrides=["experiment=toy_sft","train.max_steps=4","train.time_budget_s=null"]',
+        'demo.sft_overrides=["experiment=toy_sft","sft.max_steps=4","sft.time_budget_s=null"]',
         'demo.grpo_overrides=["experiment=toy_grpo","grpo.max_steps=1","grpo.windows_per_step=1"]',
     ]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)

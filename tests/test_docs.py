@@ -4,8 +4,7 @@ that exists.
 File paths with a suffix (``engine/streaming.py``, ``conf/render/hd.yaml``, ``docs/protocols.md``) and
 folders written with a trailing slash must exist in the repository; dotted names of the project's
 packages (``engine.streaming.StreamingEngine``, ``python -m train.grpo``) must be a module, or a
-top-level name (or a class member) of one. A dotted name whose second part is no module is read as
-a config key (``train.output_dir``) and must be a key of that block. Python files are read for their
+top-level name (or a class member) of one. Python files are read for their
 docstrings and comments only; modules are parsed, not imported.
 """
 
@@ -19,7 +18,6 @@ import subprocess
 import sys
 import tokenize
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import fields
 from functools import cache
 from pathlib import Path
 
@@ -57,14 +55,6 @@ def _text(path: Path) -> str:
         ):
             parts.append(node.value.value)
     return "\n".join(parts)
-
-
-@cache
-def _config_keys() -> dict[str, frozenset[str]]:
-    """The keys of the root blocks that share a package's name (``train.output_dir``)."""
-    from train.sft.config import TrainSettings
-
-    return {"train": frozenset(f.name for f in fields(TrainSettings))}
 
 
 def _sources() -> list[Path]:
@@ -109,8 +99,6 @@ def _resolves(dotted: str) -> bool:
         rest = parts[k:]
         if not rest:
             return True
-        if k == 1 and rest[0] in _config_keys().get(parts[0], ()):
-            return True  # a config key of the block named like the package
         names = _names(module)
         return rest[0] in names and (len(rest) == 1 or ".".join(rest[:2]) in names or rest[0][0].islower())
     return False

@@ -23,12 +23,12 @@ pytestmark = pytest.mark.slow
 #: Keep the tiny run short: 2 SFT steps, no evaluation split.
 FAST = {
     "train.sft": [
-        "train.max_steps=2",
-        "train.save_steps=2",
-        "train.per_device_batch_size=2",
-        "train.eval_split=null",
-        "train.num_threads=2",
-        "train.time_budget_s=null",
+        "sft.max_steps=2",
+        "sft.save_steps=2",
+        "sft.per_device_batch_size=2",
+        "sft.eval_split=null",
+        "sft.num_threads=2",
+        "sft.time_budget_s=null",
     ],
     "eval.run": [],
 }

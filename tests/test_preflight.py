@@ -51,8 +51,8 @@ def test_checkpoint_selection_reads_val_by_default(tmp_path):
 
 def test_a_built_mixture_without_the_split_is_named(tmp_path):
     (tmp_path / "train").mkdir()
-    cfg = compose("sft", ["data=mix_p3i", f"data.dir={tmp_path}", "train.eval_split=val"], SFTConfig)
-    with pytest.raises(PreflightError, match=r"train.eval_split=val: .* has no val/ \(it has train\)"):
+    cfg = compose("sft", ["data=mix_p3i", f"data.dir={tmp_path}", "sft.eval_split=val"], SFTConfig)
+    with pytest.raises(PreflightError, match=r"sft.eval_split=val: .* has no val/ \(it has train\)"):
         check_stage("sft", cfg)
 
 
@@ -91,8 +91,7 @@ def test_a_mistake_is_one_line_exit_2(args, line):
 
 def test_did_you_mean_comes_from_the_schema_keys():
     assert (
-        did_you_mean("train.per_device_batchsize", SFTConfig)
-        == " (did you mean train.per_device_batch_size?)"
+        did_you_mean("train.per_device_batchsize", SFTConfig) == " (did you mean sft.per_device_batch_size?)"
     )
     assert did_you_mean("grpo.windows_per_stp", GRPOConfig) == " (did you mean grpo.windows_per_step?)"
     assert did_you_mean("zzz", EvalConfig) == ""
@@ -119,7 +118,7 @@ def test_the_4b_recipe_fits_80_gb_and_the_stage_defaults_do_not():
         "source": "the model config built on the meta device",
     }
     assert 10 < recipe["memory_gb"]["peak"]["value"] < 80
-    defaults = SFT_4B + ["train.per_device_batch_size=8", "train.gradient_checkpointing=false"]
+    defaults = SFT_4B + ["sft.per_device_batch_size=8", "sft.gradient_checkpointing=false"]
     big = plan("sft", compose("sft", defaults, SFTConfig), gpu_memory_gb=80, gpus=16, zero=2)
     assert big["fits"] is False and big["biggest"] == "activations"
     assert big["memory_gb"]["activations"]["value"] > 80
@@ -131,7 +130,7 @@ def test_the_time_of_a_data_set_with_no_counts_is_unknown_not_zero(tmp_path):
     """Toy data never built: no stats.json and no source counts. Steps set by epochs (no
     ``max_steps``), the time and the GPU-hours are null (kind ``unknown``), not 0; a built split's
     stats.json gives them."""
-    overrides = ["experiment=toy_sft", f"data.dir={tmp_path}", "train.max_steps=-1"]
+    overrides = ["experiment=toy_sft", f"data.dir={tmp_path}", "sft.max_steps=-1"]
     cfg = compose("sft", overrides, SFTConfig)
     out = plan("sft", cfg, gpu_memory_gb=80, gpus=1)
     for key in ("records", "steps", "gpu_hours"):
@@ -173,8 +172,8 @@ def test_train_plan_prints_one_json_line():
         *SFT_4B,
         "gpu_memory_gb=80",
         "gpus=16",
-        "train.per_device_batch_size=8",
-        "train.gradient_checkpointing=false",
+        "sft.per_device_batch_size=8",
+        "sft.gradient_checkpointing=false",
     )
     assert proc.returncode == 1 and json.loads(proc.stdout.strip().splitlines()[-1])["fits"] is False
 
@@ -186,7 +185,7 @@ def test_the_gpu_check_refuses_what_would_not_fit(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "16")
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
     monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2")
-    big = SFT_4B + ["train.per_device_batch_size=8", "train.gradient_checkpointing=false"]
+    big = SFT_4B + ["sft.per_device_batch_size=8", "sft.gradient_checkpointing=false"]
     with pytest.raises(PreflightError, match=r"would not fit: .* > 80 GB \(activations: .*plan.check=false"):
         check_stage("sft", compose("sft", big, SFTConfig), on_disk=False)
     assert check_stage("sft", compose("sft", big + ["plan.check=false"], SFTConfig), on_disk=False) is None
@@ -203,7 +202,7 @@ def test_the_front_door_refuses_in_process(capsys):
     assert stop.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
-        "train.sft: unknown key train.per_device_batchsize (did you mean train.per_device_batch_size?)"
+        "train.sft: unknown key train.per_device_batchsize (did you mean sft.per_device_batch_size?)"
     ]
     assert front_door("train.sft", "sft", SFTConfig, ["--cfg", "job", "data.dir=/nowhere"]) is None
 
@@ -244,7 +243,7 @@ def test_demo_answers_cfg_job_and_a_mistyped_key():
 
 
 def test_a_run_of_epochs_is_finished_only_at_its_planned_steps(tmp_path):
-    """``train.max_steps=-1`` (epochs): a resumed run is finished at the Trainer's planned count, not
+    """``sft.max_steps=-1`` (epochs): a resumed run is finished at the Trainer's planned count, not
     at any step (every step is >= -1)."""
     from train.sft.run import _finished
 

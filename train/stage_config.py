@@ -1,8 +1,8 @@
-"""The settings both training stages share (``train`` in ``conf/sft.yaml``, ``grpo`` in
+"""The settings both training stages share (``sft`` in ``conf/sft.yaml``, ``grpo`` in
 ``conf/grpo.yaml``): seed, optimizer, precision and run control, defined once.
 
-:class:`StageSettings` is the base of ``train.sft.config.TrainSettings`` and
-``train.grpo.config.GRPOSettings``, so the YAML keys and attribute names are the same in both stages;
+:class:`StageConfig` is the base of ``train.sft.config.SFTStageConfig`` and
+``train.grpo.config.GRPOStageConfig``, so the YAML keys and attribute names are the same in both stages;
 :func:`run_control` makes either stage's ``infra.run_control.RunControl`` from them.
 The keys whose default differs by stage (``output_dir``, ``learning_rate``, ``eval_split``,
 ``window_steps``, ``max_steps``, ``save_total_limit``) are declared by each stage.
@@ -17,7 +17,7 @@ from infra.schema import bounded
 
 
 @dataclass
-class StageSettings:
+class StageConfig:
     """Seed, optimizer, precision and run-control knobs of a training stage."""
 
     seed: int = 0
@@ -31,7 +31,7 @@ class StageSettings:
     fp32 master copy in the optimizer); without it the weights stay fp32 and rollouts and loss
     forwards run under bf16 autocast."""
     gradient_checkpointing: bool = False
-    """Recompute activations in the backward (GRPO: of the loss forward, as ``train.gradient_checkpointing``)."""
+    """Recompute activations in the backward (GRPO: of the loss forward, as ``sft.gradient_checkpointing``)."""
     time_budget_s: float | None = bounded(None, gt=0)
     """Stop (and save) after this many seconds of training (SFT steps, GRPO updates), whatever the
     step count."""
@@ -46,7 +46,7 @@ class StageSettings:
     """CPU threads for torch (None: torch's default); the toy runs use 1-2."""
 
 
-def run_control(settings: StageSettings, desc: str, unit: str, nonfinite_message: str) -> RunControl:
+def run_control(settings: StageConfig, desc: str, unit: str, nonfinite_message: str) -> RunControl:
     """The run control of a stage (``infra.run_control``) from its settings: the time budget, the
     non-finite limit and the requeue status; its signal handlers are installed now."""
     return RunControl(

@@ -21,7 +21,7 @@ def accumulation_steps(global_batch: int, per_device: int, processes: int) -> in
     per_pass = per_device * processes
     if global_batch % per_pass:
         raise ValueError(
-            f"train.global_batch_size={global_batch} is not a multiple of per-device batch {per_device} x "
+            f"sft.global_batch_size={global_batch} is not a multiple of per-device batch {per_device} x "
             f"{processes} process(es): pick a per-device batch or process count that divides it"
         )
     return global_batch // per_pass

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.config import BenchmarkConfig, ScoringConfig
-from benchmarks.scoring import Paired, ScoreSettings, default_uses_judge, ground_truth, pair
+from benchmarks.scoring import Paired, ScoreConfig, default_uses_judge, ground_truth, pair
 from benchmarks.scoring.options import settings_from_args
 from data_builders.records import RecordError, Stream
 from engine.replies import Reply
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from engine.streaming import EngineConfig, StreamResult
 
 #: A protocol's scorer on stream records: (paired, settings) -> (metrics, per-sample rows).
-Scorer = Callable[[Paired, ScoreSettings], tuple[dict, list[dict]]]
+Scorer = Callable[[Paired, ScoreConfig], tuple[dict, list[dict]]]
 
 
 @dataclass(frozen=True)
@@ -65,19 +65,19 @@ class Protocol:
     runner: type[ProtocolRunner]
     scorer: Scorer | None = None
     official: OfficialFormat | None = None
-    judged: Callable[[ScoreSettings], bool] = default_uses_judge
+    judged: Callable[[ScoreConfig], bool] = default_uses_judge
 
     def new_runner(self) -> ProtocolRunner:
         return self.runner(self)
 
-    def uses_judge(self, settings: ScoreSettings) -> bool:
+    def uses_judge(self, settings: ScoreConfig) -> bool:
         """Whether scoring with ``settings`` asks the LLM judge."""
         return self.judged(settings)
 
-    def score(self, paired: Paired, settings: ScoreSettings | None = None) -> tuple[dict, list[dict]]:
+    def score(self, paired: Paired, settings: ScoreConfig | None = None) -> tuple[dict, list[dict]]:
         """Metrics (0-100, as ``eval.score`` prints them, with ``protocol`` and ``content``) and one
         row per sample, of stream records paired with their replies."""
-        settings = settings or ScoreSettings()
+        settings = settings or ScoreConfig()
         if self.scorer is None:
             raise KeyError(f"protocol {self.name!r} scores its official files only (eval.score --gt/--pred)")
         result, rows = self.scorer(paired, settings)
@@ -166,9 +166,9 @@ class ProtocolRunner:
             row["untagged"] = dropped
         return row
 
-    def settings(self, bench: BenchmarkConfig) -> ScoreSettings:
+    def settings(self, bench: BenchmarkConfig) -> ScoreConfig:
         """The scoring settings of a benchmark config."""
-        return ScoreSettings(**{f.name: getattr(bench, f.name) for f in dataclass_fields(ScoringConfig)})
+        return ScoreConfig(**{f.name: getattr(bench, f.name) for f in dataclass_fields(ScoringConfig)})
 
     def check(self, bench: BenchmarkConfig) -> None:
         """Fail at once, before any streaming, on settings that scoring would reject at the end:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from benchmarks.protocols.base import Protocol, ProtocolRunner, paired_rows
 from benchmarks.protocols.egoserve_files import EventGroup
 from benchmarks.protocols.egoserve_preds import Tally, events_from_replies
-from benchmarks.scoring import Paired, ScoreSettings
+from benchmarks.scoring import Paired, ScoreConfig
 from data_builders.records import RecordError
 from engine.replies import Reply
 from rewards.egoserve import (
@@ -81,7 +81,7 @@ class EgoServeRunner(ProtocolRunner):
         return out
 
 
-def egoserve_groups(paired: Paired, settings: ScoreSettings, gt_file: str | None = None) -> list[EventGroup]:
+def egoserve_groups(paired: Paired, settings: ScoreConfig, gt_file: str | None = None) -> list[EventGroup]:
     """Stream-record ground truth (unit = record id, subtype = target category) grouped by dataset."""
     groups: dict[str, EventGroup] = {}
     for gt, replies in paired:
@@ -103,17 +103,17 @@ def egoserve_groups(paired: Paired, settings: ScoreSettings, gt_file: str | None
     return list(groups.values())
 
 
-def _judged(settings: ScoreSettings) -> bool:
+def _judged(settings: ScoreConfig) -> bool:
     """The judge rates the matched pairs when ``content`` or ``open_content`` is ``judge``."""
     return "judge" in (settings.content, settings.open_content)
 
 
-def score_egoserve(paired: Paired, settings: ScoreSettings) -> tuple[dict, list[dict]]:
+def score_egoserve(paired: Paired, settings: ScoreConfig) -> tuple[dict, list[dict]]:
     return score_egoserve_events(egoserve_groups(paired, settings), settings)
 
 
 def score_egoserve_events(
-    groups: Sequence[EventGroup | tuple[str, list[ServiceEvent], list[ServiceEvent]]], settings: ScoreSettings
+    groups: Sequence[EventGroup | tuple[str, list[ServiceEvent], list[ServiceEvent]]], settings: ScoreConfig
 ) -> tuple[dict, list[dict]]:
     """EgoServe metrics (0-100) of event groups (stream records or the release files): the official
     numbers, what their rules ``dropped`` (counts and examples), ``official_would_fail`` (input on

@@ -19,7 +19,7 @@ from __future__ import annotations
 from benchmarks.protocols.base import Protocol, ProtocolRunner, paired_rows
 from benchmarks.scoring import (
     Paired,
-    ScoreSettings,
+    ScoreConfig,
     UnscorablePairs,
     default_uses_judge,
     prepared_content,
@@ -78,7 +78,7 @@ class P3IRunner(ProtocolRunner):
         return out
 
 
-def score_p3i(paired: Paired, settings: ScoreSettings) -> tuple[dict, list[dict]]:
+def score_p3i(paired: Paired, settings: ScoreConfig) -> tuple[dict, list[dict]]:
     content = prepared_content(settings, paired)
     unscorable = UnscorablePairs()
     rows, every, per_sample, negatives = [], [], [], []

@@ -18,7 +18,7 @@ from collections import defaultdict
 from benchmarks.protocols.base import Protocol, ProtocolRunner, paired_rows
 from benchmarks.scoring import (
     Paired,
-    ScoreSettings,
+    ScoreConfig,
     UnscorablePairs,
     default_uses_judge,
     prepared_content,
@@ -96,7 +96,7 @@ def _window_scores(gt, replies, window, content, tol: float) -> list[float]:
     ]
 
 
-def score_propermem(paired: Paired, settings: ScoreSettings) -> tuple[dict, list[dict]]:
+def score_propermem(paired: Paired, settings: ScoreConfig) -> tuple[dict, list[dict]]:
     content = prepared_content(settings, paired)
     tol = DEFAULT_TOLERANCE_S if settings.tolerance is None else settings.tolerance
     unscorable = UnscorablePairs()

@@ -1,6 +1,6 @@
 """What every protocol's scoring shares: ground truth and predictions in memory, paired and scored.
 
-    settings = ScoreSettings(content="label", open_content="exact")
+    settings = ScoreConfig(content="label", open_content="exact")
     paired = pair(ground_truth(streams), {p.id: p.replies for p in predictions})
     metrics, per_sample = get_protocol("p3i").score(paired, settings)   # benchmarks.protocols
 
@@ -59,7 +59,7 @@ def get_content_scorer(name: str, **config: Any) -> ContentScorer:
 
 
 @dataclass
-class ScoreSettings(ScoringConfig):
+class ScoreConfig(ScoringConfig):
     """How to score (the fields of :class:`benchmarks.config.ScoringConfig`, a benchmark config's scoring
     keys and the options of ``eval.score``), checked when made."""
 
@@ -130,14 +130,14 @@ def pair(
     return out
 
 
-def build_content(settings: ScoreSettings) -> ContentScorer:
+def build_content(settings: ScoreConfig) -> ContentScorer:
     """The content scorer of ``settings`` (its module imported on first use: ``CONTENT``)."""
     if settings.content == "label":
         return get_content_scorer("label", fallback=_build_named(settings.open_content, settings))
     return _build_named(settings.content, settings)
 
 
-def _build_named(name: str, settings: ScoreSettings) -> ContentScorer:
+def _build_named(name: str, settings: ScoreConfig) -> ContentScorer:
     try:
         factory = CONTENT.get(name)
         if factory.__module__ != "rewards.content":  # an I/O scorer: its config from the settings
@@ -176,7 +176,7 @@ def reply_texts(replies: Sequence[Reply]) -> list[str]:
     return [split_category(r.text)[1] for r in replies]
 
 
-def prepared_content(settings: ScoreSettings, paired: Paired) -> ContentScorer:
+def prepared_content(settings: ScoreConfig, paired: Paired) -> ContentScorer:
     """The content scorer of ``settings``; a batching one (embedding) has encoded every text of
     ``paired`` at once."""
     content = build_content(settings)
@@ -188,6 +188,6 @@ def prepared_content(settings: ScoreSettings, paired: Paired) -> ContentScorer:
     return content
 
 
-def default_uses_judge(settings: ScoreSettings) -> bool:
+def default_uses_judge(settings: ScoreConfig) -> bool:
     """The judge scores content: ``content`` is ``judge``, or ``label`` with ``open_content`` ``judge``."""
     return settings.content == "judge" or (settings.content == "label" and settings.open_content == "judge")

@@ -316,7 +316,7 @@ SETTING_NAMES = {
 
 
 def config_from_args(args: Any, command: str = "eval.score") -> dict[str, Any]:
-    """Judge config from ``eval.score``'s options or :class:`benchmarks.scoring.ScoreSettings` (the key
+    """Judge config from ``eval.score``'s options or :class:`benchmarks.scoring.ScoreConfig` (the key
     itself stays in the environment); a missing URL or model, or a bad timeout, raises
     :class:`ValueError` naming the option of ``command``."""
     names = SETTING_NAMES[command]

@@ -12,15 +12,15 @@ from dataclasses import fields
 
 from benchmarks.config import ScoringConfig
 from benchmarks.protocols.egoserve_preds import RESPONSE_NAME
-from benchmarks.scoring import CONTENT_SCORERS, ScoreSettings
+from benchmarks.scoring import CONTENT_SCORERS, ScoreConfig
 from rewards.egoserve import TOLERANCE_S
 
 DESCRIPTION = "Score predictions against ground truth with a benchmark's own metric (docs/protocols.md)."
 
 
-def settings_from_args(args: argparse.Namespace) -> ScoreSettings:
+def settings_from_args(args: argparse.Namespace) -> ScoreConfig:
     """The scoring settings of the parsed options (validated: ``--alpha -1`` is an error)."""
-    return ScoreSettings(**{f.name: getattr(args, f.name) for f in fields(ScoringConfig)})
+    return ScoreConfig(**{f.name: getattr(args, f.name) for f in fields(ScoringConfig)})
 
 
 #: The scoring flags that take one of a fixed set of values.

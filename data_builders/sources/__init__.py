@@ -1,7 +1,7 @@
 """One module per source, and the table of where each one lives.
 
 Each module ``data_builders/sources/<name>.py`` defines its builder ``fn(inputs, options)``, its
-options dataclass and ``SPEC = SourceSpec(name, build=fn, options=Options)``
+config dataclass and ``SPEC = SourceSpec(name, build=fn, config=<Name>SourceConfig)``
 (:class:`data_builders.registry.SourceSpec`); :data:`SOURCES` below lists each module, and
 :func:`get_source` imports it on first use (adding a source: docs/design.md, "Adding a benchmark, a
 reward or a data source"). The registry module imports no source: the sources import it.

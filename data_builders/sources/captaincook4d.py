@@ -76,7 +76,7 @@ MISSING = "Missing Step"
 
 
 @dataclass
-class CaptainCook4dOptions:
+class CaptainCook4dSourceConfig:
     """Keys of ``source=captaincook4d``."""
 
     video_pattern: str = "{recording_id}_360p.mp4"
@@ -274,7 +274,7 @@ def _repository_file(annotations: Path, option: str | None, relative: str) -> Pa
 
 
 def build_captaincook4d(
-    inputs: BuildInputs, options: CaptainCook4dOptions
+    inputs: BuildInputs, options: CaptainCook4dSourceConfig
 ) -> Iterator[Pending | ConversionError]:
     """One intervention stream per recording (see the module docstring)."""
     path = inputs.annotations
@@ -334,4 +334,4 @@ def _rid(k: int, rec: object) -> str:
     return str(rec.get("recording_id", f"item {k}")) if isinstance(rec, dict) else f"item {k}"
 
 
-SPEC = SourceSpec("captaincook4d", build=build_captaincook4d, options=CaptainCook4dOptions)
+SPEC = SourceSpec("captaincook4d", build=build_captaincook4d, config=CaptainCook4dSourceConfig)

@@ -62,7 +62,7 @@ CAMERA_WEARER = "the camera wearer"
 
 
 @dataclass
-class Ego4dEventsOptions:
+class Ego4dEventsSourceConfig:
     """Keys of ``source=ego4d_events``."""
 
     pass_preference: list[int] = field(default_factory=lambda: [1, 2])
@@ -127,7 +127,7 @@ def _choose(rng: random.Random, items: list, k: int) -> list:
 
 
 def build_ego4d_events(
-    inputs: BuildInputs, options: Ego4dEventsOptions
+    inputs: BuildInputs, options: Ego4dEventsSourceConfig
 ) -> Iterator[Pending | ConversionError]:
     """Event-monitoring streams per clip (see the module docstring)."""
     path = inputs.annotations
@@ -243,7 +243,7 @@ def _clip_streams(
     narrations: list,
     video_events: set[str],
     pool: list[str],
-    options: Ego4dEventsOptions,
+    options: Ego4dEventsSourceConfig,
 ) -> list[Stream]:
     """The single-event, category and negative streams of one clip ``[start, end)``."""
     rng = random.Random(f"{options.seed}:{uid}:{w}")
@@ -292,4 +292,4 @@ def _clip_streams(
     return out
 
 
-SPEC = SourceSpec("ego4d_events", build=build_ego4d_events, options=Ego4dEventsOptions)
+SPEC = SourceSpec("ego4d_events", build=build_ego4d_events, config=Ego4dEventsSourceConfig)

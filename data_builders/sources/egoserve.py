@@ -87,7 +87,7 @@ DAY = 86400.0
 
 
 @dataclass
-class EgoServeOptions:
+class EgoServeSourceConfig:
     """Keys of ``source=egoserve``."""
 
     egolife_dir: str = "EgoLife"
@@ -200,7 +200,7 @@ def _stream(
     )
 
 
-def _chunks(videos: Path, options: EgoServeOptions, person: str) -> list[tuple[float, str]]:
+def _chunks(videos: Path, options: EgoServeSourceConfig, person: str) -> list[tuple[float, str]]:
     """(absolute start, root-relative path) of a person's EgoLife chunk files, in time order."""
     chunks = []
     for f in sorted((videos / options.egolife_dir / person).glob("DAY*/*.mp4")):
@@ -211,7 +211,7 @@ def _chunks(videos: Path, options: EgoServeOptions, person: str) -> list[tuple[f
     return sorted(chunks)
 
 
-def _egolife(root: Path, videos: Path, options: EgoServeOptions) -> Iterator[Pending | ConversionError]:
+def _egolife(root: Path, videos: Path, options: EgoServeSourceConfig) -> Iterator[Pending | ConversionError]:
     """One stream per EgoLife video chunk with events: per person, the events of every part file
     grouped by the chunk their target falls in."""
     for person_dir in sorted(p for p in (root / "EgoLife").glob("*") if p.is_dir()):
@@ -271,7 +271,7 @@ def _chunk_stream(
     video: str,
     events: list[tuple[tuple[float, float], Target]],
     person: str,
-    options: EgoServeOptions,
+    options: EgoServeSourceConfig,
 ) -> list[Stream]:
     """The stream of one EgoLife chunk (absolute clock: ``video_offset`` = the chunk's start), its
     events' windows cut to the chunk."""
@@ -303,7 +303,7 @@ def _chunk_stream(
     ]
 
 
-def _holoassist(path: Path, options: EgoServeOptions) -> Iterator[Pending | ConversionError]:
+def _holoassist(path: Path, options: EgoServeSourceConfig) -> Iterator[Pending | ConversionError]:
     data = load_json(path)
     if not isinstance(data, dict):
         raise RecordError("expected a dict keyed by video name", file=path)
@@ -344,7 +344,7 @@ def _holoassist(path: Path, options: EgoServeOptions) -> Iterator[Pending | Conv
     yield from each_record(sorted(data.items()), path, parse)
 
 
-def _captaincook4d(path: Path, options: EgoServeOptions) -> Iterator[Pending | ConversionError]:
+def _captaincook4d(path: Path, options: EgoServeSourceConfig) -> Iterator[Pending | ConversionError]:
     data = load_json(path)
     if not isinstance(data, list):
         raise RecordError("expected a list of recordings", file=path)
@@ -398,7 +398,7 @@ def _captaincook4d(path: Path, options: EgoServeOptions) -> Iterator[Pending | C
     )
 
 
-def build_egoserve(inputs: BuildInputs, options: EgoServeOptions) -> Iterator[Pending | ConversionError]:
+def build_egoserve(inputs: BuildInputs, options: EgoServeSourceConfig) -> Iterator[Pending | ConversionError]:
     """Streams from whichever of the three release parts exist (see the module docstring)."""
     root = inputs.annotations
     if not root.is_dir():
@@ -412,4 +412,4 @@ def build_egoserve(inputs: BuildInputs, options: EgoServeOptions) -> Iterator[Pe
         yield from _captaincook4d(cook, options)
 
 
-SPEC = SourceSpec("egoserve", build=build_egoserve, options=EgoServeOptions)
+SPEC = SourceSpec("egoserve", build=build_egoserve, config=EgoServeSourceConfig)

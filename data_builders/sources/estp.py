@@ -49,7 +49,7 @@ from rewards.estp import TASK_TYPES, optimal_time
 
 
 @dataclass
-class EstpOptions:
+class EstpSourceConfig:
     """Keys of ``source=estp``."""
 
     video_pattern: str = "{video_uid}.mp4"
@@ -233,7 +233,7 @@ def stream_of(qa: ReleaseQA, video: str) -> Stream:
     )
 
 
-def build_estp(inputs: BuildInputs, options: EstpOptions) -> Iterator[Pending | ConversionError]:
+def build_estp(inputs: BuildInputs, options: EstpSourceConfig) -> Iterator[Pending | ConversionError]:
     """One stream per qa (see the module docstring)."""
     path = inputs.annotations
     data = load_json(path)
@@ -254,4 +254,4 @@ def build_estp(inputs: BuildInputs, options: EstpOptions) -> Iterator[Pending | 
     yield from each_record(((qa_name(v, c, k), (v, c, k, qa)) for v, c, k, qa in items), path, parse)
 
 
-SPEC = SourceSpec("estp", build=build_estp, options=EstpOptions)
+SPEC = SourceSpec("estp", build=build_estp, config=EstpSourceConfig)

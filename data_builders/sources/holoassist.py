@@ -62,7 +62,7 @@ from data_builders.video import VideoInfo
 
 
 @dataclass
-class HoloAssistOptions:
+class HoloAssistSourceConfig:
     """Keys of ``source=holoassist``."""
 
     video_pattern: str = "{video_name}/Export_py/Video_pitchshift.mp4"
@@ -117,7 +117,7 @@ def stated_duration(rec: dict) -> float | None:
     return None
 
 
-def _corrections(events: list, options: HoloAssistOptions) -> dict[str, float]:
+def _corrections(events: list, options: HoloAssistSourceConfig) -> dict[str, float]:
     """Conversation id -> start (s) of the wrong action it corrects, from the fine-grained actions."""
     out: dict[str, float] = {}
     if not options.corrections_from_actions:
@@ -147,7 +147,7 @@ def _corrections(events: list, options: HoloAssistOptions) -> dict[str, float]:
     return out
 
 
-def conversation_targets(events: list, options: HoloAssistOptions, tally: Tally) -> list[Target]:
+def conversation_targets(events: list, options: HoloAssistSourceConfig, tally: Tally) -> list[Target]:
     """The targets of one video's events (see the module docstring)."""
     if not isinstance(events, list):
         raise RecordError(f"field 'events': expected a list, got {type(events).__name__}")
@@ -203,7 +203,9 @@ def conversation_targets(events: list, options: HoloAssistOptions, tally: Tally)
     return targets
 
 
-def build_holoassist(inputs: BuildInputs, options: HoloAssistOptions) -> Iterator[Pending | ConversionError]:
+def build_holoassist(
+    inputs: BuildInputs, options: HoloAssistSourceConfig
+) -> Iterator[Pending | ConversionError]:
     """One intervention stream per video (see the module docstring)."""
     path = inputs.annotations
     data = load_json(path)
@@ -241,4 +243,4 @@ def build_holoassist(inputs: BuildInputs, options: HoloAssistOptions) -> Iterato
     yield from each_record(((record_id(k, r), r) for k, r in enumerate(data)), path, parse)
 
 
-SPEC = SourceSpec("holoassist", build=build_holoassist, options=HoloAssistOptions)
+SPEC = SourceSpec("holoassist", build=build_holoassist, config=HoloAssistSourceConfig)

@@ -54,7 +54,7 @@ RESPONSE_FIELDS = ("time", "window", "text", "label", "category")
 
 
 @dataclass
-class JsonlOptions:
+class JsonlSourceConfig:
     """Keys of ``source=jsonl``."""
 
     task: str = "custom"
@@ -124,7 +124,7 @@ def _responses(line: dict, tally: Tally) -> list[Target]:
     return [t for i, item in enumerate(raw) if (t := _response(item, i, tally)) is not None]
 
 
-def build_jsonl(inputs: BuildInputs, options: JsonlOptions) -> Iterator[Pending | ConversionError]:
+def build_jsonl(inputs: BuildInputs, options: JsonlSourceConfig) -> Iterator[Pending | ConversionError]:
     """One stream per line (see the module docstring)."""
     path = inputs.annotations
     # the driver builds into a staging folder inside ``out``: the source is named after ``out``
@@ -171,4 +171,4 @@ def build_jsonl(inputs: BuildInputs, options: JsonlOptions) -> Iterator[Pending 
     yield from each_json_line(path, parse)
 
 
-SPEC = SourceSpec("jsonl", build=build_jsonl, options=JsonlOptions)
+SPEC = SourceSpec("jsonl", build=build_jsonl, config=JsonlSourceConfig)

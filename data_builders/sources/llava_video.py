@@ -54,7 +54,7 @@ SUBSETS = (("_mc_", "multi_choice"), ("_oe_", "open_ended"), ("cap", "caption"))
 
 
 @dataclass
-class LlavaVideoOptions:
+class LlavaVideoSourceConfig:
     """Keys of ``source=llava_video``."""
 
     video_pattern: str = "{video}"
@@ -92,7 +92,9 @@ def pairs(conversations: list) -> list[tuple[str, str]]:
     return out
 
 
-def build_llava_video(inputs: BuildInputs, options: LlavaVideoOptions) -> Iterator[Pending | ConversionError]:
+def build_llava_video(
+    inputs: BuildInputs, options: LlavaVideoSourceConfig
+) -> Iterator[Pending | ConversionError]:
     """One stream per question/answer pair (see the module docstring)."""
     root = inputs.annotations
     files = sorted(root.glob("*.json")) if root.is_dir() else [root]
@@ -152,4 +154,4 @@ def build_llava_video(inputs: BuildInputs, options: LlavaVideoOptions) -> Iterat
         )
 
 
-SPEC = SourceSpec("llava_video", build=build_llava_video, options=LlavaVideoOptions)
+SPEC = SourceSpec("llava_video", build=build_llava_video, config=LlavaVideoSourceConfig)

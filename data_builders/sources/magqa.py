@@ -47,7 +47,7 @@ from data_builders.video import VideoInfo
 
 
 @dataclass
-class MagqaOptions:
+class MagqaSourceConfig:
     """Keys of ``source=magqa``."""
 
     video_pattern: str = "{video_uid}"
@@ -106,7 +106,7 @@ def benchmark_questions(rec: dict, tally: Tally) -> list[tuple[float, str, list[
     return [(q_time, str(require(turns[0], "content")), targets)]
 
 
-def build_magqa(inputs: BuildInputs, options: MagqaOptions) -> Iterator[Pending | ConversionError]:
+def build_magqa(inputs: BuildInputs, options: MagqaSourceConfig) -> Iterator[Pending | ConversionError]:
     """One stream per question (see the module docstring)."""
     path = inputs.annotations
     data = load_json(path)
@@ -159,4 +159,4 @@ def build_magqa(inputs: BuildInputs, options: MagqaOptions) -> Iterator[Pending 
     yield from each_record(((record_id(k, r), r) for k, r in enumerate(data)), path, parse)
 
 
-SPEC = SourceSpec("magqa", build=build_magqa, options=MagqaOptions)
+SPEC = SourceSpec("magqa", build=build_magqa, config=MagqaSourceConfig)

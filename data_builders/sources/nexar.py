@@ -44,7 +44,7 @@ NULLS = {"", "null", "none", "nan"}
 
 
 @dataclass
-class NexarOptions:
+class NexarSourceConfig:
     """Keys of ``source=nexar``."""
 
     video_pattern: str = "{id}.mp4"
@@ -72,7 +72,7 @@ def _time(row: dict, key: str) -> float | None:
     return t
 
 
-def _video(row: dict, options: NexarOptions) -> str:
+def _video(row: dict, options: NexarSourceConfig) -> str:
     for key in ("file_name", "video"):
         if (row.get(key) or "").strip():
             return row[key].strip()
@@ -105,7 +105,7 @@ def _alert_span(row: dict, tally: Tally) -> tuple[float | None, float | None]:
     return alert, event
 
 
-def build_nexar(inputs: BuildInputs, options: NexarOptions) -> Iterator[Pending | ConversionError]:
+def build_nexar(inputs: BuildInputs, options: NexarSourceConfig) -> Iterator[Pending | ConversionError]:
     """One stream per CSV row (see the module docstring for the target rule)."""
     path = inputs.annotations
     try:
@@ -154,4 +154,4 @@ def build_nexar(inputs: BuildInputs, options: NexarOptions) -> Iterator[Pending 
     yield from each_record(((record_id(k, r), r) for k, r in enumerate(rows)), path, parse)
 
 
-SPEC = SourceSpec("nexar", build=build_nexar, options=NexarOptions)
+SPEC = SourceSpec("nexar", build=build_nexar, config=NexarSourceConfig)

@@ -40,7 +40,7 @@ KINDS = ("visible", "boxes", "mask_areas")
 
 
 @dataclass
-class ObjectTracksOptions:
+class ObjectTracksSourceConfig:
     """Keys of ``source=object_tracks``."""
 
     min_absent_frames: int = 1
@@ -100,7 +100,7 @@ def disappearances(visible: list[bool], min_absent: int) -> list[int]:
 
 
 def build_object_tracks(
-    inputs: BuildInputs, options: ObjectTracksOptions
+    inputs: BuildInputs, options: ObjectTracksSourceConfig
 ) -> Iterator[Pending | ConversionError]:
     """One stream per track (see the module docstring)."""
     path = inputs.annotations
@@ -142,4 +142,4 @@ def build_object_tracks(
     )
 
 
-SPEC = SourceSpec("object_tracks", build=build_object_tracks, options=ObjectTracksOptions)
+SPEC = SourceSpec("object_tracks", build=build_object_tracks, config=ObjectTracksSourceConfig)

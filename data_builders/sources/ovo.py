@@ -365,7 +365,7 @@ def item_streams(item: Item, video: str, info: VideoInfo | None, tally: Tally) -
 
 
 @dataclass
-class OvoOptions:
+class OvoSourceConfig:
     """Keys of ``source=ovo``."""
 
     video_pattern: str = "{video}"
@@ -373,7 +373,7 @@ class OvoOptions:
     source video root."""
 
 
-def build_ovo(inputs: BuildInputs, options: OvoOptions) -> Iterator[Pending | ConversionError]:
+def build_ovo(inputs: BuildInputs, options: OvoSourceConfig) -> Iterator[Pending | ConversionError]:
     """One stream per question, per forward item, per SSR step (see the module docstring)."""
     path = inputs.annotations
     data = load_json(path)
@@ -399,4 +399,4 @@ def build_ovo(inputs: BuildInputs, options: OvoOptions) -> Iterator[Pending | Co
     yield from each_record(((record_id(k, r), r) for k, r in enumerate(data)), path, parse)
 
 
-SPEC = SourceSpec("ovo", build=build_ovo, options=OvoOptions)
+SPEC = SourceSpec("ovo", build=build_ovo, config=OvoSourceConfig)

@@ -236,7 +236,7 @@ def stream_of(q: Question, video: str, release: dict | None = None) -> Stream:
 
 
 @dataclass
-class ProactiveVideoQAOptions:
+class ProactiveVideoQASourceConfig:
     """Keys of ``source=proactivevideoqa``."""
 
     video_pattern: str = "{task}/videos/{video}"
@@ -245,7 +245,7 @@ class ProactiveVideoQAOptions:
 
 
 def build_proactivevideoqa(
-    inputs: BuildInputs, options: ProactiveVideoQAOptions
+    inputs: BuildInputs, options: ProactiveVideoQASourceConfig
 ) -> Iterator[Pending | ConversionError]:
     """One stream per question of every task file (see the module docstring)."""
     for task, path in release_files(Path(inputs.annotations)):
@@ -262,4 +262,4 @@ def build_proactivevideoqa(
         yield from each_record(((item_id(k, r), r) for k, r in enumerate(data)), path, parse)
 
 
-SPEC = SourceSpec("proactivevideoqa", build=build_proactivevideoqa, options=ProactiveVideoQAOptions)
+SPEC = SourceSpec("proactivevideoqa", build=build_proactivevideoqa, config=ProactiveVideoQASourceConfig)

@@ -42,7 +42,7 @@ from data_builders.registry import (
 
 
 @dataclass
-class ProPerMemOptions:
+class ProPerMemSourceConfig:
     """Keys of ``source=propermem``."""
 
     make_negatives: bool = True
@@ -54,7 +54,9 @@ class ProPerMemOptions:
     """Instruction for clips that have none."""
 
 
-def build_propermem(inputs: BuildInputs, options: ProPerMemOptions) -> Iterator[Pending | ConversionError]:
+def build_propermem(
+    inputs: BuildInputs, options: ProPerMemSourceConfig
+) -> Iterator[Pending | ConversionError]:
     """A positive (and a negative) stream per clip (see the module docstring)."""
     path = inputs.annotations
     data = load_json(path)
@@ -109,7 +111,7 @@ def _history(rec: dict, end: float) -> tuple[list[HistoryEntry], list[str]]:
 
 
 def _triggered(
-    base: Stream, trigger: dict, ids: list[str], options: ProPerMemOptions, tally: Tally
+    base: Stream, trigger: dict, ids: list[str], options: ProPerMemSourceConfig, tally: Tally
 ) -> list[Stream]:
     """The positive stream of a clip with a trigger (its target at the window start), and with
     ``make_negatives`` the negative without the evidence entries."""
@@ -146,4 +148,4 @@ def _triggered(
     return streams
 
 
-SPEC = SourceSpec("propermem", build=build_propermem, options=ProPerMemOptions)
+SPEC = SourceSpec("propermem", build=build_propermem, config=ProPerMemSourceConfig)

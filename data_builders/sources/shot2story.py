@@ -53,7 +53,7 @@ MODES = {"both": ("narration", "query"), "narration": ("narration",), "query": (
 
 
 @dataclass
-class Shot2StoryOptions:
+class Shot2StorySourceConfig:
     """Keys of ``source=shot2story``."""
 
     fps: float | None = None
@@ -98,7 +98,9 @@ def parse_shots(clip: str, names: list, fps: float) -> list[tuple[float, int]]:
     return shots
 
 
-def build_shot2story(inputs: BuildInputs, options: Shot2StoryOptions) -> Iterator[Pending | ConversionError]:
+def build_shot2story(
+    inputs: BuildInputs, options: Shot2StorySourceConfig
+) -> Iterator[Pending | ConversionError]:
     """Narration and query streams per clip (see the module docstring)."""
     path = inputs.annotations
     data = load_json(path)
@@ -153,7 +155,7 @@ def _clip_streams(
     fps: float,
     shots: list[tuple[float, int]],
     captions: list,
-    options: Shot2StoryOptions,
+    options: Shot2StorySourceConfig,
 ) -> list[Stream]:
     """The clip's narration stream and (2+ shots) its query stream, as ``options.mode`` asks."""
     meta = {"video_id": f"shot2story/{clip}", "fps": fps, "n_shots": len(shots)}
@@ -185,4 +187,4 @@ def _clip_streams(
     return out
 
 
-SPEC = SourceSpec("shot2story", build=build_shot2story, options=Shot2StoryOptions)
+SPEC = SourceSpec("shot2story", build=build_shot2story, config=Shot2StorySourceConfig)

@@ -49,7 +49,7 @@ TASK_TYPES = frozenset({"Proactive Output"})
 
 
 @dataclass
-class StreamingBenchProactiveOptions:
+class StreamingBenchProactiveSourceConfig:
     """Keys of ``source=streamingbench_proactive``."""
 
     video_pattern: str = "{video_path}"
@@ -126,7 +126,7 @@ def read_question(entry: dict, question: Any, where: str) -> ReleaseQuestion:
 
 
 def build_streamingbench_proactive(
-    inputs: BuildInputs, options: StreamingBenchProactiveOptions
+    inputs: BuildInputs, options: StreamingBenchProactiveSourceConfig
 ) -> Iterator[Pending | ConversionError]:
     """One stream per question (see the module docstring)."""
     path = inputs.annotations
@@ -199,4 +199,4 @@ def _question_stream(
     ]
 
 
-SPEC = SourceSpec(SOURCE, build=build_streamingbench_proactive, options=StreamingBenchProactiveOptions)
+SPEC = SourceSpec(SOURCE, build=build_streamingbench_proactive, config=StreamingBenchProactiveSourceConfig)

@@ -16,7 +16,7 @@ from data_builders.synthetic.toy import generate_toy
 
 
 @dataclass
-class ToyOptions:
+class ToySourceConfig:
     """Keys of ``source=toy`` (see ``generate_toy``)."""
 
     n: int = 64
@@ -42,7 +42,7 @@ class ToyOptions:
             )
 
 
-def build_toy(inputs: BuildInputs, options: ToyOptions) -> Iterator[Pending]:
+def build_toy(inputs: BuildInputs, options: ToySourceConfig) -> Iterator[Pending]:
     """Generate the clips into ``inputs.out`` and hand each record to the driver as it is."""
     streams = generate_toy(
         inputs.out,
@@ -63,4 +63,4 @@ def build_toy(inputs: BuildInputs, options: ToyOptions) -> Iterator[Pending]:
         )
 
 
-SPEC = SourceSpec("toy", build=build_toy, options=ToyOptions, needs_annotations=False)
+SPEC = SourceSpec("toy", build=build_toy, config=ToySourceConfig, needs_annotations=False)

@@ -49,7 +49,7 @@ MAX_FRAME = 10**10
 
 
 @dataclass
-class UcfCrimeOptions:
+class UcfCrimeSourceConfig:
     """Keys of ``source=ucf_crime``."""
 
     frame_rate: float = 30.0
@@ -104,7 +104,7 @@ def _anomaly_spans(event_class: str, frames: list[int]) -> list[tuple[int, int]]
     return spans
 
 
-def _fps(info: VideoInfo | None, options: UcfCrimeOptions, name: str, tally: Tally) -> float:
+def _fps(info: VideoInfo | None, options: UcfCrimeSourceConfig, name: str, tally: Tally) -> float:
     """The rate the frame numbers are converted at: the probed one with ``use_probed_fps`` (a
     difference from ``frame_rate`` is logged and counted), else ``frame_rate``."""
     fps = options.frame_rate
@@ -122,7 +122,9 @@ def _fps(info: VideoInfo | None, options: UcfCrimeOptions, name: str, tally: Tal
     return fps
 
 
-def build_ucf_crime(inputs: BuildInputs, options: UcfCrimeOptions) -> Iterator[Pending | ConversionError]:
+def build_ucf_crime(
+    inputs: BuildInputs, options: UcfCrimeSourceConfig
+) -> Iterator[Pending | ConversionError]:
     """One stream per annotated video (see the module docstring)."""
     path = inputs.annotations
     lines = [
@@ -167,4 +169,4 @@ def build_ucf_crime(inputs: BuildInputs, options: UcfCrimeOptions) -> Iterator[P
     yield from each_record(((cols[0] if cols else f"line {n}", cols) for n, cols in lines), path, parse)
 
 
-SPEC = SourceSpec("ucf_crime", build=build_ucf_crime, options=UcfCrimeOptions)
+SPEC = SourceSpec("ucf_crime", build=build_ucf_crime, config=UcfCrimeSourceConfig)

@@ -28,7 +28,7 @@ def test_every_source_yaml_mirrors_its_options_dataclass():
         )
         cfg = compose("build", [f"source={name}", "out=/tmp/x"])
         base, options = split_build_config(cfg, name)
-        assert options == get_source(name).options()  # yaml defaults == dataclass defaults, same keys
+        assert options == get_source(name).config()  # yaml defaults == dataclass defaults, same keys
         assert base == BuildConfig(out="/tmp/x")
 
 
@@ -39,7 +39,7 @@ def test_typos_and_wrong_types_fail():
     with pytest.raises(ValueError, match="source=toy"):
         split_build_config(cfg, "toy")
     with pytest.raises(ValueError, match="has no option"):
-        get_source("toy").make_options({"seeds": 1})
+        get_source("toy").make_config({"seeds": 1})
 
 
 def test_frames_and_mixture_configs_compose():

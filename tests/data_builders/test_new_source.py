@@ -30,7 +30,7 @@ from data_builders.registry import Pending, SourceSpec, clip_end_from, each_reco
 
 
 @dataclass
-class BlinkOptions:
+class BlinkSourceConfig:
     """Keys of ``source=blink``."""
 
     instruction: str = "Tell me when the light blinks."
@@ -61,7 +61,7 @@ def build_blink(inputs, options):
     yield from each_record(((str(k), item) for k, item in enumerate(items)), inputs.annotations, parse)
 
 
-SPEC = SourceSpec("blink", build=build_blink, options=BlinkOptions)
+SPEC = SourceSpec("blink", build=build_blink, config=BlinkSourceConfig)
 '''
 YAML = (
     "# @package _global_\n"

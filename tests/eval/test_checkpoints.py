@@ -71,7 +71,7 @@ def test_a_4b_run_trains_and_evaluates_at_one_frame_budget(tmp_path, caplog):
 def test_render_is_read_from_the_checkpoint_or_its_run(tmp_path):
     run = tmp_path / "run"
     (run / "checkpoint-4").mkdir(parents=True)
-    (run / "config.yaml").write_text(yaml.safe_dump({"render": HD, "train": {"seed": 0}}))
+    (run / "config.yaml").write_text(yaml.safe_dump({"render": HD, "sft": {"seed": 0}}))
     assert saved_render(run) == saved_render(run / "checkpoint-4") == HD  # from the run's config.yaml
     write_render(run / "checkpoint-4", RenderConfig(max_pixels=4096))
     assert saved_render(run / "checkpoint-4")["max_pixels"] == 4096  # its own render.json wins

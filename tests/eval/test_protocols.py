@@ -109,11 +109,11 @@ def test_our_protocols_live_in_their_modules():
         assert (protocol.scorer is not None) == (name in OURS)
         if name in OURS:
             assert protocol.scorer.__module__ == module
-    judge_label = scoring.ScoreSettings(content="exact", open_content="judge")
+    judge_label = scoring.ScoreConfig(content="exact", open_content="judge")
     assert protocols.get_protocol("egoserve").uses_judge(judge_label)
     assert not protocols.get_protocol("p3i").uses_judge(judge_label)
     assert protocols.get_protocol("p3i").uses_judge(
-        scoring.ScoreSettings(content="label", open_content="judge")
+        scoring.ScoreConfig(content="label", open_content="judge")
     )
 
 
@@ -156,7 +156,7 @@ def test_a_fifth_benchmark_is_one_module_and_scores_through_the_one_api(fifth):
         (g("f", "beta", [Target(7.0, "x")]), [Reply(8.5, "v")]),  # hit
         (g("e", "beta", []), [Reply(1.0, "u")]),  # a negative, not in the hits
     ]
-    metrics, rows = protocols.get_protocol("fifth").score(paired, scoring.ScoreSettings())
+    metrics, rows = protocols.get_protocol("fifth").score(paired, scoring.ScoreConfig())
     # alpha 1 of 2 = 50; beta 2 of 3 = 66.67; all 3 of 5 = 60
     assert metrics["protocol"] == "fifth" and metrics["content"] == "label"
     assert metrics["hit"] == pytest.approx(60.0)

@@ -1,4 +1,4 @@
-"""A retrain into the same run dir (``train.resume=none``), then ``eval.run`` and ``eval.watch``: an
+"""A retrain into the same run dir (``sft.resume=none``), then ``eval.run`` and ``eval.watch``: an
 evaluation belongs to the weights it streamed (their sha256 in its ``config.yaml`` and in the watch
 ledger), so new weights at the same path are evaluated afresh, never answered with the old model's
 numbers and never mixed with its predictions; the old evaluation is kept under ``superseded/``."""
@@ -30,13 +30,13 @@ def sft(data: Path, out: Path, *extra: str) -> Path:
                 "experiment=toy_sft",
                 f"paths.data_dir={data}",
                 f"paths.cache_dir={data / 'cache'}",
-                f"train.output_dir={out}",
-                "train.per_device_batch_size=4",
-                "train.max_steps=2",
-                "train.save_steps=2",
-                "train.logging_steps=1",
-                "train.time_budget_s=null",
-                "train.num_threads=2",
+                f"sft.output_dir={out}",
+                "sft.per_device_batch_size=4",
+                "sft.max_steps=2",
+                "sft.save_steps=2",
+                "sft.logging_steps=1",
+                "sft.time_budget_s=null",
+                "sft.num_threads=2",
                 *extra,
             ]
         )
@@ -77,7 +77,7 @@ def test_a_retrain_into_the_same_run_dir_is_evaluated_afresh_by_eval_run_and_eva
     entry_a = by_checkpoint(read_ledger(run))["p3i/checkpoint-2"]
     assert entry_a["weights"]["sha256"] == weights_fingerprint(run / "checkpoint-2")["sha256"]
 
-    sft(tmp_path, run, "train.resume=none", "train.seed=1")  # the restart the trainer's error suggests
+    sft(tmp_path, run, "sft.resume=none", "sft.seed=1")  # the restart the trainer's error suggests
     sha_b = weights_fingerprint(final)["sha256"]
     assert sha_b != sha_a
     capsys.readouterr()

@@ -49,9 +49,9 @@ pytestmark = pytest.mark.slow
 
 SFT = [
     "experiment=toy_sft",
-    "train.per_device_batch_size=1",
-    "train.logging_steps=10",
-    "train.num_threads=1",
+    "sft.per_device_batch_size=1",
+    "sft.logging_steps=10",
+    "sft.num_threads=1",
 ]
 
 
@@ -255,9 +255,9 @@ def test_sft_preempted_requeued_and_resumed_then_grpo_and_eval(slurm, toy, work,
         "slurm/sft.sh",
         *SFT,
         f"data.dir={toy}",
-        f"train.output_dir={run}",
-        "train.max_steps=100",
-        "train.save_steps=10",
+        f"sft.output_dir={run}",
+        "sft.max_steps=100",
+        "sft.save_steps=10",
     )
     log = logs / f"sft-{job}.log"
     t0 = time.time()
@@ -333,9 +333,9 @@ def test_two_nodes_form_one_two_rank_job(work, toy, job_env, deepspeed_op):
             "slurm/sft.sh",
             *SFT,
             f"data.dir={toy}",
-            f"train.output_dir={run}",
-            "train.max_steps=2",
-            "train.save_steps=2",
+            f"sft.output_dir={run}",
+            "sft.max_steps=2",
+            "sft.save_steps=2",
         )
         text = slurm.finish(job, logs / f"sft-{job}.log")
     finally:

@@ -247,7 +247,7 @@ def test_requeue_follows_the_step_status(cluster, mode, restarts, rc, requeued):
 
 def test_usr1_is_forwarded_to_the_step_and_the_job_requeued(cluster):
     c = cluster("wait")
-    proc = c.sbatch("sft.sh", "run_name=r", "train.resume=auto")
+    proc = c.sbatch("sft.sh", "run_name=r", "sft.resume=auto")
     c.wait_for("python.0.pid")
     proc.send_signal(signal.SIGUSR1)  # Slurm's "B:USR1@120" reaches the batch shell only
     rc, out = finish(proc)

@@ -27,13 +27,13 @@ def launch(stage: str, zero: str, toy: Path, run: Path, steps: int) -> subproces
             "experiment=toy_sft",
             f"paths.data_dir={toy}",
             f"paths.cache_dir={toy / 'cache'}",
-            f"train.output_dir={run}",
-            f"train.max_steps={steps}",
-            "train.save_steps=1",
-            "train.per_device_batch_size=2",
-            "train.logging_steps=1",
-            "train.time_budget_s=null",
-            "train.num_threads=1",
+            f"sft.output_dir={run}",
+            f"sft.max_steps={steps}",
+            "sft.save_steps=1",
+            "sft.per_device_batch_size=2",
+            "sft.logging_steps=1",
+            "sft.time_budget_s=null",
+            "sft.num_threads=1",
         ]
     else:
         cmd += [

@@ -243,32 +243,34 @@ def test_undiscounted_returns_value_waiting_for_the_event_over_an_early_guess():
 
 
 def test_an_unknown_credit_fails_before_any_rollout(setup, tmp_path):
-    from train.grpo.config import GRPOSettings
+    from train.grpo.config import GRPOStageConfig
     from train.grpo.loop import GRPOLoop
 
     model, renderer, windows = setup
     with pytest.raises(ValueError, match="grpo.credit='token': choose one of sequence, decision"):
-        GRPOLoop(GRPOSettings(credit="token"), model, None, renderer, None, windows, tmp_path)
+        GRPOLoop(GRPOStageConfig(credit="token"), model, None, renderer, None, windows, tmp_path)
 
 
 def test_keep_best_without_held_out_evaluations_fails_before_any_rollout(setup, tmp_path):
-    from train.grpo.config import GRPOSettings
+    from train.grpo.config import GRPOStageConfig
     from train.grpo.loop import GRPOLoop
 
     model, renderer, windows = setup
     with pytest.raises(ValueError, match="keep_best needs held-out evaluations"):
-        GRPOLoop(GRPOSettings(keep_best=True, eval_every=10), model, None, renderer, None, windows, tmp_path)
+        GRPOLoop(
+            GRPOStageConfig(keep_best=True, eval_every=10), model, None, renderer, None, windows, tmp_path
+        )
 
 
 def test_a_full_disk_at_checkpoint_time_names_the_checkpoint(setup, tmp_path, monkeypatch):
     """torch's own message for a write that ran out of space ("enforce fail ... unexpected pos")
     becomes an error naming the checkpoint folder and the free space; nothing is marked complete."""
-    from train.grpo.config import GRPOSettings
+    from train.grpo.config import GRPOStageConfig
     from train.grpo.loop import GRPOLoop
     from train.run_dir import CheckpointWriteError
 
     model, renderer, windows = setup
-    loop = GRPOLoop(GRPOSettings(), model, renderer.processor, renderer, None, windows, tmp_path)
+    loop = GRPOLoop(GRPOStageConfig(), model, renderer.processor, renderer, None, windows, tmp_path)
 
     def full_disk(*args, **kwargs):
         raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 4352 vs 4240")
@@ -325,15 +327,15 @@ def test_scale_rewards_group_batch_none():
 def test_updates_pass_over_every_window_once_per_epoch(setup, tmp_path):
     """n // windows_per_step updates see distinct windows (one epoch); a new loop (a resumed run)
     draws the same ones, and the next epoch is another order."""
-    from train.grpo.config import GRPOSettings
+    from train.grpo.config import GRPOStageConfig
     from train.grpo.loop import GRPOLoop
 
     model, renderer, windows = setup
-    loop = GRPOLoop(GRPOSettings(windows_per_step=3), model, None, renderer, None, windows, tmp_path)
+    loop = GRPOLoop(GRPOStageConfig(windows_per_step=3), model, None, renderer, None, windows, tmp_path)
     n = len(windows)
     epoch = [id(w) for step in range(n // 3) for w in loop._windows_for(step)]
     assert len(set(epoch)) == len(epoch) == n // 3 * 3
-    again = GRPOLoop(GRPOSettings(windows_per_step=3), model, None, renderer, None, windows, tmp_path)
+    again = GRPOLoop(GRPOStageConfig(windows_per_step=3), model, None, renderer, None, windows, tmp_path)
     assert [id(w) for w in again._windows_for(1)] == epoch[3:6]
     second = [id(w) for step in range(n, 2 * n) for w in loop._windows_for(step)]  # epochs 3..5
     assert sorted(second[:n]) == sorted(id(w) for w in windows) and second[: len(epoch)] != epoch
@@ -353,11 +355,11 @@ def test_a_resumed_step_outside_the_run_is_refused_naming_the_file(setup, tmp_pa
     ``[0, grpo.max_steps]`` and match its ``checkpoint-<step>`` directory."""
     import re
 
-    from train.grpo.config import GRPOSettings
+    from train.grpo.config import GRPOStageConfig
     from train.grpo.loop import STATE_FILE, GRPOLoop
 
     model, renderer, windows = setup
-    cfg = GRPOSettings(max_steps=4)
+    cfg = GRPOStageConfig(max_steps=4)
     ckpt = GRPOLoop(cfg, model, renderer.processor, renderer, None, windows, tmp_path).save()
     file = ckpt / STATE_FILE
     torch.save({**torch.load(file, weights_only=True), "step": step}, file)
@@ -380,12 +382,12 @@ class _Payload:
 def test_a_planted_pickle_in_grpo_state_is_refused_naming_the_file(setup, tmp_path):
     import re
 
-    from train.grpo.config import GRPOSettings
+    from train.grpo.config import GRPOStageConfig
     from train.grpo.loop import STATE_FILE, GRPOLoop
     from train.safe_load import UnsafeCheckpoint
 
     model, renderer, windows = setup
-    loop = GRPOLoop(GRPOSettings(), model, renderer.processor, renderer, None, windows, tmp_path / "run")
+    loop = GRPOLoop(GRPOStageConfig(), model, renderer.processor, renderer, None, windows, tmp_path / "run")
     ckpt = loop.save()
     file, marker = ckpt / STATE_FILE, tmp_path / "marker"
     torch.save({**torch.load(file, weights_only=True), "note": _Payload(marker)}, file)
@@ -402,12 +404,12 @@ def test_the_run_control_stops_the_loop_on_its_time_budget(setup, tmp_path):
     the reason; the signal handlers it installed are put back."""
     import signal
 
-    from train.grpo.config import GRPOSettings
+    from train.grpo.config import GRPOStageConfig
     from train.grpo.loop import GRPOLoop
 
     model, renderer, windows = setup
     before = signal.getsignal(signal.SIGUSR1)
-    cfg = GRPOSettings(max_steps=3, time_budget_s=1e-9, eval_split=None)
+    cfg = GRPOStageConfig(max_steps=3, time_budget_s=1e-9, eval_split=None)
     loop = GRPOLoop(cfg, model, renderer.processor, renderer, None, windows, tmp_path)
     last = loop.train()
     assert last == tmp_path / "checkpoint-0" and (last / "COMPLETE").read_text() == "0\n"

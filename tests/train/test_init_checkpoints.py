@@ -115,8 +115,8 @@ def test_a_start_checkpoint_with_tensors_removed_is_refused(
                         f"model.path={init}",
                         f"data.dir={toy_mixture}",
                         f"paths.root_dir={tmp_path}",
-                        f"train.output_dir={tmp_path / 'sft2'}",
-                        "train.max_steps=1",
+                        f"sft.output_dir={tmp_path / 'sft2'}",
+                        "sft.max_steps=1",
                     ]
                 )
             )

@@ -34,7 +34,7 @@ def resolved(module: str, *overrides: str) -> dict:
 
 def test_sft_recipe_resolves_and_gives_418_steps_on_8_and_16_gpus():
     cfg = resolved("train.sft", "experiment=p3i_4b_sft")
-    model, train, loss = cfg["model"], cfg["train"], cfg["loss"]
+    model, train, loss = cfg["model"], cfg["sft"], cfg["loss"]
     assert (model["name"], model["path"]) == ("qwen3_vl_4b", "Qwen/Qwen3-VL-4B-Instruct")
     assert model["freeze_vision"] and model["train_merger"]
     assert cfg["render"]["max_pixels"] == 448 * 448  # render=hd, picked by the model
@@ -78,8 +78,8 @@ def test_global_batch_size_sets_the_trainers_accumulation(tmp_path):
     from train.sft.trainer import training_arguments
 
     cfg = compose_config(
-        ["train.global_batch_size=8", "train.per_device_batch_size=2", f"train.output_dir={tmp_path}"]
+        ["sft.global_batch_size=8", "sft.per_device_batch_size=2", f"sft.output_dir={tmp_path}"]
     )
     assert training_arguments(cfg, []).gradient_accumulation_steps == 4  # one process: 8 / 2
-    cfg = compose_config(["train.gradient_accumulation_steps=3", f"train.output_dir={tmp_path}"])
+    cfg = compose_config(["sft.gradient_accumulation_steps=3", f"sft.output_dir={tmp_path}"])
     assert training_arguments(cfg, []).gradient_accumulation_steps == 3  # unset: as given

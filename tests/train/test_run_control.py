@@ -48,10 +48,10 @@ def sft_overrides(data: Path, out: Path, *extra: str) -> list[str]:
         "experiment=toy_sft",
         f"paths.data_dir={data}",
         f"paths.cache_dir={data / 'cache'}",
-        f"train.output_dir={out}",
-        "train.per_device_batch_size=4",
-        "train.logging_steps=1",
-        "train.num_threads=1",
+        f"sft.output_dir={out}",
+        "sft.per_device_batch_size=4",
+        "sft.logging_steps=1",
+        "sft.num_threads=1",
         *extra,
     ]
 
@@ -102,7 +102,7 @@ def test_a_kill_while_saving_leaves_the_last_complete_checkpoint(toy_data, tmp_p
 
     run = tmp_path / "run"
     cfg = compose_config(
-        sft_overrides(toy_data, run, "train.max_steps=3", "train.save_steps=1", "train.save_total_limit=1")
+        sft_overrides(toy_data, run, "sft.max_steps=3", "sft.save_steps=1", "sft.save_total_limit=1")
     )
     trainer, _ = build_trainer(cfg)
     trainer.callback_handler.callbacks.insert(0, KillWhileSaving())
@@ -121,10 +121,10 @@ def test_checkpoints_of_a_nonfinite_streak_are_not_resumed(toy_data, tmp_path):
         sft_overrides(
             toy_data,
             run,
-            "train.max_steps=10",
-            "train.save_steps=1",
-            "train.save_total_limit=null",
-            "train.max_nonfinite_steps=2",
+            "sft.max_steps=10",
+            "sft.save_steps=1",
+            "sft.save_total_limit=null",
+            "sft.max_nonfinite_steps=2",
         )
     )
     trainer, _ = build_trainer(cfg)
@@ -172,7 +172,7 @@ def test_a_signal_during_start_up_exits_for_requeue(toy_data, tmp_path):
     exit 75 and no checkpoint, not a process killed by the signal."""
     run = tmp_path / "run"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "train.sft", *sft_overrides(toy_data, run, "train.max_steps=50")]
+    cmd = [sys.executable, "-m", "train.sft", *sft_overrides(toy_data, run, "sft.max_steps=50")]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     t0 = time.time()
     while not (run / "run_info.json").exists():
@@ -187,7 +187,7 @@ def test_sft_refuses_to_restart_a_run_dir_it_cannot_resume(toy_data, tmp_path):
     run = tmp_path / "run"
     _checkpoints(run, {5: False})
     with pytest.raises(UnexpectedFreshStart):
-        train(compose_config(sft_overrides(toy_data, run, "train.max_steps=1")))
+        train(compose_config(sft_overrides(toy_data, run, "sft.max_steps=1")))
 
 
 def test_a_fresh_start_sets_the_earlier_run_aside(toy_data, tmp_path):
@@ -198,7 +198,7 @@ def test_a_fresh_start_sets_the_earlier_run_aside(toy_data, tmp_path):
     _checkpoints(run, {4: True, 8: True})
     (run / "final").mkdir()
     (run / "final" / "marker").write_text("old")
-    final = train(compose_config(sft_overrides(toy_data, run, "train.max_steps=2", "train.resume=none")))
+    final = train(compose_config(sft_overrides(toy_data, run, "sft.max_steps=2", "sft.resume=none")))
     assert complete_checkpoints(run) == [run / "checkpoint-2"]
     assert resolve_resume("auto", run) == str(run / "checkpoint-2")
     assert not (final / "marker").exists()
@@ -222,13 +222,13 @@ def test_rerunning_a_finished_run_trains_nothing(toy_data, tmp_path):
     max_steps in the middle of an epoch, used to train one step more (checkpoint-2 of 1,
     checkpoint-1 rotated away, final/ overwritten with other weights)."""
     run = tmp_path / "run"
-    cfg = compose_config(sft_overrides(toy_data, run, "train.max_steps=1", "train.save_steps=1"))
+    cfg = compose_config(sft_overrides(toy_data, run, "sft.max_steps=1", "sft.save_steps=1"))
     final = train(cfg)
     weights = (final / "model.safetensors").read_bytes()
     assert train(cfg) == final
     assert [p.name for p in checkpoint_dirs(run)] == ["checkpoint-1"]
     assert (final / "model.safetensors").read_bytes() == weights
-    more = compose_config(sft_overrides(toy_data, run, "train.max_steps=2", "train.save_steps=1"))
+    more = compose_config(sft_overrides(toy_data, run, "sft.max_steps=2", "sft.save_steps=1"))
     train(more)  # a larger budget trains on from checkpoint-1
     assert complete_checkpoints(run)[-1].name == "checkpoint-2"
     assert (final / "model.safetensors").read_bytes() != weights
@@ -242,9 +242,7 @@ def test_the_time_budget_stops_sft_with_a_complete_checkpoint(toy_data, tmp_path
     run = tmp_path / "run"
     final = train(
         compose_config(
-            sft_overrides(
-                toy_data, run, "train.max_steps=50", "train.save_steps=100", "train.time_budget_s=1e-6"
-            )
+            sft_overrides(toy_data, run, "sft.max_steps=50", "sft.save_steps=100", "sft.time_budget_s=1e-6")
         )
     )
     assert read_progress(run) == {"done": 1, "planned": 50, "stopped_by": "time_budget"}

@@ -37,13 +37,13 @@ def sft_cfg(data: Path, out: Path, *overrides: str):
             "experiment=toy_sft",
             f"paths.data_dir={data}",
             f"paths.cache_dir={data / 'cache'}",
-            f"train.output_dir={out}",
-            "train.per_device_batch_size=4",
-            "train.max_steps=2",
-            "train.logging_steps=1",
-            "train.save_steps=2",
-            "train.time_budget_s=null",
-            "train.num_threads=2",
+            f"sft.output_dir={out}",
+            "sft.per_device_batch_size=4",
+            "sft.max_steps=2",
+            "sft.logging_steps=1",
+            "sft.save_steps=2",
+            "sft.time_budget_s=null",
+            "sft.num_threads=2",
             *overrides,
         ]
     )
@@ -111,7 +111,7 @@ def test_two_steps_pinned_losses_checkpoint_and_run_dir(toy_data, tmp_path):
 def test_frozen_vision_tower_gets_no_gradient_and_does_not_change(toy_data, tmp_path):
     from engine.model import vision_tower_parameters
 
-    trainer, _ = build_trainer(sft_cfg(toy_data, tmp_path / "run", "train.max_steps=1"))
+    trainer, _ = build_trainer(sft_cfg(toy_data, tmp_path / "run", "sft.max_steps=1"))
     model = trainer.model
     batch = next(iter(trainer.get_train_dataloader()))
     trainer.compute_loss(model, batch).backward()
@@ -133,9 +133,7 @@ def test_frozen_vision_tower_gets_no_gradient_and_does_not_change(toy_data, tmp_
 
 
 def test_nonfinite_loss_is_skipped_then_stops(toy_data, tmp_path):
-    trainer, _ = build_trainer(
-        sft_cfg(toy_data, tmp_path / "run", "train.max_steps=3", "train.save_steps=100")
-    )
+    trainer, _ = build_trainer(sft_cfg(toy_data, tmp_path / "run", "sft.max_steps=3", "sft.save_steps=100"))
     poisoned = {2}
     weights: dict[int, dict[str, torch.Tensor]] = {}
 
@@ -165,7 +163,7 @@ def test_nonfinite_loss_is_skipped_then_stops(toy_data, tmp_path):
 
 
 def test_lora_trains_adapters_decision_rows_and_merger(toy_data, tmp_path):
-    cfg = sft_cfg(toy_data, tmp_path / "run", "lora.enabled=true", "train.max_steps=1", "lora.r=4")
+    cfg = sft_cfg(toy_data, tmp_path / "run", "lora.enabled=true", "sft.max_steps=1", "lora.r=4")
     trainer, _ = build_trainer(cfg)
     trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
     assert any("lora_A" in n for n in trainable) and any("merger" in n for n in trainable)
@@ -218,7 +216,7 @@ def test_the_command_line_ends_with_one_json_line(tmp_path, monkeypatch, capsys)
     (tmp_path / "data" / "toy" / "train").mkdir(parents=True)  # the pre-flight: data.dir is built
     monkeypatch.setattr(sft, "train", lambda cfg: final)
     monkeypatch.setattr(
-        sys, "argv", ["train.sft", f"paths.root_dir={tmp_path}", f"train.output_dir={final.parent}"]
+        sys, "argv", ["train.sft", f"paths.root_dir={tmp_path}", f"sft.output_dir={final.parent}"]
     )
     sft.main()
     assert json.loads(capsys.readouterr().out.splitlines()[-1]) == {"final_checkpoint": str(final)}

@@ -47,15 +47,15 @@ def test_zero2_two_processes_match_one_process(tmp_path):
         "experiment=toy_sft",
         f"paths.data_dir={tmp_path}",
         f"paths.cache_dir={tmp_path / 'cache'}",
-        "train.max_steps=2",
-        "train.logging_steps=1",
-        "train.save_steps=2",
-        "train.time_budget_s=null",
-        "train.num_threads=1",
-        "train.resume=none",
+        "sft.max_steps=2",
+        "sft.logging_steps=1",
+        "sft.save_steps=2",
+        "sft.time_budget_s=null",
+        "sft.num_threads=1",
+        "sft.resume=none",
     ]
     single = tmp_path / "single"
-    train(compose_config([*common, f"train.output_dir={single}", "train.per_device_batch_size=4"]))
+    train(compose_config([*common, f"sft.output_dir={single}", "sft.per_device_batch_size=4"]))
     accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or "accelerate"
     two = tmp_path / "two"
     cmd = [
@@ -68,8 +68,8 @@ def test_zero2_two_processes_match_one_process(tmp_path):
         "-m",
         "train.sft",
         *common,
-        f"train.output_dir={two}",
-        "train.per_device_batch_size=2",
+        f"sft.output_dir={two}",
+        "sft.per_device_batch_size=2",
     ]
     out = subprocess.run(cmd, cwd=ROOT, env={**os.environ}, capture_output=True, text=True, timeout=500)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

@@ -41,13 +41,13 @@ def test_checkpoint_evaluations_draw_curves_beside_the_training_run(
                 "run_name=sft_tiny",
                 f"paths.data_dir={toy_data}",
                 f"paths.cache_dir={toy_data / 'cache'}",
-                f"train.output_dir={run}",
-                "train.per_device_batch_size=2",
-                "train.max_steps=20",
-                "train.save_steps=10",
-                "train.save_total_limit=null",
-                "train.logging_steps=5",
-                "train.num_threads=2",
+                f"sft.output_dir={run}",
+                "sft.per_device_batch_size=2",
+                "sft.max_steps=20",
+                "sft.save_steps=10",
+                "sft.save_total_limit=null",
+                "sft.logging_steps=5",
+                "sft.num_threads=2",
                 "logger=wandb",
             ]
         )
@@ -74,7 +74,7 @@ def test_checkpoint_evaluations_draw_curves_beside_the_training_run(
     assert training["run"]["group"] == "sft_tiny"
     config = training["config"]  # the whole Hydra config, beside the Trainer's arguments
     assert config["loss"]["gamma"] == 2.0 and config["render"]["max_pixels"] == 4096
-    assert config["train"]["save_steps"] == 10 and config["data"]["name"] == "toy"
+    assert config["sft"]["save_steps"] == 10 and config["data"]["name"] == "toy"
     assert any("train/loss" in row for row in training["history"])
     evals = runs[f"{trained['id']}-eval"]  # resumed at every evaluation: one id, several files
     assert {e["run"]["group"] for e in evals} == {"sft_tiny"}

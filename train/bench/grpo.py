@@ -26,7 +26,7 @@ import yaml
 
 from data_builders.config import CONF_DIR, model_render
 from engine.config import model_preset
-from train.grpo.config import GRPOSettings, reward_spec
+from train.grpo.config import GRPOStageConfig, reward_spec
 
 TINY = CONF_DIR / "model" / "tiny.yaml"
 WINDOW_STEPS = 20
@@ -87,7 +87,7 @@ def update_split(model, processor, renderer, pool, group: int, run_dir: Path) ->
     from rewards.grpo import build_reward
     from train.grpo.loop import GRPOLoop
 
-    loop_cfg = GRPOSettings(
+    loop_cfg = GRPOStageConfig(
         learning_rate=1e-4,
         windows_per_step=len(pool),
         num_generations=group,

@@ -1,7 +1,7 @@
 """``python -m train.grpo experiment=toy_overfire``: the failure GRPO exists to fix, on CPU.
 
 The experiment config sets ``entry.target`` to :func:`run_experiment`, so ``train.grpo`` hands it the
-composed config; its own settings are ``entry.options`` (:class:`OverfireOptions`).
+composed config; its own settings are ``entry.options`` (:class:`OverfireConfig`).
 
 1. Toy data (``n_streams`` clips, split by video), then an *over-firing* copy of the
    training split: every positive stream's target is repeated at every step from the event to the
@@ -38,7 +38,7 @@ from train.run_dir import read_progress
 
 
 @dataclass
-class OverfireOptions:
+class OverfireConfig:
     """``entry.options`` of ``experiment=toy_overfire``."""
 
     n_streams: int = 96
@@ -84,7 +84,7 @@ def run_experiment(cfg: DictConfig) -> dict:
     from train.sft.run import compose_config
     from train.sft.run import train as run_sft
 
-    options = typed(OverfireOptions, OmegaConf.to_container(cfg.entry.options, resolve=True), "entry.options")
+    options = typed(OverfireConfig, OmegaConf.to_container(cfg.entry.options, resolve=True), "entry.options")
     out = Path(cfg.grpo.output_dir)
     data_dir = Path(cfg.data.dir)
     sps = cfg.data.steps_per_second
@@ -100,8 +100,8 @@ def run_experiment(cfg: DictConfig) -> dict:
             [
                 f"paths.root_dir={cfg.paths.root_dir}",
                 f"data.dir={data_dir}",
-                "train.train_split=train_overfire",
-                f"train.output_dir={sft_dir}",
+                "sft.train_split=train_overfire",
+                f"sft.output_dir={sft_dir}",
                 *options.sft_overrides,
             ]
         )

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.config import DataBlocks
+from engine.config import DataRootConfig
 from infra.schema import bounded, store_schema
-from train.stage_config import StageSettings
+from train.stage_config import StageConfig
 
 #: ``grpo.loss_type`` values (the per-token weights of each are ``train.grpo.loss.LOSS_WEIGHTS``).
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
@@ -23,7 +23,7 @@ NONFINITE_MESSAGE = (
 
 
 @dataclass
-class GRPOSettings(StageSettings):
+class GRPOStageConfig(StageConfig):
     """Rollouts and updates (the ``grpo`` block)."""
 
     output_dir: str = "runs/grpo"
@@ -116,7 +116,7 @@ class RewardConfig:
 
 
 @dataclass
-class EntrySettings:
+class EntryConfig:
     """A function that runs instead of the plain GRPO stage, given the whole config: an experiment
     (``experiment=toy_overfire`` sets ``train.experiments.toy_overfire.run_experiment``)."""
 
@@ -127,14 +127,14 @@ class EntrySettings:
 
 
 @dataclass
-class GRPOConfig(DataBlocks):
+class GRPOConfig(DataRootConfig):
     run_name: str = "grpo"
     init: str | None = None
     """The SFT checkpoint to improve (a model + processor dir), or ``random``: the ``model`` config as
     it is (tests, benchmarks). Required: without it GRPO would silently train an untrained model."""
     reward: RewardConfig = field(default_factory=RewardConfig)
-    grpo: GRPOSettings = field(default_factory=GRPOSettings)
-    entry: EntrySettings = field(default_factory=EntrySettings)
+    grpo: GRPOStageConfig = field(default_factory=GRPOStageConfig)
+    entry: EntryConfig = field(default_factory=EntryConfig)
 
 
 store_schema("grpo", GRPOConfig)

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.config import DataBlocks
+from engine.config import DataRootConfig
 from infra.schema import bounded, store_schema
-from train.stage_config import StageSettings
+from train.stage_config import StageConfig
 
 
 @dataclass
-class TrainSettings(StageSettings):
-    """Optimization, checkpointing and run-control knobs (the ``train`` block)."""
+class SFTStageConfig(StageConfig):
+    """Optimization, checkpointing and run-control knobs (the ``sft`` block)."""
 
     output_dir: str = "runs/sft"
     """Run directory: checkpoints, ``final/``, the resolved config and ``run_info.json``."""
@@ -47,7 +47,7 @@ class TrainSettings(StageSettings):
 
 
 @dataclass
-class LossSettings:
+class LossConfig:
     """The decision loss (``train.sft.losses``)."""
 
     gamma: float = bounded(2.0, ge=0)
@@ -62,7 +62,7 @@ class LossSettings:
 
 
 @dataclass
-class LoraSettings:
+class SFTLoraConfig:
     """LoRA on the language model instead of full fine-tuning (``enabled: true``)."""
 
     enabled: bool = False
@@ -78,13 +78,13 @@ class LoraSettings:
 
 
 @dataclass
-class SFTConfig(DataBlocks):
+class SFTConfig(DataRootConfig):
     """Root of ``conf/sft.yaml``."""
 
     run_name: str = "sft"
-    train: TrainSettings = field(default_factory=TrainSettings)
-    loss: LossSettings = field(default_factory=LossSettings)
-    lora: LoraSettings = field(default_factory=LoraSettings)
+    sft: SFTStageConfig = field(default_factory=SFTStageConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    lora: SFTLoraConfig = field(default_factory=SFTLoraConfig)
 
 
 store_schema("sft", SFTConfig)

@@ -4,7 +4,7 @@
     batch = WindowCollator(pad_token_id=processor.tokenizer.pad_token_id)([dataset[0], dataset[1]])
 
 One item is one training window of one stream (``data_builders.stream_steps.step_windows``; a whole
-stream unless ``train.window_steps`` splits it, the clip clock kept): its frames come through the
+stream unless ``sft.window_steps`` splits it, the clip clock kept): its frames come through the
 frame cache (``data_builders.frames.stream_frames``: one entry per clip and pixel budget, the one the
 frames stage writes) and the renderer turns them into the model's turns. Rendered items are kept in
 memory when ``keep_rendered`` is set (the toy data: a few hundred short windows), so an epoch after

@@ -9,9 +9,9 @@ Assembles the parts and hands them to the Trainer: the model (``engine.model``; 
 merger and language model trained, or LoRA adapters), the training split of a built mixture as
 rendered windows (``train.sft.data``), the decision loss (``train.sft.losses``) inside a narrow Trainer
 subclass (``train.sft.trainer``). Checkpoints are HF directories (model + processor, safetensors);
-``train.resume=auto`` continues from the newest complete one. On SIGUSR1 / SIGTERM the run saves and
-exits with ``train.requeue_exit_code`` (75) for the sbatch script to requeue. The final weights go to
-``<train.output_dir>/final``, which ``train(cfg)`` returns.
+``sft.resume=auto`` continues from the newest complete one. On SIGUSR1 / SIGTERM the run saves and
+exits with ``sft.requeue_exit_code`` (75) for the sbatch script to requeue. The final weights go to
+``<sft.output_dir>/final``, which ``train(cfg)`` returns.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def apply_lora(model, lora_cfg, decision_ids: list[int]):
 def build_trainer(cfg: DictConfig) -> tuple[DecisionTrainer, RunControl]:
     """The Trainer of a validated config (model, data, loss, callbacks), ready to ``train()``, and
     the run control it trains under."""
-    t = cfg.train
+    t = cfg.sft
     run = run_control(
         t, "sft", "step", NONFINITE_MESSAGE
     )  # first: a signal while the model loads is caught too
@@ -146,7 +146,7 @@ def train(cfg: DictConfig) -> Path:
     The pre-flight (``engine.preflight.check_stage``) runs first: a split or data dir that is missing,
     or a plan that would not fit the GPU, stops it before the model loads."""
     check_stage("sft", cfg)
-    t = cfg.train
+    t = cfg.sft
     out = Path(t.output_dir)
     resume = resolve_resume(t.resume, out)
     lock = OutputLock(out, "train.sft").acquire() if is_rank_zero() else None
@@ -156,11 +156,11 @@ def train(cfg: DictConfig) -> Path:
         if resume and _finished(out, resume, t.max_steps):
             log.info(
                 "%s: %s already reached the run's %d steps (%s) and final/ is saved: nothing to train "
-                "(raise train.max_steps to train on, or train.resume=none to start over)",
+                "(raise sft.max_steps to train on, or sft.resume=none to start over)",
                 out,
                 Path(resume).name,
                 _planned_steps(resume, t.max_steps),
-                f"train.max_steps={t.max_steps}" if t.max_steps > 0 else f"train.num_epochs={t.num_epochs:g}",
+                f"sft.max_steps={t.max_steps}" if t.max_steps > 0 else f"sft.num_epochs={t.num_epochs:g}",
             )
             return out / "final"
         return _train(cfg, out, resume)
@@ -177,7 +177,7 @@ def _finished(out: Path, resume: str, max_steps: int) -> bool:
 
 
 def _planned_steps(resume: str, max_steps: int) -> int | None:
-    """The run's step count: ``train.max_steps``, or under ``-1`` (epochs) the count the Trainer
+    """The run's step count: ``sft.max_steps``, or under ``-1`` (epochs) the count the Trainer
     planned, in the checkpoint's ``trainer_state.json``."""
     if max_steps > 0:
         return max_steps
@@ -186,7 +186,7 @@ def _planned_steps(resume: str, max_steps: int) -> int | None:
 
 
 def _train(cfg: DictConfig, out: Path, resume: str | None) -> Path:
-    t = cfg.train
+    t = cfg.sft
     trainer, run = build_trainer(cfg)
     processor = trainer.processing_class
     if run.received is not None:  # during start-up: nothing trained, nothing to save
@@ -232,7 +232,7 @@ def _train(cfg: DictConfig, out: Path, resume: str | None) -> Path:
 
 def compose_config(overrides: list[str] | None = None) -> DictConfig:
     """``conf/sft.yaml`` composed with command-line style ``overrides`` and validated (for the demo
-    and tests: ``train(compose_config(["experiment=toy_sft", "train.seed=1"]))``)."""
+    and tests: ``train(compose_config(["experiment=toy_sft", "sft.seed=1"]))``)."""
     return compose("sft", overrides or [], SFTConfig)
 
 
@@ -243,7 +243,7 @@ def _main(cfg: DictConfig) -> None:
     except (ValueError, OmegaConfBaseException) as exc:
         print(f"train.sft: {exc}", file=sys.stderr)
         sys.exit(2)
-    console(str(Path(cfg.train.output_dir) / "sft.log") if is_rank_zero() else None)
+    console(str(Path(cfg.sft.output_dir) / "sft.log") if is_rank_zero() else None)
     try:
         final = train(cfg)
     except Preempted as exc:

@@ -21,7 +21,7 @@
 - :class:`CheckpointCallback`: writes ``render.json`` and ``COMPLETE`` into a checkpoint once the
   Trainer finished saving it (so ``resume=auto`` never picks a half-written one), then rotates the
   older ones, never the last complete one.
-- :func:`training_arguments`: ``TrainingArguments`` from the ``train`` block; under ``accelerate launch``
+- :func:`training_arguments`: ``TrainingArguments`` from the ``sft`` block; under ``accelerate launch``
   with a DeepSpeed config it hands the JSON to the Trainer (and, on CPU, forms the gloo ranks).
 """
 
@@ -177,7 +177,7 @@ class DecisionTrainer(Trainer):
 
 #: What a stop on non-finite losses says (``n`` in a row, up to ``step``).
 NONFINITE_MESSAGE = (
-    "{n} non-finite losses in a row (up to step {step}): training stopped. Lower train.learning_rate, "
+    "{n} non-finite losses in a row (up to step {step}): training stopped. Lower sft.learning_rate, "
     "check the data, or resume from the last checkpoint."
 )
 
@@ -214,7 +214,7 @@ class RunControlCallback(TrainerCallback):
 class CheckpointCallback(TrainerCallback):
     """Completes a checkpoint once the Trainer has written all of it: saves the render block it was
     trained with (``render.json``, read back by evaluation), writes ``COMPLETE``, then rotates the
-    older ones (``train.save_total_limit``; the Trainer's own rotation, which deletes before the new
+    older ones (``sft.save_total_limit``; the Trainer's own rotation, which deletes before the new
     checkpoint is complete, is off). A checkpoint saved during a run of non-finite losses is left
     incomplete, so ``resume=auto`` never restarts from it."""
 
@@ -257,7 +257,7 @@ class WandbRunCallback(TrainerCallback):
 
 
 def training_arguments(cfg: DictConfig, report_to: list[str]) -> TrainingArguments:
-    t = cfg.train
+    t = cfg.sft
     bf16 = torch.cuda.is_available() if t.bf16 == "auto" else str(t.bf16).lower() == "true"
     ds_file = os.environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE")
     return TrainingArguments(
@@ -324,7 +324,7 @@ def logger_report_to(cfg: DictConfig) -> list[str]:
     os.environ.setdefault("WANDB_RUN_GROUP", cfg.run_name)  # the paired eval run joins this group
     os.environ["WANDB_MODE"] = cfg.logger.mode
     if os.environ.get("WANDB_DIR") in (None, _wandb_dir_set_here):  # the user's own WANDB_DIR wins
-        os.environ["WANDB_DIR"] = _wandb_dir_set_here = str(cfg.train.output_dir)
+        os.environ["WANDB_DIR"] = _wandb_dir_set_here = str(cfg.sft.output_dir)
     import wandb
 
     wandb.teardown()  # settings are cached per process: a second run in it must read this run's env
