@@ -1,8 +1,10 @@
-"""Shared fixtures: the tiny Qwen3-VL (built once per session) and a small toy data set."""
+"""Shared fixtures: the tiny Qwen3-VL (built once per session) and a small toy data set; and a free
+TCP port for the tests that start process groups."""
 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +18,14 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now, for a process group's rendezvous (``MASTER_PORT``,
+    ``--main_process_port``; accelerate's default, 29500, may be taken by another run on the machine)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def run_module(

@@ -7,7 +7,6 @@ import json
 import os
 import random
 import shutil
-import socket
 import subprocess
 import sys
 from dataclasses import replace
@@ -22,6 +21,7 @@ from eval.ranks import adopt, check_manifests, merge, shard_path, split, write_m
 from eval.run import evaluate, load_config
 from eval.store import PredictionLog
 from infra.ranks import Ranks
+from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 FIRING = 0.47  # the untrained tiny model fires on about half the steps (tests/eval/test_run.py)
@@ -107,7 +107,7 @@ def test_ranks_started_with_other_thresholds_refuse_to_merge(tiny_checkpoint, to
         f"out_dir={out}",
         "limit=4",
     ]
-    port = str(_free_port())
+    port = str(free_port())
     procs = []
     for rank, threshold in ((0, 0.5), (1, 0.05)):
         env = {**os.environ, "PYTHONPATH": str(ROOT), "RANK": str(rank), "LOCAL_RANK": str(rank)}
@@ -156,16 +156,10 @@ def test_adopt_resplits_another_layout_and_merge_checks_every_share(toy_dir, tmp
         merge(tmp_path, streams, shares3)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _launch(argv: list[str]) -> subprocess.CompletedProcess:
     accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or "accelerate"
     cmd = [accelerate, "launch", "--config_file", "conf/accelerate/ddp.yaml", "--num_processes", "2"]
-    cmd += ["--main_process_port", str(_free_port()), "-m", "eval.run", *argv]
+    cmd += ["--main_process_port", str(free_port()), "-m", "eval.run", *argv]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 

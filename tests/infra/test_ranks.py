@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from infra.ranks import Ranks, all_reduce, any_rank, barrier, broadcast, gather, is_rank_zero, shard
+from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,12 +51,6 @@ control.finish()
 dist.destroy_process_group()
 print(json.dumps(out))
 """
-
-
-def _free_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
 
 
 @pytest.mark.parametrize(
@@ -106,7 +100,7 @@ def test_two_ranks_agree_on_every_collective_and_on_a_stop():
     """Two processes in a gloo group: sums and maxima over both, the flag of rank 1 seen by rank 0,
     gathered and broadcast objects; rank 1 alone is signalled and rank 1 alone is past its time
     budget, yet both stop, for the same reason."""
-    port = _free_port()
+    port = str(free_port())
     procs = []
     for rank in (0, 1):
         env = {**os.environ, "PYTHONPATH": str(ROOT), "RANK": str(rank), "LOCAL_RANK": str(rank)}

@@ -14,7 +14,6 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import uuid
@@ -23,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from engine.checkpoints import complete_checkpoints
+from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -49,12 +49,6 @@ def submit_dir_kept_clean():
     yield ROOT
     if not existed:
         (ROOT / ENV_FILE).unlink(missing_ok=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def kill_job(pid: int) -> None:

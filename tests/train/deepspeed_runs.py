@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from engine.checkpoints import complete_checkpoints
+from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,6 +21,7 @@ def launch(stage: str, zero: str, toy: Path, run: Path, steps: int) -> subproces
     one process, on the toy mixture under ``toy``, for ``steps`` steps saving every step."""
     exe = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or "accelerate"
     cmd = [exe, "launch", "--config_file", f"conf/accelerate/{zero}.yaml", "--num_processes", "1"]
+    cmd += ["--main_process_port", str(free_port())]
     if stage == "sft":
         cmd += [
             "-m",

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from engine.checkpoints import complete_checkpoints
+from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -59,6 +60,8 @@ def accelerate(config: str, processes: int = 2) -> list[str]:
         f"conf/accelerate/{config}.yaml",
         "--num_processes",
         str(processes),
+        "--main_process_port",
+        str(free_port()),
     ]
 
 

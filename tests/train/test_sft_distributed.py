@@ -18,6 +18,7 @@ import pytest
 from data_builders.build import write_outputs
 from data_builders.mixture import build_toy_mixture
 from data_builders.record_io import load_streams
+from tests.conftest import free_port
 from train.sft.run import compose_config, train
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,6 +66,8 @@ def test_zero2_two_processes_match_one_process(tmp_path):
         "conf/accelerate/zero2.yaml",
         "--num_processes",
         "2",
+        "--main_process_port",
+        str(free_port()),
         "-m",
         "train.sft",
         *common,
