@@ -13,6 +13,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 TORCH_PAIR := torch==2.14.1 torchvision==0.29.1
 STAMP := $(VENV)/.installed
+# the suite's parallel workers (pytest-xdist; one torch thread each): one per core of a 2-core machine
+TEST_WORKERS ?= 2
 
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
@@ -48,10 +50,10 @@ $(STAMP): $(VENV)/.torch pyproject.toml
 	touch $@
 
 test: setup
-	$(PY) -m pytest -q --durations=15 tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 tests
 
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" tests
 
 test-slurm: setup
 	@if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v munged >/dev/null; then \

@@ -1,8 +1,10 @@
-"""Shared fixtures: the tiny Qwen3-VL (built once per session) and a small toy data set; and a free
-TCP port for the tests that start process groups."""
+"""Shared fixtures: the tiny Qwen3-VL (built once per session) and a small toy data set; a free
+TCP port for the tests that start process groups, and the lock that runs them alone under parallel
+workers."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 import subprocess
@@ -16,8 +18,26 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # ``make test`` runs the suite in parallel workers (pytest-xdist), one per core: one thread each,
+    # here and in the processes a test starts, so the workers do not crowd each other's cores
+    os.environ["OMP_NUM_THREADS"] = "1"
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def ranks_run_alone(request, tmp_path_factory):
+    """Under parallel workers, a test marked ``ranks`` holds the session's lock alone, every other
+    test shares it: ranks that wait on each other (DeepSpeed's shared-memory collectives poll) slow
+    to a crawl when a third process takes one of their cores."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield
+        return
+    alone = request.node.get_closest_marker("ranks") is not None
+    with open(tmp_path_factory.getbasetemp().parent / "ranks.lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        yield
 
 
 def free_port() -> int:

@@ -72,6 +72,7 @@ def _summary(prof, wall_s: float, cpu_s: float, cuda: bool) -> dict:
         "cpu_ms": round(1e3 * cpu_s, 3),
         **{f"{part}_cpu_ms": v for part, v in ms.items()},
         "host_ms": round(1e3 * wall_s - sum(ms.values()), 3),
+        "model_calls": by_name["model"].count if "model" in by_name else 0,  # language-model forwards
         # ops in the forward that read a device value back to the host (a synchronisation on a GPU),
         # countable on CPU too; on a GPU the step's read of its decision logits adds one
         "syncing_ops": sum(e.name in SYNCING and _inside(e, FORWARD) for e in prof.events()),

@@ -69,8 +69,10 @@ def test_profile_splits_a_silent_and_a_firing_step_on_tiny_cpu(capsys):
         # a reply's one-token forwards each check their mask (transformers), after the host read the
         # last token anyway: at most one per token of the reply (8) and its first (</Response>)
         assert 0 < firing["syncing_ops"] <= 9
-        # a firing step decodes its reply: one forward per token after the decision's
-        assert firing["model_cpu_ms"] > 2 * silent["model_cpu_ms"]
+        # a silent step is one forward; a firing step decodes its reply after the decision's forward:
+        # one per token, 8 at most, and the one whose logits close it (counted: a time would follow
+        # what else runs on the machine)
+        assert silent["model_calls"] == 1 and 2 <= firing["model_calls"] <= 10
     # the window bounds the cache: at step 12 it holds fewer tokens than the whole stream's
     assert rows[3]["cache_tokens"] < rows[2]["cache_tokens"]
 

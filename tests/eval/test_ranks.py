@@ -94,6 +94,7 @@ def test_ranks_with_other_weights_or_another_manifest_version_stop(toy_dir, tmp_
 
 
 @pytest.mark.slow  # two processes loading the stack (~20 s)
+@pytest.mark.ranks
 def test_ranks_started_with_other_thresholds_refuse_to_merge(tiny_checkpoint, toy_dir, tmp_path):
     """Two ranks of one launch (``python -m eval.run`` with ``RANK``/``WORLD_SIZE`` as a launcher
     sets them), one with threshold 0.5, one with 0.05: both stop before streaming, exit 2, naming
@@ -164,6 +165,7 @@ def _launch(argv: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.ranks
 @pytest.mark.slow  # two real 2-process launches (~20 s each alone, more on a busy machine)
 def test_two_ranks_score_as_one_process_and_a_requeue_resumes_every_shard(
     tiny_checkpoint, toy_dir, tmp_path, capsys

@@ -96,6 +96,7 @@ def test_a_share_is_every_worlds_item_from_the_rank():
     assert shard([0, 1], 3, 4) == []
 
 
+@pytest.mark.ranks
 def test_two_ranks_agree_on_every_collective_and_on_a_stop():
     """Two processes in a gloo group: sums and maxima over both, the flag of rank 1 seen by rank 0,
     gathered and broadcast objects; rank 1 alone is signalled and rank 1 alone is past its time

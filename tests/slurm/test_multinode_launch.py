@@ -25,7 +25,7 @@ from engine.checkpoints import complete_checkpoints
 from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ranks]
 #: The secrets a training job has in its environment: W&B's key and the judge's (conf/benchmark/*.yaml
 #: judge_key_env). Made up at run time so that this file itself never holds the value searched for.
 SECRET_VARS = ("WANDB_API_KEY", "JUDGE_API_KEY")

@@ -23,7 +23,7 @@ from engine.checkpoints import complete_checkpoints
 from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ranks]
 #: Four windows per update (two per rank), seed 8: every window of update 1 has signal.
 SETTINGS = [
     "init=random",

@@ -22,7 +22,7 @@ from tests.conftest import free_port
 from train.sft.run import compose_config, train
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ranks]
 
 
 def losses(run: Path) -> list[float]:
