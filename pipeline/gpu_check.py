@@ -53,6 +53,7 @@ import resource
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -94,11 +95,12 @@ SETTINGS = {
         "model": "conf/model/qwen3_vl_4b.yaml",
         "stream_steps": 60,
         "window_steps": 480,
-        "grpo_windows": None,  # the recipe's windows per update
+        "grpo_windows": 1,  # one rank's share: the recipe rolls its 6 windows out on 6 ranks
         "compiled_steps": 24,
         "probes": (600, 20, 8),  # stream steps, probes, reply tokens
-        "eval": {"render": "hd", "streams": 24, "seconds": 20},
-        "caps": {"sft": 70, "grpo": 100, "engine": 80, "compiled": 90, "probes": 75, "eval": 55},
+        "eval": {"render": "hd", "streams": 16, "seconds": 10},
+        # set by the H200 run of 2026-12-04 (docs/performance.md): sft 29 s, grpo 64 s, engine 102 s
+        "caps": {"sft": 45, "grpo": 80, "engine": 115, "compiled": 60, "probes": 110, "eval": 70},
         "deadline": 480,
     },
     "cpu": {  # the same code, sized for 2 shared cores: the tiny model, shorter runs, toy frames
@@ -137,6 +139,18 @@ def missing_modules() -> list[str]:
 
 
 # -- the parts (each runs in its own process: ``--part NAME``) --------------------------------------
+
+PARTIAL_ENV = "GPU_CHECK_PARTIAL"
+
+
+def note(**figures) -> None:
+    """Keep a part's figures as they are measured (a JSON file the parent reads when the part runs
+    out of time, so that what was measured before the cap still shows), and say so on stderr."""
+    path = os.environ.get(PARTIAL_ENV)
+    print(f"gpu-check: {json.dumps(figures)}", file=sys.stderr, flush=True)
+    if path:
+        old = json.loads(Path(path).read_text()) if Path(path).exists() else {}
+        Path(path).write_text(json.dumps(old | figures))
 
 
 def _peak_gib(device: str) -> float:
@@ -230,6 +244,30 @@ def part_sft(device: str, s: dict) -> dict:
     }
 
 
+def _every_window_trained(loop) -> dict:
+    """Make every window of ``loop``'s updates run its loss forward and backward. A window whose
+    rollouts scored alike (random weights on toy windows: the usual case here) has no advantage and
+    the loop skips its loss, so the update would time nothing; such a window gets a small constant
+    advantage instead, which costs what a real one does. Returns a dict that counts the windows that
+    had a signal of their own."""
+    import torch
+
+    scored, seen = loop._scored, {"windows": 0}
+
+    def scored_all_live(rolled):
+        groups = scored(rolled)
+        for g in groups:
+            if g.token_adv is None:
+                continue
+            seen["windows"] += g.live
+            if not g.live:
+                g.token_adv = torch.full_like(g.token_adv, 1e-3)
+        return groups
+
+    loop._scored = scored_all_live
+    return seen
+
+
 def part_grpo(device: str, s: dict) -> dict:
     import tempfile
 
@@ -253,12 +291,14 @@ def part_grpo(device: str, s: dict) -> dict:
     reward = build_reward(reward_spec(cfg.reward))
     with tempfile.TemporaryDirectory() as run_dir:
         loop = GRPOLoop(g, model, renderer.processor, renderer, reward, pool, run_dir)
+        signal = _every_window_trained(loop)
         row = loop.update()
     return {
         "grpo_rollout_s": round(row["rollout_s"], 3),
         "grpo_update_s": round(row["update_s"], 3),
         "grpo_reward_s": round(row["reward_s"], 4),
         "grpo_windows": len(pool),
+        "grpo_windows_with_signal": signal["windows"],
         "grpo_group": g.num_generations,
         "grpo_window_steps": g.window_steps,
         "grpo_max_new_tokens": g.max_new_tokens,
@@ -285,7 +325,9 @@ def part_engine(device: str, s: dict) -> dict:
             device, lambda: (run([(st, f[:4]) for st, f in many[:1]]), run([(st, f[:4]) for st, f in many]))
         )
         _, one_s = timed_on(device, lambda: run(many[:1]))
+        note(engine_steps_per_s=round(steps / one_s, 2))
         _, batch_s = timed_on(device, lambda: run(many))
+        note(batched_stream_steps_per_s=round(BATCH * steps / batch_s, 2))
         window = window_figures(model, renderer, cfg, device, s["window_steps"], size)
     return {
         "engine_steps_per_s": round(steps / one_s, 2),
@@ -341,8 +383,10 @@ def part_probes(device: str, s: dict, rerun_probes: int) -> dict:
     with torch.no_grad():
         ask([Probe(3, "warm-up", "w")], frames[:4])
         branch, branch_s = timed_on(device, lambda: ask(probes))
+        note(probe_branch_s=round(branch_s, 2))
         for i in timed:
             answer, rerun[i] = timed_on(device, lambda i=i: ask([probes[i]], mode="rerun"))
+            note(probe_rerun_s_at_step={probes[j].step: round(rerun[j], 2) for j in rerun})
             if answer[0].text != branch[i].text:
                 raise RuntimeError(
                     f"probe {i}: the re-run answered {answer[0].text!r}, the branch {branch[i].text!r}"
@@ -390,6 +434,7 @@ def part_eval(device: str, s: dict) -> dict:
             time.sleep(0.05)
             if _prediction_lines(Path(tmp) / "out") >= BATCH * (len(batches) + 1):
                 batches.append(time.perf_counter() - t0)
+                note(eval_batches_landed_s=[round(b, 1) for b in batches])
         wall = time.perf_counter() - t0
         while _prediction_lines(Path(tmp) / "out") >= BATCH * (len(batches) + 1):  # landed as it ended
             batches.append(wall)
@@ -447,15 +492,28 @@ def spawn_part(name: str, device: str, cap: float, rerun_probes: int) -> dict:
     cmd = [sys.executable, "-m", "pipeline.gpu_check", "--part", name, "--device", device]
     cmd += ["--rerun-probes", str(rerun_probes)]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
-    try:
-        out, err = proc.communicate(timeout=max(1.0, cap))
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        return {"status": "timeout", "error": f"timeout after {cap:.0f} s", "seconds": round(cap, 1)}
+    with tempfile.TemporaryDirectory() as tmp:
+        partial = Path(tmp) / "partial.json"
+        proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            env=os.environ | {PARTIAL_ENV: str(partial)},
+        )
+        try:
+            out, err = proc.communicate(timeout=max(1.0, cap))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            _, err = proc.communicate()
+            return {
+                "status": "timeout",
+                "error": f"timeout after {cap:.0f} s; its last line: {_last_line(err)}",
+                "seconds": round(cap, 1),
+                "partial": json.loads(partial.read_text()) if partial.exists() else {},
+            }
     seconds = round(time.perf_counter() - t0, 1)
     if proc.returncode:
         return {"status": "failed", "error": _last_line(err), "seconds": seconds}
@@ -477,10 +535,10 @@ def summarize(device: str, parts: dict) -> dict:
     }
     out["peak_gib"] = {}
     for name, result in parts.items():
-        figures = result.get("figures", {})
+        figures = result.get("figures", result.get("partial", {}))
         failure = f"{result['status']}: {result.get('error', '')}"
         for key in KEYS[name]:
-            out[key] = figures[key] if result["status"] == "ok" else failure
+            out[key] = figures[key] if key in figures else failure
         out["peak_gib"][name] = figures["peak_gib"] if result["status"] == "ok" else failure
     out["parts"] = parts
     return out
@@ -494,17 +552,22 @@ def markdown(summary: dict) -> str:
         "| part | figure | value | part's seconds |",
         "|---|---|---|---|",
     ]
-    for name, keys in KEYS.items():
-        seconds = summary["parts"][name]["seconds"]
-        for key in (*keys, "peak_gib"):
+    for name, result in summary["parts"].items():
+        seconds = result["seconds"]
+        for key in (*KEYS[name], "peak_gib"):
             value = summary["peak_gib"][name] if key == "peak_gib" else summary[key]
             lines.append(f"| {name} | {key} | {value} | {seconds} |")
     return "\n".join(lines) + "\n"
 
 
-def run_all(device: str, out_dir: Path, parts: list[str], rerun_probes: int) -> dict:
-    """Every part in turn, each under its cap and what is left of the deadline; the summary written."""
-    s = SETTINGS[device]
+def run_all(
+    device: str, out_dir: Path, parts: list[str], rerun_probes: int, caps: dict | None = None
+) -> dict:
+    """Every part in turn, each under its cap and what is left of the deadline; the summary written.
+    ``caps`` overrides parts' caps (seconds) and, where they add up to more, the deadline."""
+    s = dict(SETTINGS[device])
+    s["caps"] = s["caps"] | (caps or {})
+    s["deadline"] = max(s["deadline"], sum(s["caps"][p] for p in parts)) if caps else s["deadline"]
     start, results = time.perf_counter(), {}
     for name in parts:
         left = s["deadline"] - (time.perf_counter() - start)
@@ -523,6 +586,24 @@ def run_all(device: str, out_dir: Path, parts: list[str], rerun_probes: int) -> 
     return summary
 
 
+def _caps(pairs: list[str]) -> dict:
+    """``--cap PART=SECONDS`` pairs as a dict; a bad pair exits 2 with the reason."""
+    caps = {}
+    for pair in pairs:
+        name, _, value = pair.partition("=")
+        try:
+            if name not in PARTS or float(value) <= 0:
+                raise ValueError
+        except ValueError:
+            print(
+                f"gpu-check: --cap {pair!r}: want PART=SECONDS, PART one of {', '.join(PARTS)}",
+                file=sys.stderr,
+            )
+            sys.exit(2)
+        caps[name] = float(value)
+    return caps
+
+
 def main(argv: list[str] | None = None) -> dict | None:
     ap = argparse.ArgumentParser(prog="python -m pipeline.gpu_check", description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -531,6 +612,13 @@ def main(argv: list[str] | None = None) -> dict | None:
     ap.add_argument("--out", default="runs/gpu_check", help="folder of the JSON and markdown files")
     ap.add_argument("--parts", default=",".join(PARTS), help="comma-separated parts to run")
     ap.add_argument("--rerun-probes", type=int, default=4, help="probes whose re-run is timed (2-20)")
+    ap.add_argument(
+        "--cap",
+        action="append",
+        default=[],
+        metavar="PART=SECONDS",
+        help="a part's time cap (repeatable; a slower device); the deadline grows to their sum",
+    )
     ap.add_argument("--part", choices=sorted(PARTS), help=argparse.SUPPRESS)  # one part, in this process
     ap.add_argument("--missing", action="store_true", help="print the missing modules (one line) and exit")
     args = ap.parse_args(argv)
@@ -566,6 +654,7 @@ def main(argv: list[str] | None = None) -> dict | None:
             ROOT / args.out if not Path(args.out).is_absolute() else Path(args.out),
             parts,
             args.rerun_probes,
+            _caps(args.cap),
         )
     print(json.dumps(out))
     return out
