@@ -35,9 +35,15 @@ GIB = 1024**3
 #: 30-frame window of 6,701 tokens at 448 x 448, AdamW on a bf16 model in one process (no ZeRO), no
 #: gradient checkpointing, logits at every position in fp32.
 H200_SFT = {"tokens": 6701, "frames": 30, "peak_gib": 74.5, "tokens_per_s": 10100.0}
-#: The H200 streaming step (docs/performance.md): one silent stream, 109 ms per step; eight batched
-#: streams run 3.9x the throughput of eight in sequence.
-H200_STREAM = {"s_per_step": 0.109, "batch8_speedup": 3.9}
+#: The same step with gradient checkpointing and the loss at the labelled positions (make gpu-check,
+#: 2026-12-04): 8,401 tokens/s.
+H200_SFT_CHECKPOINTED_TOKENS_PER_S = 8401.0
+#: The H200 streaming step (make gpu-check, 2026-12-04): one silent stream, 138 ms per step over 60
+#: steps; eight batched streams run 5.6x the throughput of one.
+H200_STREAM = {"s_per_step": 0.138, "batch8_speedup": 5.6}
+#: One rank's GRPO update on the H200 (make gpu-check, 2026-12-04): one window of 20 steps x 4
+#: rollouts, replies up to 32 tokens, gradient checkpointing: rollout and loss-plus-step seconds.
+H200_GRPO = {"window_steps": 20, "generations": 4, "rollout_s": 31.8, "update_s": 18.1}
 PERF = "docs/performance.md, One H200"
 #: Headroom kept free of the plan's terms (allocator fragmentation, CUDA context, communication buffers).
 RESERVE_GB = 4.0
@@ -323,7 +329,7 @@ def _plan_sft(cfg: Any, p: dict, gpus: int, zero: int) -> dict:
         steps = math.ceil(
             math.ceil(math.ceil(records["value"] / per_pass) / max(accumulation, 1)) * t.num_epochs
         )
-    rate = H200_SFT["tokens_per_s"] * (0.75 if t.gradient_checkpointing else 1.0)
+    rate = H200_SFT_CHECKPOINTED_TOKENS_PER_S if t.gradient_checkpointing else H200_SFT["tokens_per_s"]
     seconds = (
         None
         if steps is None
@@ -336,9 +342,8 @@ def _plan_sft(cfg: Any, p: dict, gpus: int, zero: int) -> dict:
         "steps": figure(steps, "estimated", "records, batch and accumulation as the Trainer steps", 0),
         "tokens_per_s_per_gpu": figure(
             rate,
-            "measured" if not t.gradient_checkpointing else "estimated",
-            f"the H200 SFT step ({PERF})"
-            + ("; x0.75 for the recomputed forward" if t.gradient_checkpointing else ""),
+            "measured",
+            f"the H200 SFT step{' with gradient checkpointing' if t.gradient_checkpointing else ''} ({PERF})",
             0,
         ),
         "seconds": seconds,
@@ -355,18 +360,20 @@ def _plan_grpo(cfg: Any, p: dict, gpus: int, zero: int) -> dict:
         "estimated",
         "rollouts' KV cache: 2 x layers x kv width x bf16",
     )
-    speedup = 1 + (H200_STREAM["batch8_speedup"] - 1) * (min(g.num_generations, 8) - 1) / 7
-    rollout_s = window["value"] * H200_STREAM["s_per_step"] * g.num_generations / speedup
-    loss_s = tokens / (H200_SFT["tokens_per_s"] * (0.75 if g.gradient_checkpointing else 1.0))
-    update_s = math.ceil(g.windows_per_step / gpus) * (rollout_s + loss_s)
+    # the measured window, scaled by its rollout steps (window x generations); measured when equal
+    scale = window["value"] * g.num_generations / (H200_GRPO["window_steps"] * H200_GRPO["generations"])
+    window_s = scale * (H200_GRPO["rollout_s"] + H200_GRPO["update_s"])
+    update_s = math.ceil(g.windows_per_step / gpus) * window_s
     return {
         "terms": terms,
         "window_steps": window,
         "steps": figure(g.max_steps, "measured", "grpo.max_steps", 0),
         "steps_per_s": figure(
             1 / update_s,
-            "estimated",
-            f"rollouts at the H200 streaming step, loss at its SFT rate ({PERF})",
+            "measured" if scale == 1 else "estimated",
+            f"one rank's H200 GRPO update, {H200_GRPO['rollout_s']} s rollout + {H200_GRPO['update_s']} s "
+            f"update per window of {H200_GRPO['window_steps']} steps x {H200_GRPO['generations']} ({PERF})"
+            + ("" if scale == 1 else f", x{scale:.3g} for this window and group"),
             5,
         ),
         "seconds": g.max_steps * update_s,

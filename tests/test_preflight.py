@@ -311,3 +311,20 @@ def test_deepspeed_says_nothing_on_stdout_after_a_stage_quiets_the_libraries():
     )
     assert done.returncode == 0, done.stderr[-1000:]
     assert done.stdout == ""
+
+
+def test_the_4b_grpo_recipe_takes_the_h200_update_and_a_longer_window_scales_it():
+    """experiment=p3i_4b_grpo is the setting make gpu-check timed on one H200: 6 windows on 6 GPUs
+    is one window per rank, 31.8 + 18.1 s an update; 40-step windows on 3 GPUs, twice the window
+    and two windows per rank, four times that."""
+    cfg = compose("grpo", ["experiment=p3i_4b_grpo", "init=random"], GRPOConfig)
+    recipe = plan("grpo", cfg, gpu_memory_gb=141, gpus=6, zero=2)
+    assert recipe["steps_per_s"]["kind"] == "measured"
+    assert recipe["steps_per_s"]["value"] == pytest.approx(1 / 49.9, abs=1e-5)
+    assert recipe["gpu_hours"]["value"] == round(143 * 49.9 * 6 / 3600, 2)  # 11.89
+    longer = compose("grpo", ["experiment=p3i_4b_grpo", "init=random", "grpo.window_steps=40"], GRPOConfig)
+    slow = plan("grpo", longer, gpu_memory_gb=141, gpus=3, zero=2)
+    assert (
+        slow["steps_per_s"]["kind"] == "estimated" and "x2 for this window" in slow["steps_per_s"]["source"]
+    )
+    assert slow["steps_per_s"]["value"] == pytest.approx(1 / (4 * 49.9), abs=1e-5)
