@@ -100,7 +100,7 @@ SETTINGS = {
         "probes": (600, 20, 8),  # stream steps, probes, reply tokens
         "eval": {"render": "hd", "streams": 16, "seconds": 10},
         # set by the H200 run of 2026-12-04 (docs/performance.md): sft 29 s, grpo 64 s, engine 102 s
-        "caps": {"sft": 45, "grpo": 80, "engine": 115, "compiled": 60, "probes": 110, "eval": 70},
+        "caps": {"sft": 40, "grpo": 75, "engine": 110, "compiled": 85, "probes": 110, "eval": 60},
         "deadline": 480,
     },
     "cpu": {  # the same code, sized for 2 shared cores: the tiny model, shorter runs, toy frames
@@ -378,7 +378,8 @@ def part_probes(device: str, s: dict, rerun_probes: int) -> dict:
         return answer_probes(model, renderer, stream, frames_, probes_, max_new_tokens=tokens, mode=mode)
 
     k = max(2, min(rerun_probes, n))
-    timed = sorted({round(j * (n - 1) / (k - 1)) for j in range(k)})
+    spread = sorted({round(j * (n - 1) / (k - 1)) for j in range(k)})
+    timed = [spread[0], spread[-1], *spread[1:-1]]  # the two ends first: a line through them early
     rerun = {}
     with torch.no_grad():
         ask([Probe(3, "warm-up", "w")], frames[:4])
@@ -387,10 +388,15 @@ def part_probes(device: str, s: dict, rerun_probes: int) -> dict:
         for i in timed:
             answer, rerun[i] = timed_on(device, lambda i=i: ask([probes[i]], mode="rerun"))
             note(probe_rerun_s_at_step={probes[j].step: round(rerun[j], 2) for j in rerun})
+            if len(rerun) == 2:  # what a part stopped by its cap still tells: a line through the ends
+                line = np.polyfit([probes[j].step + 1 for j in rerun], list(rerun.values()), 1)
+                rest = sum(max(0.0, float(np.polyval(line, p.step + 1))) for p in probes)
+                note(probe_branch_vs_rerun_linear=round(rest / branch_s, 2))
             if answer[0].text != branch[i].text:
                 raise RuntimeError(
                     f"probe {i}: the re-run answered {answer[0].text!r}, the branch {branch[i].text!r}"
                 )
+    timed = sorted(timed)
     fit = np.polyfit([probes[i].step + 1 for i in timed], [rerun[i] for i in timed], min(2, len(timed) - 1))
     total = sum(
         rerun[i] if i in rerun else max(0.0, float(np.polyval(fit, p.step + 1))) for i, p in enumerate(probes)
