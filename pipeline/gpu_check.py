@@ -291,14 +291,14 @@ def part_grpo(device: str, s: dict) -> dict:
     reward = build_reward(reward_spec(cfg.reward))
     with tempfile.TemporaryDirectory() as run_dir:
         loop = GRPOLoop(g, model, renderer.processor, renderer, reward, pool, run_dir)
-        signal = _every_window_trained(loop)
+        with_signal = _every_window_trained(loop)
         row = loop.update()
     return {
         "grpo_rollout_s": round(row["rollout_s"], 3),
         "grpo_update_s": round(row["update_s"], 3),
         "grpo_reward_s": round(row["reward_s"], 4),
         "grpo_windows": len(pool),
-        "grpo_windows_with_signal": signal["windows"],
+        "grpo_windows_with_signal": with_signal["windows"],
         "grpo_group": g.num_generations,
         "grpo_window_steps": g.window_steps,
         "grpo_max_new_tokens": g.max_new_tokens,
@@ -628,6 +628,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     ap.add_argument("--part", choices=sorted(PARTS), help=argparse.SUPPRESS)  # one part, in this process
     ap.add_argument("--missing", action="store_true", help="print the missing modules (one line) and exit")
     args = ap.parse_args(argv)
+    caps = _caps(args.cap)  # a bad --cap is refused before anything loads
     missing = missing_modules()
     if args.missing:
         print(" ".join(m.split(">=")[0] for m in missing))
@@ -660,7 +661,7 @@ def main(argv: list[str] | None = None) -> dict | None:
             ROOT / args.out if not Path(args.out).is_absolute() else Path(args.out),
             parts,
             args.rerun_probes,
-            _caps(args.cap),
+            caps,
         )
     print(json.dumps(out))
     return out

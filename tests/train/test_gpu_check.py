@@ -110,27 +110,28 @@ def test_what_a_part_measured_before_its_cap_is_kept(tmp_path, monkeypatch):
     assert "| engine | engine_steps_per_s | 7.26 | 80.0 |" in gpu_check.markdown(summary)
 
 
-def test_caps_are_set_per_part_and_a_bad_one_is_refused(tmp_path):
+def test_caps_are_set_per_part_and_a_bad_one_is_refused(tmp_path, capsys):
     assert gpu_check._caps(["engine=120", "probes=90.5"]) == {"engine": 120.0, "probes": 90.5}
-    for bad in ("engin=120", "engine=-1", "engine=soon"):
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pipeline.gpu_check",
-                "--device",
-                "cpu",
-                "--cap",
-                bad,
-                "--out",
-                str(tmp_path),
-            ],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            env=_env(),
-        )
-        assert done.returncode == 2 and f"--cap {bad!r}: want PART=SECONDS" in done.stderr, done.stderr
+    for bad in ("engine=-1", "engine=soon"):
+        with pytest.raises(SystemExit) as stop:
+            gpu_check._caps([bad])
+        assert stop.value.code == 2 and f"--cap {bad!r}: want PART=SECONDS" in capsys.readouterr().err
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipeline.gpu_check",
+        "--device",
+        "cpu",
+        "--cap",
+        "engin=120",
+        "--out",
+        str(tmp_path),
+    ]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=_env())
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "gpu-check: --cap 'engin=120': want PART=SECONDS, PART one of sft, grpo, engine, compiled, probes, eval"
+    ]
 
 
 def test_missing_modules_are_named_on_one_line_before_anything_loads():
