@@ -141,16 +141,16 @@ def missing_modules() -> list[str]:
 # -- the parts (each runs in its own process: ``--part NAME``) --------------------------------------
 
 PARTIAL_ENV = "GPU_CHECK_PARTIAL"
+_noted: dict = {}  # this part's figures so far
 
 
 def note(**figures) -> None:
     """Keep a part's figures as they are measured (a JSON file the parent reads when the part runs
     out of time, so that what was measured before the cap still shows), and say so on stderr."""
-    path = os.environ.get(PARTIAL_ENV)
+    _noted.update(figures)
     print(f"gpu-check: {json.dumps(figures)}", file=sys.stderr, flush=True)
-    if path:
-        old = json.loads(Path(path).read_text()) if Path(path).exists() else {}
-        Path(path).write_text(json.dumps(old | figures))
+    if path := os.environ.get(PARTIAL_ENV):
+        Path(path).write_text(json.dumps(_noted))
 
 
 def _peak_gib(device: str) -> float:
@@ -362,8 +362,20 @@ def part_compiled(device: str, s: dict) -> dict:
     }
 
 
-def part_probes(device: str, s: dict, rerun_probes: int) -> dict:
+def _reruns_read_off(probes: list, rerun: dict[int, float]) -> float:
+    """The seconds of a re-run per probe: those timed (``rerun``: probe index -> seconds) as timed,
+    the others read off a polynomial in the probe's step fitted through them (a line through two,
+    a quadratic through more)."""
     import numpy as np
+
+    timed = list(rerun)
+    fit = np.polyfit([probes[i].step + 1 for i in timed], [rerun[i] for i in timed], min(2, len(timed) - 1))
+    return sum(
+        rerun[i] if i in rerun else max(0.0, float(np.polyval(fit, p.step + 1))) for i, p in enumerate(probes)
+    )
+
+
+def part_probes(device: str, s: dict, rerun_probes: int) -> dict:
     import torch
 
     from engine.probes import Probe, answer_probes
@@ -389,18 +401,12 @@ def part_probes(device: str, s: dict, rerun_probes: int) -> dict:
             answer, rerun[i] = timed_on(device, lambda i=i: ask([probes[i]], mode="rerun"))
             note(probe_rerun_s_at_step={probes[j].step: round(rerun[j], 2) for j in rerun})
             if len(rerun) == 2:  # what a part stopped by its cap still tells: a line through the ends
-                line = np.polyfit([probes[j].step + 1 for j in rerun], list(rerun.values()), 1)
-                rest = sum(max(0.0, float(np.polyval(line, p.step + 1))) for p in probes)
-                note(probe_branch_vs_rerun_linear=round(rest / branch_s, 2))
+                note(probe_branch_vs_rerun_linear=round(_reruns_read_off(probes, rerun) / branch_s, 2))
             if answer[0].text != branch[i].text:
                 raise RuntimeError(
                     f"probe {i}: the re-run answered {answer[0].text!r}, the branch {branch[i].text!r}"
                 )
-    timed = sorted(timed)
-    fit = np.polyfit([probes[i].step + 1 for i in timed], [rerun[i] for i in timed], min(2, len(timed) - 1))
-    total = sum(
-        rerun[i] if i in rerun else max(0.0, float(np.polyval(fit, p.step + 1))) for i, p in enumerate(probes)
-    )
+    total = _reruns_read_off(probes, rerun)
     return {
         "probe_branch_vs_rerun": round(total / branch_s, 2),
         "probe_branch_s": round(branch_s, 2),
@@ -572,8 +578,9 @@ def run_all(
     """Every part in turn, each under its cap and what is left of the deadline; the summary written.
     ``caps`` overrides parts' caps (seconds) and, where they add up to more, the deadline."""
     s = dict(SETTINGS[device])
-    s["caps"] = s["caps"] | (caps or {})
-    s["deadline"] = max(s["deadline"], sum(s["caps"][p] for p in parts)) if caps else s["deadline"]
+    if caps:
+        s["caps"] = s["caps"] | caps
+        s["deadline"] = max(s["deadline"], sum(s["caps"][p] for p in parts))
     start, results = time.perf_counter(), {}
     for name in parts:
         left = s["deadline"] - (time.perf_counter() - start)
@@ -598,15 +605,16 @@ def _caps(pairs: list[str]) -> dict:
     for pair in pairs:
         name, _, value = pair.partition("=")
         try:
-            if name not in PARTS or float(value) <= 0:
-                raise ValueError
+            seconds = float(value)
         except ValueError:
+            seconds = 0.0
+        if name not in PARTS or not seconds > 0:
             print(
                 f"gpu-check: --cap {pair!r}: want PART=SECONDS, PART one of {', '.join(PARTS)}",
                 file=sys.stderr,
             )
             sys.exit(2)
-        caps[name] = float(value)
+        caps[name] = seconds
     return caps
 
 

@@ -99,6 +99,7 @@ def test_a_part_past_its_cap_is_killed_and_reported_while_the_next_runs():
 def test_what_a_part_measured_before_its_cap_is_kept(tmp_path, monkeypatch):
     partial = tmp_path / "partial.json"
     monkeypatch.setenv(gpu_check.PARTIAL_ENV, str(partial))
+    monkeypatch.setattr(gpu_check, "_noted", {})  # a part's process starts with nothing noted
     gpu_check.note(engine_steps_per_s=7.26)
     gpu_check.note(batched_stream_steps_per_s=40.59)
     kept = json.loads(partial.read_text())
@@ -108,6 +109,16 @@ def test_what_a_part_measured_before_its_cap_is_kept(tmp_path, monkeypatch):
     assert summary["engine_steps_per_s"] == 7.26 and summary["batched_stream_steps_per_s"] == 40.59
     assert summary["window_step_ms_late"] == summary["peak_gib"]["engine"] == "timeout: timeout after 80 s"
     assert "| engine | engine_steps_per_s | 7.26 | 80.0 |" in gpu_check.markdown(summary)
+
+
+def test_untimed_reruns_are_read_off_a_line_or_a_quadratic_through_the_timed_ones():
+    from engine.probes import Probe
+
+    probes = [Probe(step, f"probe at {step}") for step in (9, 19, 29, 39)]
+    line = {0: 1.0, 3: 4.0}  # 0.1 s a step
+    assert gpu_check._reruns_read_off(probes, line) == pytest.approx(1.0 + 2.0 + 3.0 + 4.0)
+    square = {0: 1.0, 1: 4.0, 3: 16.0}  # (steps / 10) ** 2
+    assert gpu_check._reruns_read_off(probes, square) == pytest.approx(1.0 + 4.0 + 9.0 + 16.0)
 
 
 def test_caps_are_set_per_part_and_a_bad_one_is_refused(tmp_path, capsys):
