@@ -26,7 +26,7 @@ class Chunk:
 
     start: int
     end: int
-    grid: torch.Tensor  # (frames, 3)
+    grid: list[tuple[int, int, int]]  # (t, h, w) of each frame, plain ints: a step reads it with no tensor op
     tokens: list[int]  # image placeholder tokens of each frame
     pooled: Sequence[torch.Tensor]  # one per frame
     deepstack: list[Sequence[torch.Tensor]]  # per deepstack layer, one per frame
@@ -80,11 +80,12 @@ class FrameFeatures:
         for key, frames, end in spans:
             n = end - k
             self.release(frames)
+            grids_thw = [tuple(g) for g in grid[i : i + n].tolist()]
             self.chunks[key] = Chunk(
                 k,
                 end,
-                grid[i : i + n],
-                [self.renderer.image_tokens(g) for g in grid[i : i + n]],
+                grids_thw,
+                [self.renderer.image_tokens(g) for g in grids_thw],
                 out.pooler_output[i : i + n],
                 [layer[i : i + n] for layer in out.deepstack_features],
             )
@@ -107,7 +108,7 @@ class FrameFeatures:
             ],
         )
 
-    def grid(self, frames: np.ndarray, k: int) -> tuple[torch.Tensor, int]:
-        """Step k's image grid of ``frames`` and its number of placeholder tokens."""
+    def grid(self, frames: np.ndarray, k: int) -> tuple[tuple[int, int, int], int]:
+        """Step k's image grid ``(t, h, w)`` of ``frames`` and its number of placeholder tokens."""
         chunk = self.chunks[id(frames)]
         return chunk.grid[k - chunk.start], chunk.tokens[k - chunk.start]

@@ -2,7 +2,8 @@
 each row's next M-RoPE position, and which cache columns each step of each row holds.
 
 The mask is rows x cached columns in a buffer on the model's device that doubles (never full: a
-full view strides as another shape). A step older than ``frame_window`` is evicted: its columns
+full view strides as another shape). Every column of the buffer past the mask holds 1, so a step
+of one row (or rows without padding) appends its columns by moving the mask's end alone. A step older than ``frame_window`` is evicted: its columns
 are masked per row (the whole step, or only its timestamp and frame when it carried context or a
 reply) and dropped from the cache once dead in every row, every ``frame_window`` evictions. A
 :class:`Mark` and :meth:`KVWindow.rewind` take the cache, the mask and the offsets back to a point
@@ -42,7 +43,7 @@ class KVWindow:
 
     def __init__(self, model_config, rows: int, device: torch.device, frame_window: int | None):
         self.cache = growing_cache(model_config)
-        self.mask_buf = torch.zeros((rows, 256), dtype=torch.long, device=device)
+        self.mask_buf = torch.ones((rows, 256), dtype=torch.long, device=device)  # 1 past the mask
         self.mask_len = 0
         self.dead = 0  # evicted steps since the last compaction
         self.frame_window = frame_window
@@ -61,14 +62,14 @@ class KVWindow:
         n = self.mask_len
         if n + width >= self.mask_buf.shape[1]:  # never full: a full view's strides differ
             buf = self.mask_buf
-            grown = buf.new_zeros((buf.shape[0], max(2 * (n + width), 64)))
+            grown = buf.new_ones((buf.shape[0], max(2 * (n + width), 64)))
             grown[:, :n] = buf[:, :n]
             self.mask_buf = grown
-        cols = self.mask_buf.narrow(1, n, width)
         if isinstance(new, int):
-            cols.fill_(new)
+            if new != 1:  # the columns past the mask hold 1 already
+                self.mask_buf.narrow(1, n, width).fill_(new)
         else:
-            cols.copy_(new)
+            self.mask_buf.narrow(1, n, width).copy_(new)
         self.mask_len = n + width
 
     def note_step(
@@ -96,10 +97,11 @@ class KVWindow:
         """Mask step k's columns in every row; drop the columns dead in every row from the cache every
         ``frame_window`` evictions (a masked column changes nothing, so compaction can wait: the cache
         holds at most two windows)."""
+        single = len(self.columns) == 1  # one row: the buffer's columns are the row's
         for b, cols in enumerate(self.columns):
             ranges = [cols.frame_span[k]] if k in cols.keep else cols.whole.get(k, [])
             for a, z in ranges:
-                self.mask_buf[b].narrow(0, a, z - a).zero_()
+                (self.mask_buf if single else self.mask_buf[b]).narrow(-1, a, z - a).zero_()
             cols.whole.pop(k, None)
             cols.frame_span.pop(k, None)
         self.dead += 1
@@ -122,6 +124,7 @@ class KVWindow:
         new_col = (keep.cumsum(0) - 1).tolist()
         kept = self.mask[:, index].clone()
         self.mask_buf[:, : kept.shape[1]] = kept
+        self.mask_buf[:, kept.shape[1] : self.mask_len] = 1  # past the mask: 1
         self.mask_len = kept.shape[1]
         for cols in self.columns:
             cols.whole = {
@@ -143,6 +146,7 @@ class KVWindow:
             raise ValueError(f"cannot rewind to a mark {-extra} columns ahead of the cache")
         if extra:
             self.cache.crop(-extra)
+        self.mask_buf[:, mark.mask_len : self.mask_len] = 1  # past the mask: 1
         self.mask_len = mark.mask_len
         if len(mark.offsets) != len(self.offsets):
             raise ValueError(f"a mark of {len(mark.offsets)} rows for a run of {len(self.offsets)}")

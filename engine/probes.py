@@ -157,7 +157,7 @@ class _Step:
     n_image: int
     context: str | None
     pending: list[int]
-    grid: torch.Tensor
+    grid: tuple[int, int, int]
     image: Features
 
 
@@ -242,7 +242,7 @@ class _ProbeEngine(StreamingEngine):
         probe: Probe,
         time: float,
         chunk: list[int],
-        grid: torch.Tensor,
+        grid: tuple[int, int, int],
         image: Features,
         full_logits: bool,
     ) -> ProbeAnswer:

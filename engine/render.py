@@ -27,6 +27,7 @@ same ids step by step as the renderer does for a whole window.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -147,18 +148,18 @@ class TurnRenderer:
 
     # -- pieces -------------------------------------------------------------------------------
 
-    def image_tokens(self, grid_thw: torch.Tensor) -> int:
+    def image_tokens(self, grid_thw: torch.Tensor | Sequence[int]) -> int:
         """Placeholder tokens of one frame: grid_t * grid_h * grid_w / merge_size^2."""
-        return int(grid_thw.prod()) // (self.merge**2)
+        t, h, w = (int(x) for x in grid_thw)
+        return t * h * w // (self.merge**2)
 
     def user_turn(self, elapsed: float, n_image_tokens: int, context: str | None = None) -> list[int]:
         """Ids of one user turn; ``context`` (history / instruction) precedes the timestamp."""
-        ids = list(self._user_open)
-        if context:
-            ids += self.encode(context + "\n")
-        ids += self.encode(timestamp_text(elapsed)) + self._vision_open
-        ids += [self.image_pad_id] * n_image_tokens + self._vision_close_turn_end
-        return ids
+        stamp = timestamp_text(elapsed)
+        stamp_ids = self._encoded.get(stamp) or self.encode(stamp)  # the memo's own list: only read
+        head = self._user_open + self.encode(context + "\n") if context else self._user_open
+        pads = [self.image_pad_id] * n_image_tokens
+        return head + stamp_ids + self._vision_open + pads + self._vision_close_turn_end
 
     def assistant_text(self, texts: list[str] | None, category: str | None = None) -> str:
         if not texts:

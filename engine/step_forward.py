@@ -11,6 +11,7 @@ import functools
 import time
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import torch
 
 from engine.attention import streaming_attention
@@ -78,7 +79,7 @@ class StepForward:
         self._decision_ids = torch.tensor([renderer.silence_id, renderer.response_id], device=self.device)
         #: Relative M-RoPE positions of a chunk, by its shape (length, image span, grid): the
         #: positions of a step's chunk follow one pattern, computed once and shifted by the offset.
-        self._rope: dict[tuple, torch.Tensor] = {}
+        self._rope: dict[tuple, tuple[np.ndarray, int]] = {}
         #: The flat image positions of a step (on the device), by the rows' placeholder runs and the
         #: chunk's width when every row's run is one block: the same few patterns every step.
         self._flat: dict[tuple, torch.Tensor] = {}
@@ -92,35 +93,39 @@ class StepForward:
         return t.to(self.device)
 
     def positions(
-        self, chunk: list[int], grid: torch.Tensor | None, images: Sequence[int]
-    ) -> tuple[torch.Tensor, int]:
-        """The chunk's 3-row M-RoPE positions from 0 (``get_rope_index`` on the chunk) and their
-        maximum, cached by the chunk's shape: its length, where its image placeholders run
-        (``images``, :func:`engine.image_merge.placeholder_columns`), and the image grid."""
-        pad = self.renderer.image_pad_id
+        self, chunk: list[int], grid: tuple[int, int, int] | None, images: Sequence[int]
+    ) -> tuple[np.ndarray, int]:
+        """The chunk's 3-row M-RoPE positions from 0 (``get_rope_index`` on the chunk), an int64
+        array shaped ``(3, 1, len(chunk))`` (a step shifts it in numpy: a fraction of a torch op's
+        host time), and their maximum, cached by the chunk's shape: its length, where its
+        image placeholders run (``images``, :func:`engine.image_merge.placeholder_columns`), and the
+        image grid ``(t, h, w)``."""
         if grid is None or not images:
             key: tuple = (len(chunk),)
         elif isinstance(images, range):
-            key = (len(chunk), images.start, len(images), *grid.tolist())
+            key = (len(chunk), images.start, len(images), *grid)
         else:  # not one contiguous run: no shortcut
-            key = (tuple(chunk), *grid.tolist())
+            key = (tuple(chunk), *grid)
         found = self._rope.get(key)
         if found is None:
             t = torch.tensor(chunk)
             if grid is not None and len(key) > 1:
-                mm = (t == pad).int()[None]
-                rel, _ = self.model.model.get_rope_index(t[None], mm, image_grid_thw=grid[None])
+                mm = (t == self.renderer.image_pad_id).int()[None]
+                rel, _ = self.model.model.get_rope_index(t[None], mm, image_grid_thw=torch.tensor([grid]))
                 rel = rel[:, 0].cpu()
             else:
                 rel = torch.arange(len(chunk)).view(1, -1).expand(3, -1)
-            found = self._rope[key] = (rel, int(rel.max()))
+            found = self._rope[key] = (rel[:, None].numpy().astype(np.int64), int(rel.max()))
         return found
 
     def flat_positions(self, columns: list[Sequence[int]], width: int) -> torch.Tensor:
         """:func:`engine.image_merge.flat_positions` on the device, memoized by pattern."""
-        if not all(isinstance(c, range) for c in columns):
+        if len(columns) == 1 and isinstance(columns[0], range):  # one row: its key without a loop
+            key: tuple = (width, columns[0].start, columns[0].stop)
+        elif not all(isinstance(c, range) for c in columns):
             return self.upload(torch.tensor(flat_positions(columns, width)))
-        key = (width, *((c.start, c.stop) for c in columns))
+        else:
+            key = (width, *((c.start, c.stop) for c in columns))
         found = self._flat.get(key)
         if found is None:
             found = self._flat[key] = self.upload(torch.tensor(flat_positions(columns, width)))
@@ -176,7 +181,7 @@ class StepForward:
         self,
         kv: KVWindow,
         chunks: list[list[int]],
-        grids: list[torch.Tensor | None],
+        grids: list[tuple[int, int, int] | None],
         image: Features | None = None,
         decision: bool = False,
     ) -> torch.Tensor:
@@ -186,11 +191,13 @@ class StepForward:
         by :meth:`upload`; the logits coming back are the step's one wait for the device."""
         lengths = [len(c) for c in chunks]
         width = max(lengths)
-        if len(chunks) == 1:
-            ids = torch.tensor(chunks, dtype=torch.long)
+        if len(chunks) == 1:  # through numpy: a third of torch.tensor's time on a list of ints
+            ids = torch.from_numpy(np.array(chunks, dtype=np.int64))
             new_mask: torch.Tensor | int = 1
         else:
-            ids = torch.tensor([c + [self._pad_id] * (width - len(c)) for c in chunks], dtype=torch.long)
+            ids = torch.from_numpy(
+                np.array([c + [self._pad_id] * (width - len(c)) for c in chunks], dtype=np.int64)
+            )
             new_mask = self.upload(torch.tensor([[1] * n + [0] * (width - n) for n in lengths]))
         image_pad = self.renderer.image_pad_id
         columns = [
@@ -218,7 +225,7 @@ class StepForward:
         self,
         kv: KVWindow,
         chunks: list[list[int]],
-        grids: list[torch.Tensor | None],
+        grids: list[tuple[int, int, int] | None],
         columns: list[Sequence[int]],
         width: int,
     ) -> torch.Tensor:
@@ -228,12 +235,12 @@ class StepForward:
         for b, chunk in enumerate(chunks):
             offset = kv.offsets[b]
             if not chunk:
-                rows_pos.append(torch.full((3, width), offset, dtype=torch.long))
+                rows_pos.append(np.full((3, 1, width), offset, dtype=np.int64))
                 continue
             rel, top = self.positions(chunk, grids[b], columns[b])
             p = rel + offset
             if len(chunk) < width:
-                p = torch.cat([p, p[:, -1:].expand(3, width - len(chunk))], dim=1)
+                p = np.concatenate([p, np.repeat(p[:, :, -1:], width - len(chunk), axis=2)], axis=2)
             rows_pos.append(p)
             kv.offsets[b] = offset + top + 1
-        return rows_pos[0][:, None] if len(rows_pos) == 1 else torch.stack(rows_pos, dim=1)
+        return torch.from_numpy(rows_pos[0] if len(rows_pos) == 1 else np.concatenate(rows_pos, axis=1))

@@ -201,13 +201,13 @@ class StreamingEngine:
     # hot path: one call per step, the row loop inside; no allocation beyond what the step had
     def _open_turns(
         self, k: int, active: list[int], first_steps: list[int], times: list[list[float]]
-    ) -> tuple[list[list[int]], list[torch.Tensor | None]]:
+    ) -> tuple[list[list[int]], list[tuple[int, int, int] | None]]:
         """Step ``k``'s chunk per row (the last turn's closing tokens, any evidence turn, the user
         turn with the frame, the assistant opening) and its image grid; records each row's column
         spans (for eviction) and feeds the chunk to the row's result."""
         r = self.renderer
         chunks: list[list[int]] = [[] for _ in self.rows]
-        grids: list[torch.Tensor | None] = [None] * len(self.rows)
+        grids: list[tuple[int, int, int] | None] = [None] * len(self.rows)
         for b in active:
             row = self.rows[b]
             if row.context_at is None:

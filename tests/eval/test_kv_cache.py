@@ -1,4 +1,5 @@
-"""The in-place KV cache: the same keys and values as concatenation, without copying the cache."""
+"""The in-place KV cache: the same keys and values as concatenation, without copying the cache; and
+the attention mask's buffer (``engine.kv_window``)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import torch
 from transformers import DynamicLayer
 
 from engine.kv_cache import MIN_CAPACITY, GrowingLayer, growing_cache, reserve_columns
+from engine.kv_window import KVWindow
 
 
 def _steps(n: int, width: int, seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -81,3 +83,24 @@ def test_reserved_columns_are_appended_without_growing(tiny_model_and_processor)
             layer.update(k, v)
     assert [layer._k.data_ptr() for layer in cache.layers] == buffers
     assert all(layer.get_seq_length() == 690 for layer in cache.layers)
+
+
+def test_the_mask_reads_1_for_columns_appended_by_value_after_padding_a_rewind_and_growth(
+    tiny_model_and_processor,
+):
+    """Past its end the mask buffer holds 1, so appending by value only moves the end: columns a
+    rewind dropped (padding zeros among them) and a grown buffer must not leak into it."""
+    model, _ = tiny_model_and_processor
+    kv = KVWindow(model.config, 2, torch.device("cpu"), None)
+    kv.append_mask(torch.tensor([[1, 1, 1], [1, 0, 0]]), 3)  # row 1 padded
+    mark = kv.mark()
+    kv.append_mask(torch.tensor([[1, 0], [0, 0]]), 2)  # a branch with padding, dropped below
+    kv.rewind(mark)
+    kv.append_mask(1, 4)
+    assert kv.mask.tolist() == [[1, 1, 1, 1, 1, 1, 1], [1, 0, 0, 1, 1, 1, 1]]
+    kv.append_mask(0, 2)  # a value other than 1 is written
+    kv.append_mask(1, 300)  # past the first buffer of 256 columns: it grows
+    assert kv.mask_buf.shape[1] > 256
+    expected = [[1] * 7 + [0, 0] + [1] * 300, [1, 0, 0] + [1] * 4 + [0, 0] + [1] * 300]
+    assert kv.mask.tolist() == expected
+    assert bool((kv.mask_buf[:, kv.mask_len :] == 1).all())
