@@ -3,9 +3,9 @@ each row's next M-RoPE position, and which cache columns each step of each row h
 
 The mask is rows x cached columns in a buffer on the model's device that doubles (never full: a
 full view strides as another shape). Every column of the buffer past the mask holds 1, so a step
-of one row (or rows without padding) appends its columns by moving the mask's end alone. A step older than ``frame_window`` is evicted: its columns
-are masked per row (the whole step, or only its timestamp and frame when it carried context or a
-reply) and dropped from the cache once dead in every row, every ``frame_window`` evictions. A
+of one row (or rows without padding) appends its columns by moving the mask's end alone. A step
+older than ``frame_window`` is evicted: its columns are masked per row (the whole step, or only
+its timestamp and frame when it carried context or a reply) and dropped from the cache once dead in every row, every ``frame_window`` evictions. A
 :class:`Mark` and :meth:`KVWindow.rewind` take the cache, the mask and the offsets back to a point
 (a probe's branch, ``engine.probes``). Why: ``engine/streaming.py``'s docstring.
 """

@@ -139,12 +139,16 @@ class TurnRenderer:
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` (no special tokens added), memoized: the streaming engine encodes the
         same timestamps and instructions at every step of every stream."""
+        return list(self._memo(text))
+
+    def _memo(self, text: str) -> list[int]:
+        """The memoized ids of ``text`` themselves (read them, never change them)."""
         ids = self._encoded.get(text)
         if ids is None:
             if len(self._encoded) >= ENCODE_CACHE_SIZE:
                 self._encoded.clear()
             ids = self._encoded[text] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return list(ids)
+        return ids
 
     # -- pieces -------------------------------------------------------------------------------
 
@@ -155,11 +159,15 @@ class TurnRenderer:
 
     def user_turn(self, elapsed: float, n_image_tokens: int, context: str | None = None) -> list[int]:
         """Ids of one user turn; ``context`` (history / instruction) precedes the timestamp."""
-        stamp = timestamp_text(elapsed)
-        stamp_ids = self._encoded.get(stamp) or self.encode(stamp)  # the memo's own list: only read
-        head = self._user_open + self.encode(context + "\n") if context else self._user_open
+        head = self._user_open + self._memo(context + "\n") if context else self._user_open
         pads = [self.image_pad_id] * n_image_tokens
-        return head + stamp_ids + self._vision_open + pads + self._vision_close_turn_end
+        return (
+            head
+            + self._memo(timestamp_text(elapsed))
+            + self._vision_open
+            + pads
+            + self._vision_close_turn_end
+        )
 
     def assistant_text(self, texts: list[str] | None, category: str | None = None) -> str:
         if not texts:

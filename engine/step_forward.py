@@ -120,12 +120,9 @@ class StepForward:
 
     def flat_positions(self, columns: list[Sequence[int]], width: int) -> torch.Tensor:
         """:func:`engine.image_merge.flat_positions` on the device, memoized by pattern."""
-        if len(columns) == 1 and isinstance(columns[0], range):  # one row: its key without a loop
-            key: tuple = (width, columns[0].start, columns[0].stop)
-        elif not all(isinstance(c, range) for c in columns):
+        if not all(isinstance(c, range) for c in columns):
             return self.upload(torch.tensor(flat_positions(columns, width)))
-        else:
-            key = (width, *((c.start, c.stop) for c in columns))
+        key = (width, *((c.start, c.stop) for c in columns))
         found = self._flat.get(key)
         if found is None:
             found = self._flat[key] = self.upload(torch.tensor(flat_positions(columns, width)))
@@ -191,13 +188,13 @@ class StepForward:
         by :meth:`upload`; the logits coming back are the step's one wait for the device."""
         lengths = [len(c) for c in chunks]
         width = max(lengths)
-        if len(chunks) == 1:  # through numpy: a third of torch.tensor's time on a list of ints
-            ids = torch.from_numpy(np.array(chunks, dtype=np.int64))
+        # through numpy: a third of torch.tensor's time on a list of ints
+        ids = torch.from_numpy(
+            np.array([c + [self._pad_id] * (width - len(c)) for c in chunks], dtype=np.int64)
+        )
+        if len(chunks) == 1:
             new_mask: torch.Tensor | int = 1
         else:
-            ids = torch.from_numpy(
-                np.array([c + [self._pad_id] * (width - len(c)) for c in chunks], dtype=np.int64)
-            )
             new_mask = self.upload(torch.tensor([[1] * n + [0] * (width - n) for n in lengths]))
         image_pad = self.renderer.image_pad_id
         columns = [
