@@ -38,6 +38,8 @@ def test_bench_prints_one_json_object_with_every_figure(capsys):
     assert all(r > 0 for r in result["eval_ranks_records_per_s"].values())
     assert result["eval_ranks_shard_records"] == [2, 2]  # each rank streamed its share
     assert result["eval_ranks_setup"] == {"ranks": 2, "records": 4, "steps": 12, "threads": 1}
+    # the same shares streamed by 2 independent processes: a rate, and the job's rate over it
+    assert result["eval_independent_records_per_s"] > 0 and result["eval_ranks_vs_independent"] > 0
 
 
 def test_kv_bench_prints_both_appends_and_both_attentions(capsys):
