@@ -18,8 +18,11 @@ ends that part alone; the parts still to come run), all inside one overall deadl
   reply length, learning rate, gradient checkpointing) over toy windows drawn in memory
   (``train.grpo.loop.GRPOLoop.update``): rollout seconds and update seconds.
 - ``engine``: the streaming engine, eager, silent (threshold above 1): steps/s of one stream,
-  stream-steps/s of 8 streams batched, and the median step early and late in a long stream with a
-  32-frame window (``eval.bench.gpu.window_figures``).
+  stream-steps/s of 8 streams batched, where one silent and one firing step's time goes
+  (``engine_step_split``: ``eval.bench.profile.profile_stream`` at step ``profile_at``; on a GPU the
+  device's busy time, kernel launches and synchronisations beside the host's time in the
+  language model, the vision call, the head and the engine's own work), and the median step early
+  and late in a long stream with a 32-frame window (``eval.bench.gpu.window_figures``).
 - ``compiled``: one stream and 8 batched, eager vs compiled language model
   (``eval.bench.compile.bench_case``); ``compiled_vs_eager``: one stream's eager step time over its
   compiled one.
@@ -82,6 +85,7 @@ KEYS = {
     "engine": (
         "engine_steps_per_s",
         "batched_stream_steps_per_s",
+        "engine_step_split",
         "window_step_ms_early",
         "window_step_ms_late",
     ),
@@ -94,18 +98,21 @@ SETTINGS = {
     "cuda": {
         "model": "conf/model/qwen3_vl_4b.yaml",
         "stream_steps": 60,
+        "profile_at": 20,
         "window_steps": 480,
         "grpo_windows": 1,  # one rank's share: the recipe rolls its 6 windows out on 6 ranks
         "compiled_steps": 24,
         "probes": (600, 20, 8),  # stream steps, probes, reply tokens
         "eval": {"render": "hd", "streams": 16, "seconds": 10},
         # set by the H200 run of 2026-12-04 (docs/performance.md): sft 29 s, grpo 64 s, engine 102 s
-        "caps": {"sft": 40, "grpo": 75, "engine": 110, "compiled": 85, "probes": 110, "eval": 60},
+        # (then without its profiled steps: 22 steps, about 5 s at that speed, with the profiler's start)
+        "caps": {"sft": 40, "grpo": 75, "engine": 120, "compiled": 85, "probes": 100, "eval": 60},
         "deadline": 480,
     },
     "cpu": {  # the same code, sized for 2 shared cores: the tiny model, shorter runs, toy frames
         "model": "conf/model/tiny.yaml",
         "stream_steps": 30,
+        "profile_at": 10,
         "window_steps": 100,
         "grpo_windows": 2,
         "compiled_steps": 8,
@@ -328,10 +335,13 @@ def part_engine(device: str, s: dict) -> dict:
         note(engine_steps_per_s=round(steps / one_s, 2))
         _, batch_s = timed_on(device, lambda: run(many))
         note(batched_stream_steps_per_s=round(BATCH * steps / batch_s, 2))
+        split = step_split(model, renderer, device, size, s["profile_at"])
+        note(engine_step_split=split)
         window = window_figures(model, renderer, cfg, device, s["window_steps"], size)
     return {
         "engine_steps_per_s": round(steps / one_s, 2),
         "batched_stream_steps_per_s": round(BATCH * steps / batch_s, 2),
+        "engine_step_split": split,
         "window_step_ms_early": window["window_step_ms_early"],
         "window_step_ms_late": window["window_step_ms_late"],
         "window_late_vs_early": window["window_late_vs_early"],
@@ -339,6 +349,37 @@ def part_engine(device: str, s: dict) -> dict:
         "frame_side": size,
         "model": about,
     }
+
+
+#: The figures of a profiled step kept in ``engine_step_split`` (``eval.bench.profile``; the ``gpu``
+#: ones on a GPU only).
+SPLIT_FIGURES = (
+    "wall_ms",
+    "host_ms",
+    "model_cpu_ms",
+    "vision_cpu_ms",
+    "head_cpu_ms",
+    "model_calls",
+    "syncing_ops",
+    "gpu_busy_ms",
+    "model_gpu_ms",
+    "launches",
+    "syncs",
+    "sync_wait_ms",
+)
+
+
+def step_split(model, renderer, device: str, size: int, at: int) -> dict:
+    """Where a silent and a firing step's time goes at step ``at`` of one stream (no window): the
+    profiled steps' figures (milliseconds, the profiler's overhead included) and the unprofiled
+    silent step beside them."""
+    from eval.bench.profile import profile_stream
+
+    found = profile_stream(model, renderer, device, size, at, None, max_new=8)
+    split = {"at": at, "unprofiled_silent_ms": found["unprofiled_step_ms"]}
+    for kind in ("silent", "firing"):
+        split[kind] = {k: found[kind][k] for k in SPLIT_FIGURES if k in found[kind]}
+    return split
 
 
 def part_compiled(device: str, s: dict) -> dict:

@@ -70,6 +70,10 @@ def test_make_gpu_check_on_cpu_gives_every_key(tmp_path):
     ran = [p for p in PARTS if out["parts"][p]["status"] == "ok"]
     if "grpo" in ran:  # every window's loss runs, though random weights give no window a signal
         assert out["parts"]["grpo"]["figures"]["grpo_update_s"] > 0.05, out["parts"]["grpo"]
+    if "engine" in ran:  # a silent step is one forward that reads nothing back; a firing one decodes
+        split = out["engine_step_split"]
+        assert split["silent"]["model_calls"] == 1 and split["silent"]["syncing_ops"] == 0, split
+        assert split["firing"]["model_calls"] > 1 and split["silent"]["wall_ms"] > 0, split
     assert len(ran) >= 3, out["parts"]  # on a loaded machine a part may run out of time, not most
     assert wall < 200, wall  # the deadline is 175 s of parts
     table = Path(out["table"]).read_text()
