@@ -188,8 +188,8 @@ class StepForward:
         by :meth:`upload`; the logits coming back are the step's one wait for the device."""
         lengths = [len(c) for c in chunks]
         width = max(lengths)
-        # through an int64 array.array: a step's cheapest way from a list of ints to a tensor (a
-        # numpy array from the list takes three times as long, torch.tensor five times, in a step)
+        # through an int64 array.array: timed inside a step (its caches cooled by the forward), 4 us
+        # to build against 12 for a numpy array of the list; torch.tensor on it takes 15-20 us
         flat = array("q")
         for c in chunks:
             flat.extend(c)

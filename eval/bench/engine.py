@@ -37,10 +37,10 @@ Prints one JSON object on its last line:
   ranks of one torch thread each, in records per second, over 1 rank of one thread; the rate runs
   from the first record landing to the merged predictions, process start and model load left out
   (``eval/bench/ranks.py``); ``eval_ranks_identical`` whether the merged predictions equal the one
-  rank's; ``eval_ranks_vs_independent`` the 2 ranks' rate over 2 independent one-process runs of the
-  same shares started together (1 when the split, the barriers and the merge cost nothing: two
-  processes on 2 shared cores run at 1.75x-1.9x one alone, whatever they are) (``--ranks none``
-  skips it).
+  rank's; ``eval_ranks_vs_independent`` the 2 ranks' rate over that of 2 independent one-process
+  runs of the same shares started together: 1 when the split, the barriers and the merge cost
+  nothing (two processes on 2 shared cores run at 1.75x-1.9x one alone, whatever they are).
+  ``--ranks none`` skips these figures.
 
 Run times are this process's CPU seconds (``time.process_time``), medians over ``--repeats``
 interleaved repetitions after a warm-up: on a shared machine other processes stretch wall time

@@ -14,12 +14,12 @@ records each rank's shard holds.
 
 ``eval_ranks_vs_independent`` tells the job's own cost from the machine's: the 2 ranks' rate over
 that of 2 independent one-process runs started together, each on one rank's share of the records
-(the same split), their rates summed (each over its own span: nothing lines their starts up as the
-job's barrier does, and the part of a run that streams while the other has not started or has
-finished goes faster, so this sum is an upper figure for two processes sharing the machine). Two processes on this project's
-2 shared cores run at 1.75x-1.9x one alone (measured 2026-12-06) whatever they are, so
-``eval_ranks_speedup`` moves with the machine; this ratio is 1 when the split, the barriers and
-the merge cost nothing.
+(the same split). Their rates are summed, each over its own span: nothing lines their starts up as
+the job's barrier does, and the part of a run that streams while the other has not started or has
+finished goes faster, so the sum is an upper figure for two processes sharing the machine. Two
+processes on this project's 2 shared cores run at 1.75x-1.9x one alone (measured 2026-12-06),
+whatever they are, so ``eval_ranks_speedup`` moves with the machine; this ratio is 1 when the
+split, the barriers and the merge cost nothing.
 """
 
 from __future__ import annotations
