@@ -104,19 +104,23 @@ def _watch(
     return landed, merged if merged_file is not None else max(t[-1] for t in landed if t)
 
 
+def _after_first(landed: list[list[float]], who: str) -> list[int]:
+    """Each watched file's records after its first, the count of a rate (each needs 2)."""
+    if min(len(t) for t in landed) < 2:
+        raise RuntimeError(f"each {who} needs 2 records for a rate, got {[len(t) for t in landed]}")
+    return [len(t) - 1 for t in landed]
+
+
 def _rate(landed: list[list[float]], end: float) -> float:
     """Records per second after each rank's first record, from the first landing to ``end``."""
-    if min(len(t) for t in landed) < 2:
-        raise RuntimeError(f"each rank needs 2 records for a rate, got {[len(t) for t in landed]}")
-    return sum(len(t) - 1 for t in landed) / (end - min(t[0] for t in landed))
+    return sum(_after_first(landed, "rank")) / (end - min(t[0] for t in landed))
 
 
 def _summed_rate(landed: list[list[float]]) -> float:
     """Records per second of processes that were started together but run apart: each one's records
     after its first over its own span from its first to its last, summed."""
-    if min(len(t) for t in landed) < 2:
-        raise RuntimeError(f"each process needs 2 records for a rate, got {[len(t) for t in landed]}")
-    return sum((len(t) - 1) / (t[-1] - t[0]) for t in landed)
+    counts = _after_first(landed, "process")
+    return sum(n / (t[-1] - t[0]) for n, t in zip(counts, landed, strict=True))
 
 
 def ranks_figures(checkpoint: Path, tmp: Path, records: int, seconds: int, world: int = 2) -> dict:
