@@ -130,6 +130,8 @@ def egoserve_groups_from_files(args: argparse.Namespace, settings: ScoreConfig) 
 def run(args: argparse.Namespace) -> tuple[dict, list[dict]]:
     """Score the files of parsed options; returns (metrics, per-sample rows)."""
     protocol = get_protocol(args.protocol)
+    if args.mode != "official" and protocol.official is None:
+        protocol.format_of(args.mode)  # names the protocol's modes
     if protocol.official is not None:  # a public benchmark, on its own release and prediction files
         return protocol.score_files(args)
     settings = settings_from_args(args)

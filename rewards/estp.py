@@ -33,6 +33,7 @@ of ``|P_k| != 0`` in the F1) and are ours where it is silent. Only the numerator
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -201,3 +202,56 @@ def aggregate(per_task: Mapping[str, Sequence[float]]) -> dict:
         "tasks": {t: tasks[t] for t in order if t in tasks},
         "categories": categories,
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# A public third-party reading (``eval.score --protocol estp --mode guiego``)
+#
+# Followed: ``CopeeeTang/GUI-Ego``, ``proactive-project/experiments/estp_phase3/hypothesis_runner.py``
+# (``compute_case_metrics``, ``ceil_time_by_fps``). Timing only, every true positive counted as 1:
+#
+# - each answer's interval ``[s, e]`` is first rounded up to the 0.5 s grid (``ceil(2 t) / 2``) and
+#   held to ``[0, clip end]`` (:func:`grid_up`);
+# - an answer is hit when some reply lies in ``[s - 1, e + 2]`` (edges included); a reply in no
+#   answer's window is a false positive;
+# - P = hits / (hits + FP), R = hits / M (M answers), F1 = 2PR / (P + R); all 0 with no reply.
+
+#: The grid GUI-Ego rounds answer times up to: frames per second (the release's 2 fps).
+GRID_FPS = 2
+
+
+def grid_up(t: float, clip_end: float, fps: int = GRID_FPS) -> float:
+    """``t`` rounded up to the frame grid, held to ``[0, clip_end]``.
+
+    >>> grid_up(10.2, 60), grid_up(10.5, 60), grid_up(59.9, 59.8)
+    (10.5, 10.5, 59.8)
+    """
+    return min(max(math.ceil(t * fps) / fps, 0), clip_end)
+
+
+def binary_question(
+    spans: Sequence[tuple[float, float]],
+    reply_times: Sequence[float],
+    clip_end: float,
+    anticipation: float = ANTICIPATION_S,
+    latency: float = LATENCY_S,
+) -> QuestionScore:
+    """GUI-Ego's F1 of one question: ``spans`` the answers' ``(start, end)`` as the release gives them.
+
+    >>> q = binary_question([(10.2, 14.0), (30.0, 31.0)], [9.6, 9.0, 40.0], clip_end=60)
+    >>> q.tp, q.fp, q.fn, q.precision, q.recall   # 9.6 is within 10.5 - 1; 9.0 and 40.0 hit nothing
+    (1, 2, 1, 0.3333333333333333, 0.5)
+    """
+    windows = [(grid_up(s, clip_end) - anticipation, grid_up(e, clip_end) + latency) for s, e in spans]
+    hit = [any(lo <= t <= hi for t in reply_times) for lo, hi in windows]
+    fp = sum(1 for t in reply_times if not any(lo <= t <= hi for lo, hi in windows))
+    tp = sum(hit)
+    if not reply_times:
+        return QuestionScore(
+            tuple(0.0 for _ in spans), tuple(0 for _ in spans), 0, 0, len(spans), 0.0, 0.0, 0.0
+        )
+    p = tp / (tp + fp) if tp + fp > 0 else 0.0
+    r = tp / len(spans) if spans else 0.0
+    f1 = 2 * p * r / (p + r) if p + r > 0 else 0.0
+    counts = tuple(sum(1 for t in reply_times if lo <= t <= hi) for lo, hi in windows)
+    return QuestionScore(tuple(float(h) for h in hit), counts, tp, fp, len(spans) - tp, p, r, f1)

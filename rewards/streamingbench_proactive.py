@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 #: An answer within this many seconds of the ground truth, either side, is on time (edges included).
@@ -122,3 +122,49 @@ def proactive_metrics(outcomes: Iterable[Outcome]) -> dict:
         c[2] += int(o.answer_correct)
     pooled = [sum(c[i] for c in counts.values()) for i in range(3)]
     return {**_rates(*pooled), "task_types": {k: _rates(*c) for k, c in counts.items()}}
+
+
+# ---------------------------------------------------------------------------------------------
+# Em-Garde's online figures (``eval.score --mode online_emgarde``)
+#
+# Followed: ``air-embodied-brain/Em-Garde``, ``eval/streamingbench/streamingbench_eval_online.py``.
+# The model is watched from ``time_stamp + 1`` to ``ground_truth + 4`` s (both included); the reply
+# text is not scored. For each tolerance (2 s and 1 s; ``|t - gt| <= tol``, edges included):
+#
+# - **Recall@tol**: some detection lies within ``tol`` of the ground truth;
+# - **Accuracy@tol**: the first detection does (StreamingBench's time accuracy, time only);
+#
+# each a count over every question of the release: a question whose run failed (or has no line)
+# counts in the denominator and in neither numerator.
+
+#: Em-Garde's tolerances, seconds, and the names it prints them under.
+ONLINE_TOLERANCES = (2, 1)
+
+
+def online_hits(detections: Sequence[float], ground_truth: float) -> dict[str, bool]:
+    """``Recall@Ns`` and ``Accuracy@Ns`` of one question's detections (in the order written).
+
+    >>> online_hits([10.0, 12.5], ground_truth=12)
+    {'Recall@2s': True, 'Accuracy@2s': True, 'Recall@1s': True, 'Accuracy@1s': False}
+    >>> online_hits([], ground_truth=12)["Recall@2s"]
+    False
+    """
+    out = {}
+    for tol in ONLINE_TOLERANCES:
+        near = [abs(t - ground_truth) <= tol for t in detections]
+        out[f"Recall@{tol}s"] = any(near)
+        out[f"Accuracy@{tol}s"] = bool(near) and near[0]
+    return out
+
+
+def online_rates(hits: Iterable[Mapping[str, bool]], total: int) -> dict[str, float]:
+    """Each figure's share of ``total`` questions (those in ``hits`` scored; the rest failed).
+
+    >>> online_rates([online_hits([12.0], 12), online_hits([20.0], 12)], total=4)["Recall@2s"]
+    0.25
+    """
+    counts = dict.fromkeys((f"{k}@{tol}s" for tol in ONLINE_TOLERANCES for k in ("Recall", "Accuracy")), 0)
+    for h in hits:
+        for key in counts:
+            counts[key] += int(h[key])
+    return {key: (n / total if total > 0 else 0.0) for key, n in counts.items()}

@@ -22,8 +22,8 @@ sweep reuses (``eval.sweep``); ``eval.score`` ignores them.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,6 +52,12 @@ class OfficialFormat:
 
     score: Callable[[Path, Path, argparse.Namespace], tuple[dict, list[dict]]]
     summary: str
+    definition: str | None = None
+    """Whose definition a scoring mode follows (repository and file); printed as ``definition``."""
+
+
+#: The ``eval.score --mode`` of a benchmark's own scorer.
+OFFICIAL_MODE = "official"
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,22 @@ class Protocol:
     scorer: Scorer | None = None
     official: OfficialFormat | None = None
     judged: Callable[[ScoreConfig], bool] = default_uses_judge
+    scoring_modes: Mapping[str, OfficialFormat] = field(default_factory=dict)
+    """Other definitions scored on the same files, by ``eval.score --mode NAME`` (e.g. a peer's
+    online metric); each names whose definition it follows."""
+
+    def mode_names(self) -> list[str]:
+        """The ``eval.score --mode`` values of this protocol (``official`` first)."""
+        return ([OFFICIAL_MODE] if self.official is not None else []) + sorted(self.scoring_modes)
+
+    def format_of(self, mode: str) -> OfficialFormat:
+        """The scorer of ``mode``; an unknown mode is a :class:`RecordError` naming the known ones."""
+        if mode == OFFICIAL_MODE and self.official is not None:
+            return self.official
+        if mode in self.scoring_modes:
+            return self.scoring_modes[mode]
+        known = ", ".join(self.mode_names()) or "none"
+        raise RecordError(f"protocol {self.name!r} has no scoring mode {mode!r} (its modes: {known})")
 
     def new_runner(self) -> ProtocolRunner:
         return self.runner(self)
@@ -87,8 +109,10 @@ class Protocol:
         """The official figures of the release file ``args.gt`` and the prediction file (or folder)
         ``args.pred`` (``eval.score``'s parsed options), with ``protocol`` first."""
         assert self.official is not None, f"protocol {self.name!r} has no official format"
+        mode = getattr(args, "mode", None) or OFFICIAL_MODE
+        fmt = self.format_of(mode)
         settings = settings_from_args(args)
-        if self.uses_judge(settings):
+        if mode == OFFICIAL_MODE and self.uses_judge(settings):
             from benchmarks.scoring.judge import config_from_args
 
             try:
@@ -98,8 +122,10 @@ class Protocol:
         for given, what in ((args.gt, "ground-truth"), (args.pred, "prediction")):
             if not Path(given).exists():
                 raise RecordError(f"{what} file does not exist", file=given)
-        result, rows = self.official.score(Path(args.gt), Path(args.pred), args)
-        return {"protocol": self.name, **result}, rows
+        result, rows = fmt.score(Path(args.gt), Path(args.pred), args)
+        if mode == OFFICIAL_MODE:
+            return {"protocol": self.name, **result}, rows
+        return {"protocol": self.name, "mode": mode, "definition": fmt.definition, **result}, rows
 
 
 class ProtocolRunner:

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.protocols.base import OfficialFormat, Protocol
+from benchmarks.protocols.emgarde import OVO_DEFINITION, score_ovo_online
 from benchmarks.protocols.public import PublicRunner, no_frame_window, probe_frames
 from data_builders.records import TIME_EPS, RecordError, Stream
 from data_builders.registry import load_json
@@ -627,4 +628,11 @@ PROTOCOL = Protocol(
     official=OfficialFormat(
         score_ovo, summary="OVO-Bench (offline scorer): per-task accuracy, part means, total"
     ),
+    scoring_modes={
+        "online_emgarde": OfficialFormat(
+            score_ovo_online,
+            summary="Em-Garde's online F1 of REC, SSR and CRR (its result file)",
+            definition=OVO_DEFINITION,
+        )
+    },
 )

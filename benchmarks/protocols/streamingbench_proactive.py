@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.protocols.base import OfficialFormat, Protocol
+from benchmarks.protocols.emgarde import SB_DEFINITION, score_sb_online
 from benchmarks.protocols.public import PublicRunner, no_frame_window, probe_frames
 from data_builders.records import TIME_EPS, RecordError, Stream
 from data_builders.registry import load_json
@@ -569,4 +570,11 @@ PROTOCOL = Protocol(
     official=OfficialFormat(
         score_official, summary="StreamingBench Proactive Output: time_accuracy, answer_accuracy (0-1)"
     ),
+    scoring_modes={
+        "online_emgarde": OfficialFormat(
+            score_sb_online,
+            summary="Em-Garde's Recall@2s, Accuracy@2s, Recall@1s, Accuracy@1s (its result file; 0-1)",
+            definition=SB_DEFINITION,
+        )
+    },
 )

@@ -50,6 +50,13 @@ def parse_options(argv: list[str] | None, protocols: Sequence[str]) -> argparse.
         "--gt", required=True, action="append", help="ground truth (EgoServe: repeat with --pred)"
     )
     parser.add_argument("--pred", required=True, action="append", help="predictions")
+    parser.add_argument(
+        "--mode",
+        default="official",
+        help="a public benchmark's scoring mode: official (its own scorer, the default) or another "
+        "definition scored on the same files, named after whose it is (ovo, streamingbench_proactive: "
+        "online_emgarde; estp: guiego); docs/evaluation.md lists them",
+    )
     add_scoring_flags(parser)
     parser.add_argument(
         "--model", default=None, help="the model's key in a prediction file holding several (StreamingBench)"
@@ -60,6 +67,13 @@ def parse_options(argv: list[str] | None, protocols: Sequence[str]) -> argparse.
         help="OVO-Bench, StreamingBench: refuse a prediction file that reuses an id or a question, or "
         "whose ground truth differs from the release's (default: score each entry against its own, "
         "as the official scorer does, with a warning naming them)",
+    )
+    parser.add_argument(
+        "--detections",
+        default="auto",
+        choices=["auto", "detections", "checked_detections"],
+        help="--mode online_emgarde: which list of Em-Garde's result file is scored (auto: "
+        "checked_detections when any line holds one, else detections)",
     )
     parser.add_argument("--per-sample", default=None, help="write one JSON line per sample here")
     parser.add_argument("--allow-missing", action="store_true", help="score a missing prediction as silence")

@@ -14,6 +14,7 @@ MODULES = [
     "rewards.egoserve_rules",
     "rewards.propermem",
     "rewards.ovo",
+    "rewards.estp",
     "rewards.proactivevideoqa",
     "rewards.streamingbench_proactive",
     "rewards.content",
