@@ -50,6 +50,7 @@ from rewards.estp import (
     QuestionScore,
     aggregate,
     answer_from_content,
+    binary_question,
     f1_of,
     optimal_time,
     score_question,
@@ -204,6 +205,7 @@ def score_files(gt: Path, pred: Path, options: argparse.Namespace) -> tuple[dict
     p, r, f1 = f1_of(pooled["tp"], pooled["matched"], pooled["fp"], pooled["answers"])
     result = {
         **aggregate(per_task),
+        "definition": PROJECT_DEFINITION,
         "content": settings.content,
         "model": model,
         "questions": len(truth),
@@ -211,6 +213,48 @@ def score_files(gt: Path, pred: Path, options: argparse.Namespace) -> tuple[dict
         "missing_predictions": len(missing),
         "unscorable": {"questions_left_out": len(unscorable), "qa": unscorable[:20]},
         "pooled": {"precision": 100 * p, "recall": 100 * r, "f1": 100 * f1, **pooled},
+    }
+    return result, rows
+
+
+#: Whose reading the default mode follows: the project's own of the paper (the official scorer ships
+#: only with the data and was not run here).
+PROJECT_DEFINITION = "proactive-vlm rewards/estp.py (the paper's ESTP-F1 as this project reads it)"
+#: Where ``--mode guiego``'s definition comes from.
+GUIEGO_DEFINITION = (
+    "CopeeeTang/GUI-Ego proactive-project/experiments/estp_phase3/hypothesis_runner.py (compute_case_metrics)"
+)
+
+
+def score_files_guiego(gt: Path, pred: Path, options: argparse.Namespace) -> tuple[dict, list[dict]]:
+    """``eval.score --protocol estp --mode guiego``: a public third-party reading of ESTP-F1
+    (:func:`rewards.estp.binary_question`: timing only, each hit answer counted as 1, its interval
+    first rounded up to the 0.5 s grid), on the same files as the default mode. The per-task,
+    category and ``ESTP-F1`` figures are aggregated as the default mode aggregates them;
+    ``mean_over_questions`` is the plain mean of the questions' F1, the average GUI-Ego prints."""
+    truth = read_release(gt)
+    if not truth:
+        raise RecordError("the release file holds no question", file=gt)
+    replies, model = read_predictions(pred, truth, getattr(options, "model", None))
+    per_task: dict[str, list[float]] = {}
+    rows, missing = [], []
+    for qa in truth:
+        got = replies.get(qa.key)
+        if got is None:
+            missing.append(qa.name)
+        times = [r.time for r in got or []]
+        q = binary_question([(a.start, a.end) for a in qa.answers], times, qa.clip_end)
+        per_task.setdefault(qa.task, []).append(q.f1)
+        rows.append(_question_row(qa, q, len(times), got is None))
+    if missing:
+        _warn_missing(missing, len(truth), model, pred)
+    every = [row["f1"] for row in rows]
+    result = {
+        **aggregate(per_task),
+        "mean_over_questions": 100 * sum(every) / len(every),
+        "model": model,
+        "questions": len(truth),
+        "missing_predictions": len(missing),
     }
     return result, rows
 
@@ -392,4 +436,11 @@ PROTOCOL = Protocol(
         score_files,
         summary="ESTP-Bench ESTP-F1 (the paper's definition) on the release and EyeWO's output file",
     ),
+    scoring_modes={
+        "guiego": OfficialFormat(
+            score_files_guiego,
+            summary="ESTP-F1 as GUI-Ego reads it: timing only, each hit answer counted as 1 (0.5 s grid)",
+            definition=GUIEGO_DEFINITION,
+        )
+    },
 )

@@ -260,3 +260,61 @@ def test_each_new_mode_runs_from_the_command_line(tmp_path):
         str(_jsonl(tmp_path / "bad.jsonl", [{"id": 0, "detections": "soon"}])),
     )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "expected a list" in bad.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# ESTP-Bench: the project's ESTP-F1 (default) and GUI-Ego's reading (--mode guiego)
+
+ESTP_QA = {
+    "clip_start_time": 0.0,
+    "clip_end_time": 60.0,
+    "Task Type": "Object Recognition",  # OR: the optimal time is the answer's start
+    "question": "Tell me when you see the red mug.",
+    "conversation": [
+        {
+            "role": "assistant",
+            "content": "The red mug is on the table.",
+            "start_time": 10.2,
+            "end_time": 14.0,
+        },
+        {"role": "assistant", "content": "The red mug is in the sink.", "start_time": 30.0, "end_time": 31.0},
+    ],
+}
+ESTP_REPLIES = [9.4, 12.0, 40.0]
+# GUI-Ego: the spans rounded up to the 0.5 s grid, (10.5, 14.0) and (30.0, 31.0); windows [9.5, 16]
+#   and [29, 33]. 9.4 misses (before 9.5), 12.0 hits the first, 40.0 hits nothing: hits 1, FP 2 ->
+#   P 1/3, R 1/2, F1 2 (1/6) / (5/6) = 0.4 -> ESTP-F1 40.0 (one task, one question).
+# The project's (timing only, --content any: every answer rated 5): window [9.2, 16] holds 9.4 and
+#   12.0; scale = 3.8 + 1 + 2 = 6.8; S(9.4) = (5 + 5 (1 - 0.8 / 6.8)) / 10 = 0.9411765,
+#   S(12.0) = (5 + 5 (1 - 1.8 / 6.8)) / 10 = 0.8676471, S(g1) = their mean 0.9044118, S(g2) = 0;
+#   FP 1 (40.0): P = 0.9044118 / (1 + 1), R = 0.9044118 / 2, F1 = 0.4522059 -> 45.22.
+
+
+def _estp_files(tmp_path: Path) -> tuple[Path, Path]:
+    gt = tmp_path / "estp_bench_sq.json"
+    gt.write_text(json.dumps({"vid": {"clip": [ESTP_QA]}}))
+    turns = [{"role": "assistant", "content": "A red mug.", "time": t} for t in ESTP_REPLIES]
+    pred = tmp_path / "MyModel.json"
+    pred.write_text(json.dumps({"vid": {"clip": [{**ESTP_QA, "MyModel": {"dialog_history": turns}}]}}))
+    return gt, pred
+
+
+def test_estp_both_readings_worked_by_hand(tmp_path, capsys):
+    gt, pred = _estp_files(tmp_path)
+    base = ["--protocol", "estp", "--gt", str(gt), "--pred", str(pred), "--content", "any"]
+    code, ours, err = score(capsys, *base)
+    assert code == 0, err
+    assert ours["ESTP-F1"] == pytest.approx(100 * 0.4522059, abs=1e-4)
+    assert ours["definition"].startswith("proactive-vlm rewards/estp.py")
+    code, theirs, err = score(capsys, *base, "--mode", "guiego")
+    assert code == 0, err
+    assert theirs["mode"] == "guiego" and theirs["definition"].startswith("CopeeeTang/GUI-Ego ")
+    assert theirs["ESTP-F1"] == pytest.approx(40.0) and theirs["mean_over_questions"] == pytest.approx(40.0)
+    assert theirs["tasks"] == {"OR": pytest.approx(40.0)}
+
+
+def test_estp_guiego_runs_from_the_command_line(tmp_path):
+    gt, pred = _estp_files(tmp_path)
+    done = cli("--protocol", "estp", "--mode", "guiego", "--gt", str(gt), "--pred", str(pred))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1])["ESTP-F1"] == pytest.approx(40.0)
