@@ -47,7 +47,9 @@ import json
 import re
 import sys
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from benchmarks.protocols.base import OfficialFormat, Protocol
 from benchmarks.protocols.public import PublicRunner
@@ -129,61 +131,101 @@ def read_release(gt: Path) -> list[Question]:
     return out
 
 
-def read_pred_file(path: Path) -> dict[str, list[tuple[float, str]]]:
-    """``question id -> [(time, text), ...]`` of one ``pred.jsonl`` (the replies in file order)."""
+#: The prediction files' shapes: MMDuet2's inference writes ``role`` user / assistant turns, on the
+#: seconds of video seen (``frames_seen``); Em-Garde's ``eval/proactive_video_qa/eval_proactive_video_qa.py``
+#: writes replies only, without ``role``, at the time of the newest frame its detector saw (``frame``).
+SHAPE_CLOCKS = {"mmduet2": "frames_seen", "emgarde": "frame"}
+
+
+@dataclass
+class PredFile:
+    """One ``pred.jsonl`` read: ``question id -> [(time, text), ...]`` (the replies in file order,
+    times as written), the file's shape (None: no turn to tell) and the questions whose run failed
+    (Em-Garde's ``{"id", "error"}`` lines: scored as no reply)."""
+
+    replies: dict[str, list[tuple[float, str]]]
+    shape: str | None
+    failed: list[str]
+
+
+def _turn_reply(turn: Any, name: str, shapes: set[str]) -> tuple[float, str] | None:
+    """A turn's ``(time, text)``; None for a user turn. A turn without ``role`` is Em-Garde's reply."""
+    if not isinstance(turn, dict):
+        raise RecordError("expected an object", field=name)
+    if "role" not in turn:
+        shapes.add("emgarde")
+    elif turn["role"] == "user":
+        shapes.add("mmduet2")
+        return None
+    elif turn["role"] == "assistant":
+        shapes.add("mmduet2")
+    else:
+        raise RecordError(f"unknown role {turn['role']!r}", field=f"{name}.role")
+    if turn.get("time") is None:
+        raise RecordError("a reply has no time", field=f"{name}.time")
+    time = seconds(turn["time"], f"{name}.time")
+    content = turn.get("content")
+    if not isinstance(content, str):
+        raise RecordError(f"expected text, got {content!r}", field=f"{name}.content")
+    return time, content
+
+
+def _line_replies(row: dict, shapes: set[str]) -> list[tuple[float, str]]:
+    turns = row.get("model_response_list")
+    if not isinstance(turns, list):
+        raise RecordError("missing or not a list", field="model_response_list")
+    replies: list[tuple[float, str]] = []
+    last = None
+    for i, turn in enumerate(turns):
+        reply = _turn_reply(turn, f"model_response_list[{i}]", shapes)
+        if reply is None:
+            continue
+        if last is not None and reply[0] < last:
+            raise RecordError(
+                f"reply at {reply[0]}s comes after one at {last}s: replies must be in time order",
+                field=f"model_response_list[{i}].time",
+            )
+        last = reply[0]
+        if reply[1].strip() not in ("", NO_REPLY):
+            replies.append(reply)
+    return replies
+
+
+def _question_key(row: Any, key: str) -> str:
+    qid = row.get(key) if isinstance(row, dict) else None
+    if qid is None or isinstance(qid, bool) or not isinstance(qid, (str, int)):
+        raise RecordError(f"expected a {key}, got {qid!r}", field=key)
+    return str(qid)
+
+
+def read_pred_file(path: Path) -> PredFile:
+    """One ``pred.jsonl`` of either shape (:data:`SHAPE_CLOCKS`); a file mixing them is an error."""
     out: dict[str, list[tuple[float, str]]] = {}
     lines: dict[str, int] = {}
+    shapes: set[str] = set()
+    failed: list[str] = []
     for lineno, row in iter_jsonl(path):
         where = f"line {lineno}"
-        if not isinstance(row, dict):
-            raise RecordError(f"expected a JSON object, got {type(row).__name__}", file=path, record=where)
-        qid = row.get("question_id")
-        if qid is None or isinstance(qid, bool) or not isinstance(qid, (str, int)):
-            raise RecordError(
-                f"expected a question_id, got {qid!r}", file=path, record=where, field="question_id"
-            )
-        where = f"{where} (question_id {qid})"
-        if str(qid) in lines:
-            raise RecordError(
-                f"a second line for this question (first on line {lines[str(qid)]})", file=path, record=where
-            )
-        turns = row.get("model_response_list")
-        if not isinstance(turns, list):
-            raise RecordError("missing or not a list", file=path, record=where, field="model_response_list")
-        replies = []
-        for i, turn in enumerate(turns):
-            name = f"model_response_list[{i}]"
-            if not isinstance(turn, dict):
-                raise RecordError("expected an object", file=path, record=where, field=name)
-            role = turn.get("role")
-            if role == "user":
-                continue
-            if role != "assistant":
-                raise RecordError(f"unknown role {role!r}", file=path, record=where, field=f"{name}.role")
-            if turn.get("time") is None:
-                raise RecordError("a reply has no time", file=path, record=where, field=f"{name}.time")
-            try:
-                time = seconds(turn["time"], f"{name}.time")
-            except RecordError as err:
-                raise RecordError(err.reason, file=path, record=where) from None
-            content = turn.get("content")
-            if not isinstance(content, str):
-                raise RecordError(
-                    f"expected text, got {content!r}", file=path, record=where, field=f"{name}.content"
-                )
-            if replies and time < replies[-1][0]:
-                raise RecordError(
-                    f"reply at {time}s comes after one at {replies[-1][0]}s: replies must be in time order",
-                    file=path,
-                    record=where,
-                    field=f"{name}.time",
-                )
-            if content.strip() in ("", NO_REPLY):
-                continue
-            replies.append((time, content))
-        lines[str(qid)] = lineno
-        out[str(qid)] = replies
-    return out
+        try:
+            if not isinstance(row, dict):
+                raise RecordError(f"expected a JSON object, got {type(row).__name__}")
+            failed_run = "question_id" not in row and "error" in row
+            qid = _question_key(row, "id" if failed_run else "question_id")
+            where = f"{where} (question_id {qid})"
+            if qid in lines:
+                raise RecordError(f"a second line for this question (first on line {lines[qid]})")
+            out[qid] = [] if failed_run else _line_replies(row, shapes)
+        except RecordError as err:
+            raise err.located(file=path, record=where) from None
+        if failed_run:
+            shapes.add("emgarde")
+            failed.append(qid)
+        lines[qid] = lineno
+    if len(shapes) > 1:
+        raise RecordError(
+            "turns with a role (MMDuet2's shape) and without one (Em-Garde's) in one file", file=path
+        )
+    return PredFile(out, next(iter(shapes), None), failed)
 
 
 def _task_pred_file(pred: Path, task: str) -> Path | None:
@@ -193,29 +235,53 @@ def _task_pred_file(pred: Path, task: str) -> Path | None:
     return None
 
 
-def read_predictions(pred: Path, questions: list[Question]) -> dict[tuple[str, str], list[tuple[float, str]]]:
-    """``(task, question id) -> replies`` from a ``pred.jsonl`` or a folder of ``<task>/pred.jsonl``;
-    a prediction for a question the ground truth lacks is a :class:`RecordError`."""
+def read_pred_files(pred: Path, questions: list[Question]) -> dict[tuple[str, str], PredFile]:
+    """``(task, file) -> PredFile`` of a ``pred.jsonl`` (task ``""``) or a folder of ``<task>/pred.jsonl``."""
     tasks = sorted({q.task for q in questions})
+    if not pred.is_dir():
+        return {("", str(pred)): read_pred_file(pred)}
+    files = {task: _task_pred_file(pred, task) for task in tasks}
+    if not any(files.values()):
+        raise RecordError(
+            f"no <task>/{PRED_FILE} for the task(s) {', '.join(tasks)} in this folder", file=pred
+        )
+    return {(task, str(path)): read_pred_file(path) for task, path in files.items() if path is not None}
+
+
+def read_predictions(
+    pred: Path, questions: list[Question], clock: ClockChoice | None = None
+) -> tuple[dict[tuple[str, str], list[tuple[float, str]]], dict]:
+    """``(task, question id) -> replies`` from a ``pred.jsonl`` or a folder of ``<task>/pred.jsonl``,
+    the times moved to ``clock``'s scoring clock (:func:`clock_shift`), and what was read: the
+    files' shape and clock, the failed runs. A prediction for a question the ground truth lacks
+    is a :class:`RecordError`."""
+    clock = clock or ClockChoice()
     known = {(q.task, q.key) for q in questions}
-    if pred.is_dir():
-        files = {task: _task_pred_file(pred, task) for task in tasks}
-        if not any(files.values()):
-            raise RecordError(
-                f"no <task>/{PRED_FILE} for the task(s) {', '.join(tasks)} in this folder", file=pred
-            )
-        out = {}
-        for task, path in files.items():
-            if path is None:
-                continue
-            for qid, replies in read_pred_file(path).items():
-                if (task, qid) not in known:
-                    raise RecordError(f"no question {qid!r} in the ground truth of task {task}", file=path)
-                out[(task, qid)] = replies
-        return out
     by_id: dict[str, list[str]] = {}
     for task, qid in known:
         by_id.setdefault(qid, []).append(task)
+    files = read_pred_files(pred, questions)
+    shapes = {f.shape for f in files.values() if f.shape is not None}
+    if len(shapes) > 1:
+        raise RecordError("the task files are of different shapes (MMDuet2's and Em-Garde's)", file=pred)
+    shape = next(iter(shapes), None)
+    info = clock_info(shape, clock)
+    out: dict[tuple[str, str], list[tuple[float, str]]] = {}
+    failed: list[str] = []
+    for (task, path), read in files.items():
+        if not task:
+            _one_task_per_id(by_id, pred)
+        for qid, replies in read.replies.items():
+            key = (task, qid) if task else (by_id.get(qid, [""])[0], qid)
+            if key not in known:
+                where = f" of task {task}" if task else ""
+                raise RecordError(f"no question {qid!r} in the ground truth{where}", file=path)
+            out[key] = _shifted(replies, info["shift_s"], path, qid)
+        failed += [f"{task}/{qid}" if task else qid for qid in read.failed]
+    return out, {**info, "failed_predictions": len(failed), "failed_examples": failed[:3]}
+
+
+def _one_task_per_id(by_id: dict[str, list[str]], pred: Path) -> None:
     shared = sorted(qid for qid, ts in by_id.items() if len(ts) > 1)
     if shared:
         raise RecordError(
@@ -223,12 +289,82 @@ def read_predictions(pred: Path, questions: list[Question]) -> dict[tuple[str, s
             f"apart: give a folder with <task>/{PRED_FILE}",
             file=pred,
         )
-    out = {}
-    for qid, replies in read_pred_file(pred).items():
-        if qid not in by_id:
-            raise RecordError(f"no question {qid!r} in the ground truth", file=pred)
-        out[(by_id[qid][0], qid)] = replies
+
+
+def _shifted(replies: list[tuple[float, str]], shift: float, path: str, qid: str) -> list[tuple[float, str]]:
+    out = [(t + shift, text) for t, text in replies]
+    if any(t < 0 for t, _ in out):
+        raise RecordError(
+            f"a reply moved {shift:+g} s to the scoring clock falls before 0 s (is --pred-clock right?)",
+            file=path,
+            record=f"question_id {qid}",
+        )
     return out
+
+
+#: ``--pred-clock`` / ``--score-clock`` values.
+PRED_CLOCKS = ("auto", "frame", "frames_seen")
+SCORE_CLOCKS = ("as_written", "frame", "frames_seen")
+
+
+@dataclass(frozen=True)
+class ClockChoice:
+    """How reply times are read: the file's clock (``auto``: by its shape, :data:`SHAPE_CLOCKS`),
+    the clock they are scored on (``as_written``: unchanged, as the benchmark's own evaluation reads
+    them) and the file's frame interval, seconds (needed to move between the two clocks)."""
+
+    pred_clock: str = "auto"
+    score_clock: str = "as_written"
+    frame_interval: float | None = None
+
+    @classmethod
+    def of(cls, options: argparse.Namespace) -> ClockChoice:
+        return cls(
+            getattr(options, "pred_clock", "auto"),
+            getattr(options, "score_clock", "as_written"),
+            getattr(options, "frame_interval", None),
+        )
+
+
+def clock_shift(file_clock: str, score_clock: str, frame_interval: float | None) -> float:
+    """Seconds added to each reply time to move it from ``file_clock`` to ``score_clock``: a reply
+    written at its frame's time ``t`` is said when ``t + interval`` seconds have been seen.
+
+    >>> clock_shift("frame", "frames_seen", 0.5), clock_shift("frames_seen", "frame", 1.0)
+    (0.5, -1.0)
+    >>> clock_shift("frame", "as_written", None), clock_shift("frame", "frame", None)
+    (0.0, 0.0)
+    """
+    if score_clock in ("as_written", file_clock):
+        return 0.0
+    if frame_interval is None or frame_interval <= 0:
+        raise RecordError(
+            f"moving reply times from the {file_clock} clock to the {score_clock} clock needs the "
+            "file's frame interval: --frame-interval SECONDS (Em-Garde's default 0.5, MMDuet2's 1)"
+        )
+    return frame_interval if score_clock == "frames_seen" else -frame_interval
+
+
+def clock_info(shape: str | None, clock: ClockChoice) -> dict:
+    """The ``reply_clock`` block of the result: the shape, the file's clock and where it came from,
+    the scoring clock and the shift."""
+    if clock.pred_clock not in PRED_CLOCKS or clock.score_clock not in SCORE_CLOCKS:
+        raise RecordError(f"--pred-clock {clock.pred_clock!r} / --score-clock {clock.score_clock!r}: unknown")
+    if clock.pred_clock != "auto":
+        file_clock, source = clock.pred_clock, "--pred-clock"
+    elif shape is not None:
+        file_clock, source = SHAPE_CLOCKS[shape], f"the file's shape ({shape})"
+    else:
+        file_clock, source = None, "no turn to tell"
+    shift = 0.0 if file_clock is None else clock_shift(file_clock, clock.score_clock, clock.frame_interval)
+    scored_on = file_clock if clock.score_clock == "as_written" else clock.score_clock
+    return {
+        "shape": shape,
+        "file_clock": file_clock,
+        "file_clock_from": source,
+        "scored_on": scored_on,
+        "shift_s": shift,
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -312,7 +448,7 @@ def score_files(gt: Path, pred: Path, options: argparse.Namespace) -> tuple[dict
     except ValueError as exc:
         raise RecordError(str(exc)) from None
     questions = read_release(gt)
-    predictions = read_predictions(pred, questions)
+    predictions, read = read_predictions(pred, questions, ClockChoice.of(options))
     judge = Judge(**config)
     result, rows = score_questions(
         questions, predictions, lambda p: judge.rate(p, "Score", parse=parse_score)
@@ -324,8 +460,16 @@ def score_files(gt: Path, pred: Path, options: argparse.Namespace) -> tuple[dict
         "request_errors": judge.errors,
         "endpoint_down": getattr(judge.backend, "down", None),
     }
+    clock = {k: read[k] for k in ("shape", "file_clock", "file_clock_from", "scored_on", "shift_s")}
+    result.update(reply_clock=clock, failed_predictions=read["failed_predictions"])
     for line in report(result):
         print(f"eval.score: proactivevideoqa: {line}", file=sys.stderr)
+    if read["failed_predictions"]:
+        print(
+            f"eval.score: proactivevideoqa: {read['failed_predictions']} question(s) whose run failed (an "
+            f"'error' line), scored as no reply (e.g. {', '.join(read['failed_examples'])})",
+            file=sys.stderr,
+        )
     return result, rows
 
 

@@ -42,6 +42,37 @@ def add_scoring_flags(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(flag, **kwargs)
 
 
+def add_peer_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of the peers' file shapes: which list of Em-Garde's result file is scored, and the
+    clocks of a ProactiveVideoQA prediction file (docs/evaluation.md)."""
+    parser.add_argument(
+        "--detections",
+        default="auto",
+        choices=["auto", "detections", "checked_detections"],
+        help="--mode online_emgarde: which list of Em-Garde's result file is scored (auto: "
+        "checked_detections when any line holds one, else detections)",
+    )
+    parser.add_argument(
+        "--pred-clock",
+        default="auto",
+        choices=["auto", "frame", "frames_seen"],
+        help="ProactiveVideoQA: the clock of the prediction file's reply times (auto: by its shape: "
+        "role turns, MMDuet2's, frames_seen; no role, Em-Garde's, frame)",
+    )
+    parser.add_argument(
+        "--score-clock",
+        default="as_written",
+        choices=["as_written", "frame", "frames_seen"],
+        help="ProactiveVideoQA: the clock the replies are scored on (as_written: unchanged)",
+    )
+    parser.add_argument(
+        "--frame-interval",
+        type=float,
+        default=None,
+        help="ProactiveVideoQA: the prediction file's frame interval, seconds, to move between clocks",
+    )
+
+
 def parse_options(argv: list[str] | None, protocols: Sequence[str]) -> argparse.Namespace:
     """``python -m eval.score``'s options parsed, ``--protocol`` one of ``protocols``."""
     parser = argparse.ArgumentParser(prog="python -m eval.score", description=DESCRIPTION)
@@ -68,13 +99,7 @@ def parse_options(argv: list[str] | None, protocols: Sequence[str]) -> argparse.
         "whose ground truth differs from the release's (default: score each entry against its own, "
         "as the official scorer does, with a warning naming them)",
     )
-    parser.add_argument(
-        "--detections",
-        default="auto",
-        choices=["auto", "detections", "checked_detections"],
-        help="--mode online_emgarde: which list of Em-Garde's result file is scored (auto: "
-        "checked_detections when any line holds one, else detections)",
-    )
+    add_peer_flags(parser)
     parser.add_argument("--per-sample", default=None, help="write one JSON line per sample here")
     parser.add_argument("--allow-missing", action="store_true", help="score a missing prediction as silence")
     parser.add_argument(

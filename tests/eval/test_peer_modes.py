@@ -318,3 +318,123 @@ def test_estp_guiego_runs_from_the_command_line(tmp_path):
     done = cli("--protocol", "estp", "--mode", "guiego", "--gt", str(gt), "--pred", str(pred))
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1])["ESTP-F1"] == pytest.approx(40.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# ProactiveVideoQA: Em-Garde's prediction file (no role; times on the frame's clock)
+#
+# The fixture's TV question 7: one answer, reply span [10, 20], related span ending at 12 s.
+# Em-Garde writes a reply at the time of the newest frame its detector saw (its step ``curr_time``);
+# MMDuet2's inference, one frame interval later (the seconds of video seen).
+
+PVQA_RELEASE = FIXTURES / "proactivevideoqa"
+EMGARDE_TV = [
+    {
+        "question_id": 7,
+        "model_response_list": [
+            {"time": 10.5, "content": "Penny walks in."},
+            {"time": 14.5, "content": "Sheldon sits."},
+        ],
+    }
+]
+PVQA_JUDGE = {"Penny walks in.": "Score: 3", "Penny walks in. Sheldon sits.": "Score: 1"}
+# As written (frame clock): 3 at 10.5 s; the 1 at 14.5 s comes after the related span and is worse:
+#   dropped. omega 0: 0.5 x 0.5 s + 2 x 9.5 s = 19.25 of 20 -> 96.25.
+# Moved to MMDuet2's clock (--score-clock frames_seen --frame-interval 0.5): 3 at 11 s ->
+#   0.5 x 1 + 2 x 9 = 18.5 of 20 -> 92.5, the figure of MMDuet2's file with the same replies at 11 s.
+
+
+def _pvqa(server, tmp_path, pred: Path, *extra: str) -> list[str]:
+    return [
+        "--protocol",
+        "proactivevideoqa",
+        "--gt",
+        str(PVQA_RELEASE / "TV" / "anno.json"),
+        "--pred",
+        str(pred),
+        "--judge-url",
+        server.url,
+        "--judge-model",
+        "tiny-judge",
+        "--judge-cache",
+        str(tmp_path / "j.sqlite"),
+        *extra,
+    ]
+
+
+def _judge(prompt: str) -> str:
+    return PVQA_JUDGE[prompt.split("Predicted answer: ", 1)[1].split("\n", 1)[0]]
+
+
+def test_pvqa_emgarde_file_scored_on_its_stated_clock(tmp_path, capsys, chat_server):
+    pred = _jsonl(tmp_path / "pred.jsonl", EMGARDE_TV)
+    with chat_server(_judge) as server:
+        code, m, err = score(capsys, *_pvqa(server, tmp_path, pred))
+        assert code == 0, err
+        assert m["omega=0"] == 96.25
+        assert m["reply_clock"] == {
+            "shape": "emgarde",
+            "file_clock": "frame",
+            "file_clock_from": "the file's shape (emgarde)",
+            "scored_on": "frame",
+            "shift_s": 0.0,
+        }
+        code, m, err = score(
+            capsys, *_pvqa(server, tmp_path, pred, "--score-clock", "frames_seen", "--frame-interval", "0.5")
+        )
+        assert code == 0, err
+        assert m["omega=0"] == 92.5 and m["reply_clock"]["shift_s"] == 0.5
+        assert m["reply_clock"]["scored_on"] == "frames_seen"
+        # the move needs the interval, and says so
+        code, _, err = score(capsys, *_pvqa(server, tmp_path, pred, "--score-clock", "frames_seen"))
+        assert code == 2 and "needs the file's frame interval: --frame-interval SECONDS" in err
+        # the same file stated to be on MMDuet2's clock is moved the other way
+        code, m, _ = score(
+            capsys,
+            *_pvqa(
+                server,
+                tmp_path,
+                pred,
+                "--pred-clock",
+                "frames_seen",
+                "--score-clock",
+                "frame",
+                "--frame-interval",
+                "0.5",
+            ),
+        )
+        assert m["reply_clock"]["shift_s"] == -0.5 and m["reply_clock"]["file_clock_from"] == "--pred-clock"
+
+
+def test_pvqa_emgarde_failed_run_is_scored_as_no_reply_and_counted(tmp_path, capsys, chat_server):
+    pred = _jsonl(tmp_path / "pred.jsonl", [{"id": 7, "error": "CUDA out of memory"}])
+    with chat_server(_judge) as server:
+        code, m, err = score(capsys, *_pvqa(server, tmp_path, pred))
+    assert code == 0, err
+    # no reply: the paper's 0.25 for the turn -> 25.0 at every omega
+    assert (m["omega=0"], m["failed_predictions"], m["missing_predictions"]) == (25.0, 1, 0)
+    assert "1 question(s) whose run failed" in err
+
+
+def test_pvqa_a_file_mixing_shapes_is_refused(tmp_path, capsys, chat_server):
+    line = {
+        "question_id": 7,
+        "model_response_list": [
+            {"role": "assistant", "time": 11.0, "content": "Penny walks in."},
+            {"time": 14.5, "content": "Sheldon sits."},
+        ],
+    }
+    pred = _jsonl(tmp_path / "pred.jsonl", [line])
+    with chat_server(_judge) as server:
+        code, _, err = score(capsys, *_pvqa(server, tmp_path, pred))
+    assert (
+        code == 2 and "with a role (MMDuet2's shape) and without one (Em-Garde's)" in err and str(pred) in err
+    )
+
+
+def test_pvqa_emgarde_file_scores_from_the_command_line(tmp_path, chat_server):
+    pred = _jsonl(tmp_path / "pred.jsonl", EMGARDE_TV)
+    with chat_server(_judge) as server:
+        done = cli(*_pvqa(server, tmp_path, pred))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1])["omega=0"] == 96.25
