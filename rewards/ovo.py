@@ -95,7 +95,7 @@ def figures(scores: Mapping[str, Sequence[int]]) -> dict[str, float | None]:
 # ---------------------------------------------------------------------------------------------
 # Em-Garde's online F1 on the forward tasks (``protocol_mode`` / ``eval.score --mode online_emgarde``)
 #
-# Followed: ``air-embodied-brain/Em-Garde``, ``eval/ovo_bench/ovo_bench_eval_online.py`` (its
+# Followed: ``air-embodied-brain/Em-Garde/eval/ovo_bench/ovo_bench_eval_online.py`` (its
 # ``eval_one_question`` and the figures at the end of ``eval_multi_gpu``). Only REC, SSR and CRR;
 # the reply text is not scored, only when the model spoke:
 #

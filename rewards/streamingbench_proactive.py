@@ -127,7 +127,7 @@ def proactive_metrics(outcomes: Iterable[Outcome]) -> dict:
 # ---------------------------------------------------------------------------------------------
 # Em-Garde's online figures (``eval.score --mode online_emgarde``)
 #
-# Followed: ``air-embodied-brain/Em-Garde``, ``eval/streamingbench/streamingbench_eval_online.py``.
+# Followed: ``air-embodied-brain/Em-Garde/eval/streamingbench/streamingbench_eval_online.py``.
 # The model is watched from ``time_stamp + 1`` to ``ground_truth + 4`` s (both included); the reply
 # text is not scored. For each tolerance (2 s and 1 s; ``|t - gt| <= tol``, edges included):
 #

@@ -444,3 +444,26 @@ def test_the_preflight_check_finds_what_would_fail_after_the_queue():
     assert failures[2].startswith("c: init=runs/nowhere/final is made by no documented SFT line before it")
     assert failures[3].startswith("d: -m train.grpo -m: a sweep without held-out evaluations")
     assert len(failures) == 4
+
+
+def _mode_rows(text: str) -> set[tuple[str, str]]:
+    """(protocol, mode) of each row of docs/evaluation.md's table of scoring modes."""
+    section = text.split("### Every scoring mode", 1)[1].split("\n\n", 2)[2].split("\n\n", 1)[0]
+    rows = set()
+    for line in section.splitlines()[2:]:
+        names = re.findall(r"`([^`]+)`", line.split("|")[2])
+        rows.add((names[0], names[1] if len(names) > 1 else "official"))
+    return rows
+
+
+def test_the_table_of_scoring_modes_lists_every_mode_and_its_definition():
+    from benchmarks.protocols import PROTOCOLS, get_protocol
+
+    text = (ROOT / "docs" / "evaluation.md").read_text(encoding="utf-8")
+    registered = set()
+    for name in PROTOCOLS.names():
+        protocol = get_protocol(name)
+        registered |= {(name, mode) for mode in protocol.mode_names() or ["official"]}
+        for mode, fmt in protocol.scoring_modes.items():  # a peer's mode names its source in the table
+            assert fmt.definition and fmt.definition.split("/", 2)[0] in text, (name, mode)
+    assert _mode_rows(text) == registered

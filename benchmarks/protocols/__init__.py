@@ -16,7 +16,9 @@ paths and prints what it returns as its last JSON line).
 
 :data:`PROTOCOLS` below lists each protocol's module; :func:`get_protocol` imports it on first use,
 so a name exists whatever was imported before. Helper modules (``public``, EgoServe's release and
-prediction files ``egoserve_files`` and ``egoserve_preds``) are not protocols and are not listed.
+prediction files ``egoserve_files`` and ``egoserve_preds``, Em-Garde's result files ``emgarde``) are not
+protocols and are not listed. A protocol's ``scoring_modes`` score its files by another definition
+(``eval.score --mode NAME``, e.g. ``online_emgarde``; docs/evaluation.md lists them).
 Adding a benchmark: docs/design.md, "Adding a benchmark, a reward or a data source".
 
 The benchmark's name is used alike for its builder source, its ``conf/benchmark/<name>.yaml`` and

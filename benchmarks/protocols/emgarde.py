@@ -4,8 +4,8 @@
     python -m eval.score --protocol streamingbench_proactive --mode online_emgarde \\
         --gt questions_proactive.json --pred streamingbench_results.jsonl
 
-Followed: ``air-embodied-brain/Em-Garde``, ``eval/ovo_bench/ovo_bench_eval_online.py`` and
-``eval/streamingbench/streamingbench_eval_online.py`` (the metrics are :mod:`rewards.ovo`'s and
+Followed: ``air-embodied-brain/Em-Garde/eval/ovo_bench/ovo_bench_eval_online.py`` and
+``Em-Garde/eval/streamingbench/streamingbench_eval_online.py`` (the metrics are :mod:`rewards.ovo`'s and
 :mod:`rewards.streamingbench_proactive`'s ``online_*`` functions). The prediction file is the JSON Lines
 those scripts write, one line per question::
 
@@ -46,8 +46,8 @@ from data_builders.sources.streamingbench_proactive import ReleaseQuestion, entr
 from rewards.ovo import FORWARD_TASKS, online_f1, online_question, online_truth_times, online_window
 from rewards.streamingbench_proactive import LAST_POLL_AFTER_GT_S, online_hits, online_rates
 
-OVO_DEFINITION = "air-embodied-brain/Em-Garde eval/ovo_bench/ovo_bench_eval_online.py"
-SB_DEFINITION = "air-embodied-brain/Em-Garde eval/streamingbench/streamingbench_eval_online.py"
+OVO_DEFINITION = "air-embodied-brain/Em-Garde/eval/ovo_bench/ovo_bench_eval_online.py"
+SB_DEFINITION = "air-embodied-brain/Em-Garde/eval/streamingbench/streamingbench_eval_online.py"
 #: ``--detections`` values.
 DETECTION_LISTS = ("auto", "detections", "checked_detections")
 _EPS = 1e-6

@@ -222,7 +222,7 @@ def score_files(gt: Path, pred: Path, options: argparse.Namespace) -> tuple[dict
 PROJECT_DEFINITION = "proactive-vlm rewards/estp.py (the paper's ESTP-F1 as this project reads it)"
 #: Where ``--mode guiego``'s definition comes from.
 GUIEGO_DEFINITION = (
-    "CopeeeTang/GUI-Ego proactive-project/experiments/estp_phase3/hypothesis_runner.py (compute_case_metrics)"
+    "CopeeeTang/GUI-Ego/proactive-project/experiments/estp_phase3/hypothesis_runner.py (compute_case_metrics)"
 )
 
 

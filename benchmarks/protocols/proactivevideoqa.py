@@ -132,7 +132,7 @@ def read_release(gt: Path) -> list[Question]:
 
 
 #: The prediction files' shapes: MMDuet2's inference writes ``role`` user / assistant turns, on the
-#: seconds of video seen (``frames_seen``); Em-Garde's ``eval/proactive_video_qa/eval_proactive_video_qa.py``
+#: seconds of video seen (``frames_seen``); Em-Garde's ``Em-Garde/eval/proactive_video_qa/eval_proactive_video_qa.py``
 #: writes replies only, without ``role``, at the time of the newest frame its detector saw (``frame``).
 SHAPE_CLOCKS = {"mmduet2": "frames_seen", "emgarde": "frame"}
 

@@ -3,8 +3,8 @@ StreamingBench recall (``--mode online_emgarde``), GUI-Ego's reading of ESTP-F1 
 and ProactiveVideoQA prediction files in Em-Garde's shape (no ``role``, the frame's clock).
 
 Every expected number is worked out by hand in the comments beside it, from the rules of the files
-followed (``air-embodied-brain/Em-Garde`` ``eval/ovo_bench/ovo_bench_eval_online.py`` and
-``eval/streamingbench/streamingbench_eval_online.py``; ``CopeeeTang/GUI-Ego``
+followed (``air-embodied-brain/Em-Garde`` ``Em-Garde/eval/ovo_bench/ovo_bench_eval_online.py`` and
+``Em-Garde/eval/streamingbench/streamingbench_eval_online.py``; ``CopeeeTang/GUI-Ego``
 ``proactive-project/experiments/estp_phase3/hypothesis_runner.py``), not by the code under test.
 """
 
@@ -97,7 +97,7 @@ def test_ovo_online_emgarde_worked_by_hand(tmp_path, capsys):
         str(_jsonl(tmp_path / "ovo.jsonl", OVO_LINES)),
     )
     assert code == 0, err
-    assert m["definition"] == "air-embodied-brain/Em-Garde eval/ovo_bench/ovo_bench_eval_online.py"
+    assert m["definition"] == "air-embodied-brain/Em-Garde/eval/ovo_bench/ovo_bench_eval_online.py"
     assert m["CRR"]["Recall@2s"] == 1.0 and m["CRR"]["Precision@2s"] == pytest.approx(1 / 3)
     assert m["CRR"]["F1@2s"] == pytest.approx(0.5)
     assert m["SSR"]["F1@2s"] == pytest.approx(0.5)
@@ -196,7 +196,7 @@ def test_streamingbench_online_emgarde_worked_by_hand(tmp_path, capsys):
         str(_jsonl(tmp_path / "sb.jsonl", SB_LINES)),
     )
     assert code == 0, err
-    assert m["definition"] == "air-embodied-brain/Em-Garde eval/streamingbench/streamingbench_eval_online.py"
+    assert m["definition"] == "air-embodied-brain/Em-Garde/eval/streamingbench/streamingbench_eval_online.py"
     figures = [m[k] for k in ("Recall@2s", "Accuracy@2s", "Recall@1s", "Accuracy@1s")]
     assert figures == pytest.approx([0.4, 0.2, 0.4, 0.0])
     assert (m["questions"], m["scored"], m["failed"], m["missing"]) == (5, 3, 1, 1)
@@ -308,7 +308,9 @@ def test_estp_both_readings_worked_by_hand(tmp_path, capsys):
     assert ours["definition"].startswith("proactive-vlm rewards/estp.py")
     code, theirs, err = score(capsys, *base, "--mode", "guiego")
     assert code == 0, err
-    assert theirs["mode"] == "guiego" and theirs["definition"].startswith("CopeeeTang/GUI-Ego ")
+    assert theirs["mode"] == "guiego" and theirs["definition"].startswith(
+        "CopeeeTang/GUI-Ego/proactive-project/"
+    )
     assert theirs["ESTP-F1"] == pytest.approx(40.0) and theirs["mean_over_questions"] == pytest.approx(40.0)
     assert theirs["tasks"] == {"OR": pytest.approx(40.0)}
 
