@@ -47,11 +47,11 @@ time. Two turns on one second are both kept (the converter keeps the last). Each
 (``file``, ``index``).
 
 Errors, each naming the file, the item (``item <index> (<video_name>)``) and the reason: an item
-that is not an object, a missing ``video_name``, a question without text or a readable time, a
-time before 0, or a question past the video's end by more than 1 s, fail that item; a question up
-to 1 s past the end is moved to the end (counted, ``clamped_questions``). A response without text
-or a readable time is dropped alone and listed (scope ``event``); responses past the end are the
-driver's (moved to the end up to 1 s, else dropped and listed).
+that is not an object or has no ``video_name``, and a question without text, with a time that
+cannot be read or is before 0, or past the video's end by more than 1 s, fail that item; a question
+up to 1 s past the end is moved to the end (counted, ``clamped_questions``). A response without
+text or a readable time (0 or later) is dropped alone and listed (scope ``event``); responses past
+the end are the driver's (moved to the end up to 1 s, else dropped and listed).
 """
 
 from __future__ import annotations
