@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.data_builders.test_jsonl_source import write_example
+from tests.data_builders.test_jsonl_source import example_lines, write_example
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -78,6 +78,54 @@ def test_the_users_streams_train_and_their_own_task_is_scored_in_a_row_of_its_ow
     assert metrics["n"] == {"accident_warning": 1, "custom": 1, "kettle_watch": 1}
     assert metrics["negatives"]["n"] == 2  # the two clips without responses
     assert set(metrics["per_task"]) == {"accident_warning", "custom", "kettle_watch"}
+
+
+def test_a_stream_with_two_questions_trains_on_its_window_and_is_evaluated(tmp_path):
+    """docs/data.md's line with ``questions`` alone (the instruction at 2 s, a second question at
+    10 s): built, mixed, trained for 2 SFT steps on its one window and evaluated by ``eval.run``,
+    each in its own process (the renderer's turns: tests/data_builders/test_jsonl_source.py)."""
+    write_example(tmp_path)
+    (line,) = [row for row in example_lines().splitlines() if '"questions"' in row]
+    (tmp_path / "chat.jsonl").write_text(line + "\n")
+    m = [sys.executable, "-m"]
+    run(
+        [
+            *m,
+            "data_builders",
+            "build",
+            "source=jsonl",
+            "annotations=chat.jsonl",
+            "videos=videos",
+            "out=data/built/chat",
+        ],
+        tmp_path,
+    )
+    (built,) = [
+        json.loads(row) for row in (tmp_path / "data/built/chat/records.jsonl").read_text().splitlines()
+    ]
+    assert (built["id"], built["instruction_time"]) == ("desk-1", 2.0)
+    assert built["meta"]["user_turns"] == [{"time": 10.0, "content": "And when I put it down?"}]
+    run(
+        [
+            *m,
+            "data_builders",
+            "mix",
+            "data=own",
+            "data.root=data/built",
+            "data.dir=data/own",
+            "data.sources.chat.weight=1",
+        ],
+        tmp_path,
+    )
+    sft = [o.replace("batch_size=2", "batch_size=1") for o in FAST["train.sft"]]
+    out = run([*m, "train.sft", "data=own", "data.dir=data/own", *sft], tmp_path)
+    assert "train windows: 1 from" in out.stdout + out.stderr  # the one stream, whole
+    assert (tmp_path / "runs/sft/final/model.safetensors").is_file()
+    records = "records=data/built/chat/records.jsonl"
+    run([*m, "eval.run", "checkpoint=runs/sft/final", "benchmark=p3i", records], tmp_path)
+    (predictions,) = (tmp_path / "runs/eval").rglob("predictions.jsonl")
+    (row,) = [json.loads(r) for r in predictions.read_text().splitlines()]
+    assert row["id"] == "desk-1" and len(row["p_response"]) == 20  # a decision at every step of the clip
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ SOURCES = Registry(
         "egoserve": "data_builders.sources.egoserve:SPEC",
         "estp": "data_builders.sources.estp:SPEC",
         "holoassist": "data_builders.sources.holoassist:SPEC",
+        "joyai": "data_builders.sources.joyai:SPEC",
         "jsonl": "data_builders.sources.jsonl:SPEC",
         "llava_video": "data_builders.sources.llava_video:SPEC",
         "magqa": "data_builders.sources.magqa:SPEC",

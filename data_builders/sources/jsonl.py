@@ -17,7 +17,11 @@ Each line describes one clip (times are seconds on the video file's own timeline
 - ``task`` (optional, default the ``task`` option): a built-in task or a name of the user's own,
   scored with the generic PRS rules (``benchmark=p3i``) and reported in a row of its own;
 - ``id`` (optional, default ``<name>-<line>``), ``start`` / ``end`` (optional clip bounds, default
-  the whole video; without ``end`` the video is probed for its duration).
+  the whole video; without ``end`` the video is probed for its duration);
+- ``questions`` (optional): what the user says after the instruction, each ``{"time", "text"}``
+  at or after the instruction's time and inside the clip; kept as later user turns
+  (``meta["user_turns"]``), each given to the model on the step it lands on
+  (``engine.render.TurnRenderer.later_turns``), so a chat of several questions is one stream.
 
 Any other field is an error, so a misspelt key never drops data silently. A line that does not
 parse, or whose fields are wrong, is listed in ``errors.jsonl`` with its line number and the field;
@@ -32,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from data_builders.records import RecordError, Stream, Target, check_task
+from data_builders.records import TIME_EPS, RecordError, Stream, Target, check_task
 from data_builders.registry import (
     BuildInputs,
     ConversionError,
@@ -48,9 +52,21 @@ from data_builders.registry import (
 from data_builders.video import VideoInfo
 
 #: The fields a line may have.
-LINE_FIELDS = ("id", "video", "instruction", "instruction_time", "responses", "task", "start", "end")
+LINE_FIELDS = (
+    "id",
+    "video",
+    "instruction",
+    "instruction_time",
+    "responses",
+    "task",
+    "start",
+    "end",
+    "questions",
+)
 #: The fields a response may have.
 RESPONSE_FIELDS = ("time", "window", "text", "label", "category")
+#: The fields a later question may have.
+QUESTION_FIELDS = ("time", "text")
 
 
 @dataclass
@@ -124,6 +140,44 @@ def _responses(line: dict, tally: Tally) -> list[Target]:
     return [t for i, item in enumerate(raw) if (t := _response(item, i, tally)) is not None]
 
 
+def _questions(line: dict, asked: float) -> list[tuple[float, str]]:
+    """The line's later questions (``questions``), ``(time, text)`` in time order; each must come at
+    or after the instruction's time ``asked`` (the first question is the instruction)."""
+    raw = line.get("questions")
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise RecordError(f"field 'questions': expected a list, got {type(raw).__name__}")
+    out = []
+    for i, item in enumerate(raw):
+        where = f"questions[{i}]"
+        if not isinstance(item, dict):
+            raise RecordError(f"field '{where}': expected an object, got {type(item).__name__}")
+        _unknown(item, QUESTION_FIELDS, f"field '{where}': ")
+        text = _text(item, "text", f"{where}.")
+        if item.get("time") is None:
+            raise RecordError(f"missing field '{where}.time'")
+        time = seconds(item["time"], f"{where}.time")
+        if time < asked - TIME_EPS:
+            raise RecordError(
+                f"field '{where}.time': {time:g} s is before the instruction ({asked:g} s); a later "
+                "question comes at or after it"
+            )
+        out.append((time, text))
+    return sorted(out, key=lambda q: q[0])
+
+
+def _user_turns(questions: list[tuple[float, str]], clip_end: float) -> dict[str, Any]:
+    """The ``meta`` entry of the later questions on a clip ending at ``clip_end`` (none: nothing);
+    a question past the end, which the model would never be asked, is an error."""
+    for time, text in questions:
+        if time > clip_end + TIME_EPS:
+            raise RecordError(
+                f"field 'questions': the question at {time:g} s ({text!r}) is past the clip end ({clip_end:g} s)"
+            )
+    return {"user_turns": [{"time": t, "content": text} for t, text in questions]} if questions else {}
+
+
 def build_jsonl(inputs: BuildInputs, options: JsonlSourceConfig) -> Iterator[Pending | ConversionError]:
     """One stream per line (see the module docstring)."""
     path = inputs.annotations
@@ -147,10 +201,12 @@ def build_jsonl(inputs: BuildInputs, options: JsonlSourceConfig) -> Iterator[Pen
         )
         tally = Tally()
         targets = _responses(line, tally)
+        questions = _questions(line, asked if asked is not None else start)
         instruction = _text(line, "instruction")
         sid = str(line["id"]) if line.get("id") is not None else f"{name}-{rid.removeprefix('line ')}"
 
         def make(info: VideoInfo | None) -> list[Stream]:
+            clip_end = end if end is not None else clip_end_from(info, None, rid)
             return [
                 Stream(
                     id=sid,
@@ -158,11 +214,11 @@ def build_jsonl(inputs: BuildInputs, options: JsonlSourceConfig) -> Iterator[Pen
                     task=task,
                     video=video,
                     clip_start=start,
-                    clip_end=end if end is not None else clip_end_from(info, None, rid),
+                    clip_end=clip_end,
                     instruction=instruction,
                     instruction_time=asked if asked is not None else start,
                     targets=targets,
-                    meta={"video_id": f"{name}/{video}"},
+                    meta={"video_id": f"{name}/{video}", **_user_turns(questions, clip_end)},
                 )
             ]
 

@@ -36,6 +36,7 @@ RELEASES = {
     "nexar": ("nexar", "train.csv", "train"),
     "streamingbench_proactive": ("streamingbench_proactive", "data/questions_proactive.json", "."),
     "ovo": ("ovo", "ovo_bench_new.json", "src_videos"),
+    "joyai": ("joyai", ".", "."),
 }
 
 

@@ -6,6 +6,7 @@ The example file is the one of docs/data.md (read from the page, so the two cann
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -62,6 +63,8 @@ def test_the_example_file_builds_into_five_records_with_the_documented_defaults(
     assert (warn.time, warn.window, warn.label) == (7.5, (6.0, 9.0), "Warning")  # due at the center
     assert desk.task == "custom" and desk.instruction_time == 2.0
     assert [t.category for t in desk.targets] == [None, "follow_up"]
+    assert desk.meta["user_turns"] == [{"time": 10.0, "content": "And when I put it down?"}]
+    assert "user_turns" not in kettle.meta  # no questions: no later turns
     assert (phone.clip_start, phone.clip_end, phone.instruction_time, phone.targets) == (4.0, 18.0, 4.0, [])
 
 
@@ -136,3 +139,57 @@ def test_a_users_source_is_mixed_alone_or_beside_the_toy_source_by_naming_it(tmp
     assert taken == {"own": {"mine": 5}, "toy": {"mine": 5, "toy": 8}}
     empty = cli("mix", "data=own", "data.root=data/built", "data.dir=data/none", cwd=tmp_path)
     assert empty.returncode == 2 and "name one with data.sources.<name>.weight=1" in empty.stderr
+
+
+BAD_QUESTIONS = [
+    ('"questions": {"time": 3, "text": "x"}', "field 'questions': expected a list, got dict"),
+    ('"questions": ["x"]', "field 'questions[0]': expected an object, got str"),
+    ('"questions": [{"time": 3, "txt": "x"}]', "field 'questions[0]': unknown field(s) ['txt']"),
+    ('"questions": [{"time": 3}]', "missing field 'questions[0].text'"),
+    ('"questions": [{"text": "x"}]', "missing field 'questions[0].time'"),
+    ('"questions": [{"time": "later", "text": "x"}]', "field 'questions[0].time': cannot parse time 'later'"),
+    (
+        '"questions": [{"time": 1, "text": "x"}]',
+        "field 'questions[0].time': 1 s is before the instruction (2 s)",
+    ),
+    ('"questions": [{"time": 50, "text": "x"}]', "the question at 50 s ('x') is past the clip end (20 s)"),
+]
+
+
+def test_every_bad_question_is_its_lines_error_naming_the_field(tmp_path):
+    write_example(tmp_path)
+    ann = tmp_path / "questions.jsonl"
+    head = '{"video": "desk.mp4", "instruction": "Say when I stand up.", "instruction_time": 2.0, '
+    ann.write_text("".join(head + q + "}\n" for q, _ in BAD_QUESTIONS) + head + '"questions": []}\n')
+    report = build_source(
+        "jsonl", tmp_path / "out", annotations=ann, videos=tmp_path / "videos", max_error_rate=1.0
+    )
+    assert [s.id for s in report.records] == [f"out-{len(BAD_QUESTIONS) + 1}"]  # [] is no question
+    reasons = {e.record: e.reason for e in report.errors}
+    assert sorted(reasons) == sorted(f"line {n}" for n in range(1, len(BAD_QUESTIONS) + 1))
+    for n, (_, want) in enumerate(BAD_QUESTIONS, start=1):
+        assert want in reasons[f"line {n}"], (n, reasons[f"line {n}"])
+
+
+def test_a_later_question_is_rendered_as_a_user_turn_on_its_step(tmp_path, tiny_model_and_processor):
+    """The example's ``desk-1``, built: its instruction in the user turn at 2 s, its second question
+    in the user turn at 10 s (before that step's timestamp and frame), each once, and the reply to
+    it at 15 s: what SFT trains on and what the streaming engine gives the model."""
+    from data_builders.config import RenderConfig
+    from data_builders.frames import stream_frames
+    from engine.render import TurnRenderer
+
+    ann = write_example(tmp_path)
+    report = build_source("jsonl", tmp_path / "built" / "mine", annotations=ann, videos=tmp_path / "videos")
+    desk = next(s for s in report.records if s.id == "desk-1")
+    renderer = TurnRenderer(tiny_model_and_processor[1], RenderConfig(max_pixels=64 * 64))
+    frames = stream_frames(desk, tmp_path / "built" / "mine" / desk.video, renderer.cfg)
+    text = renderer.tokenizer.decode(renderer.render(desk, frames).input_ids)
+    users = re.findall(r"<\|im_start\|>user\n(.*?)<\|vision_start\|>", text, flags=re.S)
+    answers = re.findall(r"<\|im_start\|>assistant\n(.*?)<\|im_end\|>", text, flags=re.S)
+    assert len(users) == len(answers) == 20
+    assert users[2] == "Say when I pick up the red pen.\n<2.0 seconds>"
+    assert users[10] == "And when I put it down?\n<10.0 seconds>"
+    assert [k for k, u in enumerate(users) if "\n" in u] == [2, 10]  # no other turn carries text
+    assert answers[5] == "</Response> You picked up the red pen."
+    assert answers[15] == "</Response> [follow_up] You put it down."
