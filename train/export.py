@@ -7,6 +7,10 @@ Writes the weights (safetensors; a ZeRO checkpoint consolidated through ``train.
 adapter merged), the processor with the turn format's chat template, ``generation_config.json``,
 ``render.json`` and the model card (``train.model_card``), and prints one JSON object. What the
 folder holds, how it loads and how ``push_to_hub`` sends it: ``docs/training.md``.
+
+``out`` is new or empty, or with ``replace=true`` an earlier export of this command; the export is
+written beside it and swapped in whole (``train.export_folder``). ``auto_map`` and what else names
+code to fetch is removed from the saved configs (:func:`strip_remote_code`).
 """
 
 from __future__ import annotations
@@ -14,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,11 +38,16 @@ from engine.checkpoints import (
     weights_fingerprint,
     write_render,
 )
+from infra.files import DiskFullError
 from infra.schema import CONF_DIR, store_schema, validate
+from train.export_folder import MARKER, ExportError, check_out, write_export, write_marker
 from train.model_card import CHAT_TEMPLATE, evaluations_of, model_card
 from train.safe_load import UnsafeCheckpoint, deepspeed_globals, load_weights_only
 
 ADAPTER_CONFIG = "adapter_config.json"
+#: Keys of a saved config that name code for ``trust_remote_code`` to fetch and run; never exported.
+REMOTE_CODE_KEYS = ("auto_map", "custom_pipelines")
+NO_TOKEN = "push_to_hub=true needs a token: set HF_TOKEN in the environment"
 
 
 @dataclass
@@ -49,7 +57,11 @@ class ExportConfig:
     checkpoint: str | None = None
     """``final/``, ``best/``, ``checkpoint-<step>/`` or a run dir (its ``final/``)."""
     out: str | None = None
-    """The folder to write (replaced whole)."""
+    """The folder to write: new or empty (or, with ``replace``, an earlier export); never the
+    checkpoint, a run dir, or a folder inside or around one."""
+    replace: bool = False
+    """Replace an earlier export at ``out``: only a folder this command wrote (its
+    ``.train_export.json`` lists every file in it), swapped in whole."""
     push_to_hub: bool = False
     """Upload ``out`` to ``repo_id`` (needs ``HF_TOKEN`` in the environment)."""
     repo_id: str | None = None
@@ -63,10 +75,6 @@ class ExportConfig:
 
 
 store_schema("export", ExportConfig)
-
-
-class ExportError(ValueError):
-    """An export that cannot be made as asked: the message names the folder or option and why."""
 
 
 def source_kind(path: Path) -> tuple[str, Path]:
@@ -159,6 +167,45 @@ def save_folder(model, processor, out: Path, render: dict | None) -> None:
         raise ExportError(f"{out}: wrote pickled files {unsafe}; only safetensors weights are exported")
 
 
+def _drop_remote_code(config: dict) -> list[str]:
+    """Remove :data:`REMOTE_CODE_KEYS` from a saved config and its ``*_config`` parts; the keys removed."""
+    found = [k for k in REMOTE_CODE_KEYS if config.pop(k, None) is not None]
+    for key, part in config.items():
+        if key.endswith("_config") and isinstance(part, dict):
+            found += _drop_remote_code(part)
+    return found
+
+
+def strip_remote_code(folder: Path) -> dict[str, list[str]]:
+    """Remove what names code to fetch (``auto_map``, ...) from the configs saved in ``folder``
+    (a checkpoint's ``auto_map`` would otherwise reach the export and, with
+    ``trust_remote_code=True``, run the code it names); {file: keys removed}."""
+    removed = {}
+    for path in sorted(folder.glob("*.json")):
+        if path.name in ("tokenizer.json", "vocab.json"):  # vocabularies: any key is a token
+            continue
+        config = json.loads(path.read_text(encoding="utf-8"))
+        keys = _drop_remote_code(config) if isinstance(config, dict) else []
+        if keys:
+            path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+            removed[path.name] = sorted(set(keys))
+    return removed
+
+
+def _write(model, processor, folder: Path, render: dict | None, card: str, weights: str | None) -> None:
+    """The whole export into ``folder`` (a staging folder), its marker last."""
+    save_folder(model, processor, folder, render)
+    (folder / "README.md").write_text(card, encoding="utf-8")
+    removed = strip_remote_code(folder)
+    if removed:
+        where = "; ".join(f"{k} from {name}" for name, keys in removed.items() for k in keys)
+        print(
+            f"train.export: removed {where}: the export names no code to fetch (trust_remote_code)",
+            file=sys.stderr,
+        )
+    write_marker(folder, weights)
+
+
 def export(cfg: ExportConfig) -> dict[str, Any]:
     """Write the folder and its card (and upload it); returns the printed summary."""
     from transformers import AutoProcessor
@@ -167,24 +214,19 @@ def export(cfg: ExportConfig) -> dict[str, Any]:
         raise ExportError("checkpoint=DIR and out=DIR are required")
     if cfg.push_to_hub and not cfg.repo_id:
         raise ExportError("push_to_hub=true needs repo_id=<user>/<name>")
+    if cfg.push_to_hub and not os.environ.get("HF_TOKEN"):
+        raise ExportError(NO_TOKEN)
     src, out = Path(cfg.checkpoint), Path(cfg.out)
     if not src.exists():
         raise ExportError(f"checkpoint {src} does not exist")
-    if out.resolve() == src.resolve() or src.resolve() in out.resolve().parents:
-        raise ExportError(f"out={out} is the checkpoint or inside it; export to another folder")
+    check_out(src, out, cfg.replace)
     model, folder = load_model(src)
     processor = AutoProcessor.from_pretrained(str(folder))
     weights = weights_fingerprint(folder)["sha256"] if (folder / "config.json").is_file() else None
     found = evaluations_of(weights, [Path(cfg.paths.runs_dir) / "eval", *map(Path, cfg.evaluations)])
-    tmp = out.with_name(f".{out.name}.export")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    save_folder(model, processor, tmp, saved_render(folder) or saved_render(src))
+    render = saved_render(folder) or saved_render(src)
     card = model_card(run_dir_of(folder) or run_dir_of(src), found, cfg.repo_id or out.name)
-    (tmp / "README.md").write_text(card, encoding="utf-8")
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(tmp, out)
+    write_export(out, lambda staging: _write(model, processor, staging, render, card, weights))
     summary = {"out": str(out), "files": sorted(p.name for p in out.iterdir()), "evaluations": len(found)}
     if cfg.push_to_hub:
         summary["url"] = push(out, cfg.repo_id, cfg.private)
@@ -198,10 +240,10 @@ def push(folder: Path, repo_id: str, private: bool) -> str:
 
     token = os.environ.get("HF_TOKEN")
     if not token:
-        raise ExportError("push_to_hub=true needs a token: set HF_TOKEN in the environment")
+        raise ExportError(NO_TOKEN)
     api = HfApi(token=token)
     api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
-    api.upload_folder(repo_id=repo_id, folder_path=str(folder), repo_type="model")
+    api.upload_folder(repo_id=repo_id, folder_path=str(folder), repo_type="model", ignore_patterns=[MARKER])
     return f"https://huggingface.co/{repo_id}"
 
 
@@ -212,7 +254,7 @@ def main(cfg: DictConfig) -> None:
     try:
         c = OmegaConf.to_object(validate(cfg, ExportConfig))
         summary = export(c)
-    except (ExportError, CheckpointError, UnsafeCheckpoint, FileNotFoundError) as exc:
+    except (ExportError, CheckpointError, UnsafeCheckpoint, FileNotFoundError, DiskFullError) as exc:
         print(f"train.export: {exc}", file=sys.stderr)
         sys.exit(2)
     print(json.dumps(summary, sort_keys=True))

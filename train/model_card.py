@@ -5,11 +5,18 @@ The card follows the hub's format: YAML front matter (``base_model``, ``pipeline
 these weights: its benchmark, protocol mode, split and figures), then how to run the model in plain
 ``transformers`` (:data:`STREAM_SNIPPET`, also in docs/evaluation.md), the training config and the
 data mixture.
+
+Nothing of the training machine is published: the config loses its ``paths`` group and every
+folder or file of the machine (``data.dir``, ``sft.output_dir``, a local ``init``, ...) reads
+``<local path>``. Text that came from a config or an evaluation (a ``run_name``, a source name) cannot
+end the card's code blocks or bring HTML or links into the page: a code block's fence is longer than
+any run of backticks inside it, and text outside code blocks is escaped (:func:`markdown_text`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +134,53 @@ with torch.no_grad():
 """
 
 
+#: What a published folder or file of the training machine reads as.
+LOCAL_PATH = "<local path>"
+#: Suffixes of the files a config names (records, videos, weights, configs).
+_FILE_SUFFIXES = frozenset({".jsonl", ".json", ".yaml", ".yml", ".parquet", ".csv", ".txt", ".mp4", ".pt"})
+_MD_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", "|": "\\|", "`": "\\`", "[": "\\[", "]": "\\]"}
+
+
+def markdown_text(value: Any) -> str:
+    """``value`` as text for a line or a table cell of the card: one line, with no HTML, code span,
+    link or cell break of its own (``<``, ``>``, ``&``, backticks, brackets and ``|`` escaped)."""
+    text = " ".join(str(value).split())
+    return "".join(_MD_ESCAPES.get(c, c) for c in text)
+
+
+def code_block(text: str, lang: str = "") -> str:
+    """``text`` as a fenced code block whose fence no line of ``text`` can close."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{lang}\n{text}{'' if text.endswith(chr(10)) else chr(10)}{fence}"
+
+
+def is_local_path(value: str, key: str = "") -> bool:
+    """Whether a config value names a folder or file of the machine (a hub id ``org/name`` does not)."""
+    if key in ("dir", "root", "records") or key.endswith("_dir"):
+        return True
+    if value.startswith(("/", "~", "./", "../", "$")) or value.count("/") > 1:
+        return True
+    return "/" in value and (Path(value).suffix in _FILE_SUFFIXES or Path(value).exists())
+
+
+def public_config(value: Any, key: str = "") -> Any:
+    """The run's config without the training machine's folders: no ``paths`` group, and every
+    local folder or file :data:`LOCAL_PATH`."""
+    if isinstance(value, dict):
+        return {k: public_config(v, str(k)) for k, v in value.items() if k != "paths"}
+    if isinstance(value, list):
+        return [public_config(v, key) for v in value]
+    if isinstance(value, str) and value and is_local_path(value, key):
+        return LOCAL_PATH
+    return value
+
+
+def _public_records(records: str) -> str:
+    """An evaluation's records as the card shows them: a file's name, not where it lay."""
+    return Path(records).name if is_local_path(records) else records
+
+
 def _flat_figures(metrics: dict) -> dict[str, float]:
     return {
         k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -212,7 +266,7 @@ def front_matter(config: dict[str, Any], evaluations: list[dict], name: str) -> 
                 "name": f"{e['benchmark']} ({e['protocol_mode']})",
                 "type": e["benchmark"],
                 "config": e["protocol_mode"],
-                "split": e["records"],
+                "split": _public_records(e["records"]),
             },
             "metrics": [
                 {
@@ -236,11 +290,10 @@ def _mixture(config: dict[str, Any]) -> str:
     listed = data.get("sources") or {}
     rows = ["| source | weight | records |", "|---|---|---|"]
     for k, v in sorted(mixture_sources(config).items()):
-        rows.append(f"| {k} | {(listed.get(k) or {}).get('weight', '')} | {v.get('taken', v.get('count'))} |")
-    return (
-        f"Mixture `{data.get('name')}` (`{data.get('dir')}`), split by video {data.get('splits')}:\n\n"
-        + "\n".join(rows)
-    )
+        cells = [k, (listed.get(k) or {}).get("weight", ""), v.get("taken", v.get("count"))]
+        rows.append("| " + " | ".join(map(markdown_text, cells)) + " |")
+    name, splits = markdown_text(data.get("name")), markdown_text(data.get("splits"))
+    return f"Mixture {name}, split by video {splits}:\n\n" + "\n".join(rows)
 
 
 def model_card(run_dir: Path | None, evaluations: list[dict], name: str) -> str:
@@ -251,15 +304,14 @@ def model_card(run_dir: Path | None, evaluations: list[dict], name: str) -> str:
     table = ["| benchmark | protocol mode | records | threshold | figures |", "|---|---|---|---|---|"]
     for e in evaluations:
         figures = ", ".join(f"{k} {v:.2f}" for k, v in e["figures"].items())
-        table.append(
-            f"| {e['benchmark']} | {e['protocol_mode']} | {e['records']} | {e['threshold']} | {figures} |"
-        )
+        cells = [e["benchmark"], e["protocol_mode"], _public_records(e["records"]), e["threshold"], figures]
+        table.append("| " + " | ".join(map(markdown_text, cells)) + " |")
     parts = [
         "---\n" + yaml.safe_dump(meta, sort_keys=False) + "---",
-        f"# {name}",
+        f"# {markdown_text(name)}",
         "A proactive streaming video assistant (Qwen3-VL): it watches a video one frame a second and at "
         "every second either stays silent (`</Silence>`) or speaks (`</Response> text`). Trained with "
-        f"{stage}{' from ' + meta['base_model'] if 'base_model' in meta else ''}.",
+        f"{stage}{' from ' + markdown_text(meta['base_model']) if 'base_model' in meta else ''}.",
         "## How to run it\n\nPlain `transformers` (and PyAV for the video): each second's frame and "
         "timestamp go in as a user turn, the KV cache is reused from step to step with M-RoPE "
         "positions from `get_rope_index` plus a running offset, the decision is read from the "
@@ -269,8 +321,8 @@ def model_card(run_dir: Path | None, evaluations: list[dict], name: str) -> str:
         + ("\n".join(table) if evaluations else "No evaluation of these weights was found."),
         "## Training\n\n"
         + _mixture(config)
-        + "\n\nThe run's config:\n\n```yaml\n"
-        + yaml.safe_dump(config, sort_keys=False)
-        + "```",
+        + "\n\nThe run's config (folders of the training machine read "
+        + f"`{LOCAL_PATH}`):\n\n"
+        + code_block(yaml.safe_dump(public_config(config), sort_keys=False), "yaml"),
     ]
     return "\n\n".join(parts) + "\n"
