@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.run import evaluate, load_config
+from eval.run import default_out_dir, evaluate, load_config
 from eval.store import PredictionLog
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,7 +91,8 @@ def test_hydra_multirun_over_thresholds(tiny_checkpoint, toy_dir, tmp_path):
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    base = tmp_path / "runs" / "eval" / tiny_checkpoint.name / "p3i"
+    base = default_out_dir(load_config(_overrides(tiny_checkpoint, toy_dir, tmp_path)), sweep=True)
+    assert base.parent == tmp_path / "runs" / "eval" / tiny_checkpoint.name and base.name.startswith("p3i@")
     summary = json.loads((base / "sweep.json").read_text())
     assert set(summary["thresholds"]) == {"0.5", "0.7"}
     assert all("prs_b" in m and "prs_u" in m for m in summary["thresholds"].values())
