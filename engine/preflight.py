@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.ranks import Ranks
+from infra.tracking import check_logger
 
 GIB = 1024**3
 #: The one measured real-model training step (docs/performance.md, "One H200"): Qwen3-VL-4B, one
@@ -123,8 +124,14 @@ CHECKS = {"eval": _check_eval, "sft": _check_sft, "grpo": _check_grpo}
 
 def check_stage(stage: str, cfg: Any, *, on_disk: bool = True, memory: bool = True) -> dict | None:
     """The stage's pre-flight: splits, paths, then (on a GPU, unless ``plan.check=false`` or not
-    ``memory``) the memory plan. Raises :class:`PreflightError`; returns the plan when one was computed."""
+    ``memory``) the memory plan; a W&B logger without a key (``infra.tracking.check_logger``).
+    Raises :class:`PreflightError`; returns the plan when one was computed."""
     CHECKS[stage](cfg, on_disk)
+    if on_disk:  # a config alone (the documented-commands test) says nothing of this machine's key
+        try:
+            check_logger(cfg.logger)
+        except ValueError as exc:
+            raise PreflightError(str(exc)) from None
     memory = _device_memory_gb() if memory else None
     if memory is None or not cfg.plan.check:
         return None
