@@ -71,6 +71,12 @@ def check_split(data: Any, split: str, key: str, on_disk: bool = True) -> None:
             f"{key}={split}: {root} has no {split}/ (it has {', '.join(present) or 'no split'}): "
             "rebuild the mixture with that split or pick one of these"
         )
+    records = root / split / "records.jsonl" if root is not None else None
+    if on_disk and records is not None and records.is_file() and records.stat().st_size == 0:
+        raise PreflightError(
+            f"{key}={split}: {records} holds no record (the mixture had too few videos for its split "
+            "shares): add videos and mix again"
+        )
 
 
 def _check_data_dir(cfg: Any, on_disk: bool) -> None:
