@@ -98,3 +98,14 @@ def test_hydra_multirun_over_thresholds(tiny_checkpoint, toy_dir, tmp_path):
     assert all("prs_b" in m and "prs_u" in m for m in summary["thresholds"].values())
     rows = PredictionLog(base / "threshold_0.7" / "predictions.jsonl").rows()
     assert [r.get("reused") for r in rows] == ["exact"] * 3
+
+    table = subprocess.run(  # the documented table of a threshold sweep, on the folder the points print
+        [sys.executable, "-m", "eval.sweep_table", str(base)], cwd=ROOT, capture_output=True, text=True
+    )
+    assert table.returncode == 0, table.stderr[-2000:]
+    assert f"-> {base / 'threshold_0.7'}" in done.stdout
+    shown = json.loads(table.stdout.strip().splitlines()[-1])
+    assert shown["swept"] == ["threshold"] and [r["threshold"] for r in shown["rows"]] == [0.5, 0.7]
+    for row in shown["rows"]:
+        assert row["prs_b"] == summary["thresholds"][f"{row['threshold']:g}"]["prs_b"]
+    assert "| threshold |" in table.stdout and (base / "sweep.md").is_file()
