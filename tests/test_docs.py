@@ -461,3 +461,19 @@ def test_the_preflight_check_finds_what_would_fail_after_the_queue():
     assert failures[2].startswith("c: init=runs/nowhere/final is made by no documented SFT line before it")
     assert failures[3].startswith("d: -m train.grpo -m: a sweep without held-out evaluations")
     assert len(failures) == 4
+
+
+def test_what_the_documented_commands_write_is_ignored_by_git():
+    """The folders the README's commands write into (records, runs, exported models) never show in
+    ``git status`` as files to commit."""
+    written = [
+        "data/built/toy/records.jsonl",
+        "runs/eval/x/p3i/metrics.json",
+        "exports/toy_sft/model.safetensors",
+    ]
+    for path in written:
+        ignored = subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=ROOT)
+        assert ignored.returncode == 0, f"{path} is not ignored by .gitignore"
+    assert (
+        subprocess.run(["git", "check-ignore", "-q", "--no-index", "eval/run.py"], cwd=ROOT).returncode == 1
+    )
