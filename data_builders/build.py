@@ -377,20 +377,43 @@ def _log_report(source: str, report: BuildReport) -> None:
     )
 
 
+#: Reasons a failed build's message shows (the rest are counted, all are in ``errors.jsonl``).
+SHOWN_REASONS = 3
+
+
+def _reasons(report: BuildReport) -> str:
+    """The first :data:`SHOWN_REASONS` reasons of the records that made no stream, one clause each."""
+    lost = [e for e in report.errors if e.scope == "record"] or list(report.errors)
+    shown = [
+        f"{Path(e.source_file).name} {e.record}: {' '.join(e.reason.split())}" for e in lost[:SHOWN_REASONS]
+    ]
+    rest = f" (and {len(lost) - SHOWN_REASONS} more)" if len(lost) > SHOWN_REASONS else ""
+    return "; ".join(shown) + rest
+
+
 def _keep_failed(tmp: Path, out: Path, report: BuildReport, max_error_rate: float) -> None:
-    """Move the staged files of a failed build to ``out/failed_build/`` and raise :class:`BuildFailed`."""
+    """Move the staged files of a failed build to ``out/failed_build/`` and raise :class:`BuildFailed`
+    naming the first reasons, whether a previous build is kept, and the option that lets it through."""
     failed = out / FAILED_DIR
+    previous = any((out / name).exists() for name in ("records.jsonl", "stats.json")) or any(
+        out.glob("*.parquet")
+    )
     if failed.exists():
         shutil.rmtree(failed)
     os.replace(tmp, failed)
     tmp.mkdir()  # for the cleanup
+    share = f"{report.n_failed} of {report.n_source_records} source records ({100 * report.error_rate:.2f}%)"
     why = (
-        "no record was built"
+        f"no record was built ({share} failed)"
         if not report.records
-        else f"{report.n_failed} of {report.n_source_records} source records ({100 * report.error_rate:.2f}%) could "
-        f"not be converted, above max_error_rate={max_error_rate}"
+        else f"{share} could not be converted, above max_error_rate={max_error_rate} "
+        f"(max_error_rate={min(1.0, round(report.error_rate + 0.005, 2)):g} lets this build through)"
     )
-    raise BuildFailed(f"{why}; reasons in {failed / 'errors.jsonl'} (the previous build in {out} is kept)")
+    kept = f"the previous build in {out} is kept" if previous else f"no previous build in {out}"
+    first = _reasons(report)
+    raise BuildFailed(
+        f"{why}: {first or 'no reason recorded'}; every reason in {failed / 'errors.jsonl'} ({kept})"
+    )
 
 
 def build_source(

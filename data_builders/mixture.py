@@ -223,7 +223,28 @@ def build_mixture(cfg: MixtureConfig, out: str | Path | None = None) -> dict[str
         out,
         ", ".join(f"{k}={v['records']}" for k, v in summary["splits"].items()),
     )
+    _warn_empty(cfg, summary)
     return summary
+
+
+def _warn_empty(cfg: MixtureConfig, summary: dict[str, Any]) -> None:
+    """A warning naming each split with a share but no record: too few videos for the shares (a
+    split by video puts each video in one split), and what to do."""
+    empty = [k for k, v in summary["splits"].items() if not v["records"] and cfg.splits[k] > 0]
+    if not empty:
+        return
+    videos = sum(v["videos"] for v in summary["splits"].values())
+    smallest = min(cfg.splits[k] for k in empty)
+    log.warning(
+        "mixture %s: split(s) %s got no record: %d video(s) are too few for the shares %s (each video "
+        "goes to one split; about %d videos give every split one): add videos and mix again, or "
+        "evaluate on a build dir with records=DIR; training and eval.run refuse an empty split",
+        cfg.name,
+        ", ".join(empty),
+        videos,
+        ", ".join(f"{k}={v:g}" for k, v in cfg.splits.items()),
+        math.ceil(1 / smallest),
+    )
 
 
 def _check_mixture(cfg: MixtureConfig) -> None:

@@ -223,6 +223,48 @@ def vision_tower_parameters(model: torch.nn.Module) -> dict[str, torch.nn.Parame
     }
 
 
+#: Seconds the hub gets to answer before a hub id's load is refused (instead of retrying for minutes).
+HUB_TIMEOUT_S = 5.0
+
+
+class HubUnreachable(ValueError):
+    """A hub id to load, no way to the hub, and no copy of it in the local cache."""
+
+
+def _hub_down() -> str | None:
+    """Why the hub cannot be asked now (offline mode, or no answer from ``HF_ENDPOINT`` within
+    :data:`HUB_TIMEOUT_S`), or None when it answers."""
+    import httpx
+    from huggingface_hub import constants
+
+    if constants.is_offline_mode():
+        return "offline mode (HF_HUB_OFFLINE=1)"
+    try:
+        with httpx.Client(timeout=HUB_TIMEOUT_S, follow_redirects=False) as client:
+            client.head(constants.ENDPOINT)  # any answer, 404 included, is a hub that can be asked
+    except (httpx.HTTPError, OSError) as exc:
+        return f"no network: {constants.ENDPOINT} did not answer ({type(exc).__name__})"
+    return None
+
+
+def hub_options(path: str) -> dict[str, Any]:
+    """``from_pretrained`` options for a model ``path`` that is no local folder (a hub id): none when
+    the hub answers; ``local_files_only`` when it does not but the cache holds the model; else
+    :class:`HubUnreachable`, one line naming the id and ``model.path=DIR`` (never minutes of retries)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    why = _hub_down()
+    if why is None:
+        return {}
+    if isinstance(try_to_load_from_cache(path, "config.json"), str):
+        return {"local_files_only": True}
+    raise HubUnreachable(
+        f"model.path={path} is no local folder, so it is a hub id to download, and the hub cannot be "
+        f"reached ({why}) nor is it in the cache: pass model.path=DIR (a local checkpoint folder), "
+        "or run once with network"
+    )
+
+
 def load_model_and_processor(cfg: Mapping[str, Any], cache_dir: str | Path | None = None):
     """(model, processor) from a ``model`` config (see ``conf/model/``).
 
@@ -261,10 +303,12 @@ def load_model_and_processor(cfg: Mapping[str, Any], cache_dir: str | Path | Non
             )
         if Path(path).is_dir():  # a local checkpoint (else a hub id): its files checked first
             check_model_files(path)
-        processor = AutoProcessor.from_pretrained(str(path), trust_remote_code=trust)
+        hub = {} if Path(path).is_dir() else hub_options(str(path))
+        processor = AutoProcessor.from_pretrained(str(path), trust_remote_code=trust, **hub)
         # mismatched shapes are reported, not raised, so that every kind of misfit is refused alike
         model, report = AutoModelForImageTextToText.from_pretrained(
             str(path),
+            **hub,
             dtype=dtype,
             trust_remote_code=trust,
             attn_implementation=attn,

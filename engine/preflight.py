@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.ranks import Ranks
+from infra.tracking import check_logger
 
 GIB = 1024**3
 #: The one measured real-model training step (docs/performance.md, "One H200"): Qwen3-VL-4B, one
@@ -69,6 +70,12 @@ def check_split(data: Any, split: str, key: str, on_disk: bool = True) -> None:
         raise PreflightError(
             f"{key}={split}: {root} has no {split}/ (it has {', '.join(present) or 'no split'}): "
             "rebuild the mixture with that split or pick one of these"
+        )
+    records = root / split / "records.jsonl" if root is not None else None
+    if on_disk and records is not None and records.is_file() and records.stat().st_size == 0:
+        raise PreflightError(
+            f"{key}={split}: {records} holds no record (the mixture had too few videos for its split "
+            "shares): add videos and mix again"
         )
 
 
@@ -123,8 +130,14 @@ CHECKS = {"eval": _check_eval, "sft": _check_sft, "grpo": _check_grpo}
 
 def check_stage(stage: str, cfg: Any, *, on_disk: bool = True, memory: bool = True) -> dict | None:
     """The stage's pre-flight: splits, paths, then (on a GPU, unless ``plan.check=false`` or not
-    ``memory``) the memory plan. Raises :class:`PreflightError`; returns the plan when one was computed."""
+    ``memory``) the memory plan; a W&B logger without a key (``infra.tracking.check_logger``).
+    Raises :class:`PreflightError`; returns the plan when one was computed."""
     CHECKS[stage](cfg, on_disk)
+    if on_disk:  # a config alone (the documented-commands test) says nothing of this machine's key
+        try:
+            check_logger(cfg.logger)
+        except ValueError as exc:
+            raise PreflightError(str(exc)) from None
     memory = _device_memory_gb() if memory else None
     if memory is None or not cfg.plan.check:
         return None

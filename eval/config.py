@@ -49,9 +49,12 @@ class EvalConfig(DataRootConfig):
     """Replace every frame by a uniform grey one: the control for a model that reads the timestamps
     and its own past turns but ignores the video."""
     out_dir: str | None = None
-    """Where predictions.jsonl and metrics.json go (null: ``<runs>/eval/<checkpoint>/<benchmark>[_memory]``,
-    the checkpoint named ``<run>_final``, ``<run>_best`` or ``<run>_checkpoint-N`` for a run's folders;
-    a ``-m`` sweep puts each threshold in ``threshold_<t>/`` below it)."""
+    """Where predictions.jsonl and metrics.json go (null: ``<runs>/eval/<checkpoint>/<benchmark>[_memory]``
+    for the default config, the checkpoint named ``<run>_final``, ``<run>_best`` or ``<run>_checkpoint-N``
+    for a run's folders; another config beside it in ``<benchmark>@<label>``: ``p3i@threshold-0.05``,
+    ``p3i@blank_frames-true``, or the config's sha256[:12] for a path or a long label
+    (``eval.run.out_label``); a ``-m`` sweep puts each threshold in ``threshold_<t>/`` below one such
+    folder). An explicit ``out_dir`` holding an evaluation of another config is refused."""
     step: int | None = bounded(None, ge=0)
     """The checkpoint's training step, the x axis in W&B (null: ``trainer_state.json``, else 0)."""
     sweep_mode: str = "exact"

@@ -25,7 +25,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     cfg = compose("eval", argv, EvalConfig)
     model_cfg = plain_model_config(cfg.model, cfg.paths.cache_dir)
-    model, processor = load_model_and_processor(model_cfg, cache_dir=cfg.paths.cache_dir)
+    try:
+        model, processor = load_model_and_processor(model_cfg, cache_dir=cfg.paths.cache_dir)
+    except (ValueError, FileNotFoundError) as exc:  # a hub id without a hub, a damaged checkpoint
+        print(f"eval.model: {exc}", file=sys.stderr)
+        return 2
     print(json.dumps(describe(model, processor, model_cfg)))
     return 0
 

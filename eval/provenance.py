@@ -3,6 +3,7 @@ and ``eval.watch``'s ledger all compare this, never a list of their own.
 
     decides(cfg, weights)        # the config keys that decide a prediction, with the weights' sha256
     digest(decides(cfg, weights))  # one sha256 of it
+    config_sha12(cfg)            # its first 12 hex digits, weights and checkpoint aside: a folder label
     first_difference(a, b)       # ("threshold", 0.5, 0.05): what a refusal names
     record_fingerprint(stream)   # sha256 of one record: a prediction line belongs to it
 
@@ -82,6 +83,13 @@ def describe_difference(a: Any, b: Any, here: str, there: str) -> str:
         return ""
     key, mine, theirs = found
     return f"{key}: {json.dumps(mine, default=str)[:120]} ({here}) vs {json.dumps(theirs, default=str)[:120]} ({there})"
+
+
+def config_sha12(cfg: Any, skip: tuple[str, ...] = ()) -> str:
+    """sha256[:12] of what decides an evaluation but its weights, its checkpoint and ``skip`` (a
+    sweep's ``threshold``): one label for one config, whatever checkpoint it evaluates."""
+    plain = decides(cfg, None)
+    return digest({k: v for k, v in plain.items() if k not in ("checkpoint", *skip)})[:12]
 
 
 def record_fingerprint(stream: Stream) -> str:

@@ -40,9 +40,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import time
+from dataclasses import MISSING, fields
 from pathlib import Path
 
 import hydra
@@ -73,7 +75,14 @@ from engine.render import TurnRenderer
 from engine.streaming import EngineConfig
 from eval.app.view import write_view
 from eval.config import EvalConfig, records_path
-from eval.provenance import RECORD_FIELD, decides, describe_difference, record_fingerprint
+from eval.provenance import (
+    NOT_DECISIVE,
+    RECORD_FIELD,
+    config_sha12,
+    decides,
+    describe_difference,
+    record_fingerprint,
+)
 from eval.ranks import (
     PREDICTIONS,
     RankGroup,
@@ -118,6 +127,69 @@ def evaluated_name(cfg: DictConfig) -> str:
         return f"{cfg.model.name}-untrained"
     p = Path(cfg.checkpoint).resolve()
     return f"{p.parent.name}_{p.name}" if named_step(p) is not None or p.name in RUN_OUTPUTS else p.name
+
+
+#: The longest readable label of an output folder (``p3i@threshold-0.05``, ``p3i@blank_frames-true+limit-8``:
+#: no ``=`` or ``,``, so the folder can be given back as ``out_dir=``); a longer one, or a value that
+#: is no plain word or number (a path), makes the label the config's sha256[:12].
+LABEL_CHARS = 40
+PLAIN_VALUE = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def out_label(cfg: DictConfig, sweep: bool = False) -> str | None:
+    """What tells an evaluation's default folder from the default config's: None for the default
+    config; ``threshold-0.05`` (``key-value`` of each top-level option that decides and is set away
+    from its default, sorted, joined by ``+``; a sweep's threshold aside) when short and plain; else the config's
+    sha256[:12] (``eval.provenance.config_sha12``)."""
+    skip = {*NOT_DECISIVE, "checkpoint", *(("threshold",) if sweep else ())}
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    defaults = {f.name: f.default for f in fields(EvalConfig) if f.default is not MISSING}
+    changed = {k: plain[k] for k, d in defaults.items() if k not in skip and plain.get(k) != d}
+    if not changed:
+        return None
+    label = "+".join(f"{k}-{_text(v)}" for k, v in sorted(changed.items()))
+    if len(label) <= LABEL_CHARS and all(PLAIN_VALUE.fullmatch(_text(v)) for v in changed.values()):
+        return label
+    return config_sha12(plain, ("threshold",) if sweep else ())
+
+
+def default_out_dir(cfg: DictConfig, sweep: bool = False) -> Path:
+    """``<runs>/eval/<checkpoint>/<benchmark>[_memory]`` for the default config, with
+    ``@<label>`` (:func:`out_label`) for another. When that folder holds an evaluation of another
+    config anyway (one differing inside a block, e.g. ``data.dir``), ``@<config sha256[:12]>``."""
+    root = Path(cfg.paths.runs_dir) / "eval" / evaluated_name(cfg)
+    name = cfg.benchmark.name + ("_memory" if cfg.memory.enabled else "")
+    label = out_label(cfg, sweep)
+    folder = root / (f"{name}@{label}" if label else name)
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    why = _other_config(folder, plain, sweep)
+    if not why:
+        return folder
+    alt = root / f"{name}@{config_sha12(plain, ('threshold',) if sweep else ())}"
+    if alt != folder:
+        log.warning("%s holds an evaluation with another config (%s): this one goes to %s", folder, why, alt)
+    return alt
+
+
+def _other_config(folder: Path, plain: dict, sweep: bool) -> str:
+    """How an evaluation in ``folder`` (a sweep's: its points') differs from ``plain`` in what decides
+    but the weights and (in a sweep) the threshold; ``""`` when none does."""
+    skip = ("threshold",) if sweep else ()
+    mine = {k: v for k, v in decides(plain, None).items() if k not in skip}
+    saved = sorted(folder.glob("threshold_*/config.yaml")) if sweep else [folder / "config.yaml"]
+    for path in (p for p in saved if p.is_file()):
+        old = OmegaConf.to_container(load_literal(path), resolve=True)
+        theirs = {k: v for k, v in decides(old, None).items() if k not in skip}
+        why = describe_difference(mine, theirs, "this run", str(path))
+        if why:
+            return why
+    return ""
 
 
 def training_step(cfg: DictConfig) -> int:
@@ -279,14 +351,7 @@ def evaluate(cfg: DictConfig, sweep: bool = False, echo: bool = True) -> dict:
     streams = load_streams(path)[: cfg.limit]
     if not streams:
         raise RecordError("no records to evaluate", file=path)
-    base = (
-        Path(cfg.out_dir)
-        if cfg.out_dir
-        else Path(cfg.paths.runs_dir)
-        / "eval"
-        / evaluated_name(cfg)
-        / (bench.name + ("_memory" if cfg.memory.enabled else ""))
-    )
+    base = Path(cfg.out_dir) if cfg.out_dir else default_out_dir(cfg, sweep)
     out = point_dir(base, cfg.threshold) if sweep else base
     try:
         if ranks.world > 1:

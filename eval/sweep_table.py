@@ -1,14 +1,19 @@
-"""Compare the points of a training sweep: one row per point, its swept values and its held-out scores.
+"""Compare the points of a sweep: one row per point, its swept values and its scores.
 
     python -m eval.sweep_table runs/grpo_sweep
     python -m eval.sweep_table runs/grpo_sweep --metric eval/with_negatives/prs_u
+    python -m eval.sweep_table runs/eval/sft_4b_final/p3i        # an eval.run threshold sweep
+
+A threshold sweep (``python -m eval.run ... threshold=0.3,0.5,0.7 -m``) is the folder its points'
+``threshold_<t>/`` sit in (each point prints it on its ``-> <out>`` line): one row per threshold, with
+the top-level figures of its ``metrics.json`` (what ``sweep.json`` there collects).
 
 A point is a run folder of the sweep (``<sweep>/<point>/``, written by ``python -m train.grpo -m``):
 its overrides come from ``.hydra/overrides.yaml`` (only the keys whose value differs between points
 are shown: the swept ones), its scores from ``history.jsonl`` (``final``: the last held-out
 evaluation, with its update; ``best``: the highest, ``best.json`` when ``keep_best`` kept it) and its
 progress from ``progress.json``. Writes ``<sweep>/sweep.csv`` and ``<sweep>/sweep.md``, prints the
-Markdown table, then the rows as one JSON object on the last line.
+Markdown table, then the rows as one JSON object on the last line (``metric`` null for a threshold sweep).
 """
 
 from __future__ import annotations
@@ -62,6 +67,21 @@ def _scores(point: Path, metric: str) -> dict[str, Any]:
     return out
 
 
+def threshold_rows(sweep: Path) -> tuple[list[str], list[dict[str, Any]]]:
+    """(columns, one row per finished threshold) of an ``eval.run`` threshold sweep folder; no row
+    when it holds no ``threshold_<t>/metrics.json``."""
+    rows = []
+    for point in sweep.glob("threshold_*"):
+        metrics = point / "metrics.json"
+        if not (point.is_dir() and metrics.is_file()):
+            continue
+        figures = {k: v for k, v in json.loads(metrics.read_text()).items() if isinstance(v, (int, float))}
+        rows.append({"point": point.name, "threshold": float(point.name.split("_", 1)[1]), **figures})
+    rows.sort(key=lambda r: r["threshold"])
+    names = sorted({k for r in rows for k in r} - {"point", "threshold"})
+    return ["threshold", *names], rows
+
+
 def sweep_rows(sweep: str | Path, metric: str = DEFAULT_METRIC) -> tuple[list[str], list[dict[str, Any]]]:
     """(swept keys, one row per point) of a sweep folder; raises when it holds no point."""
     sweep = Path(sweep)
@@ -69,7 +89,10 @@ def sweep_rows(sweep: str | Path, metric: str = DEFAULT_METRIC) -> tuple[list[st
         raise FileNotFoundError(f"{sweep}: no such sweep folder")
     points = sorted(p for p in sweep.iterdir() if p.is_dir() and (p / ".hydra" / "overrides.yaml").is_file())
     if not points:
-        raise FileNotFoundError(f"{sweep} holds no sweep point (folders with .hydra/overrides.yaml)")
+        raise FileNotFoundError(
+            f"{sweep} holds no sweep point (folders with .hydra/overrides.yaml, or an eval.run "
+            "threshold sweep's threshold_<t>/metrics.json)"
+        )
     overrides = {p: _overrides(p) for p in points}
     keys = sorted({k for o in overrides.values() for k in o})
     swept = [k for k in keys if len({o.get(k) for o in overrides.values()}) > 1]
@@ -88,26 +111,43 @@ def markdown(columns: list[str], rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def sweep_table(sweep: Path, metric: str) -> tuple[str | None, list[str], list[str], list[dict[str, Any]]]:
+    """(the metric compared, None for a threshold sweep; the swept keys; the columns; the rows)."""
+    columns, rows = threshold_rows(sweep) if sweep.is_dir() else ([], [])
+    if rows:
+        return None, ["threshold"], columns, rows
+    swept, rows = sweep_rows(sweep, metric)
+    return (
+        metric,
+        swept,
+        [*swept, "final", "final_update", "best", "best_update", "reward_last", "updates"],
+        rows,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eval.sweep_table", description=__doc__.split("\n\n")[0])
-    parser.add_argument("sweep", help="the sweep folder (hydra.sweep.dir), e.g. runs/grpo_sweep")
+    parser.add_argument(
+        "sweep",
+        help="the sweep folder (hydra.sweep.dir, e.g. runs/grpo_sweep; or an eval.run threshold sweep's)",
+    )
     parser.add_argument("--metric", default=DEFAULT_METRIC, help="the history.jsonl key compared")
     args = parser.parse_args(argv)
+    sweep = Path(args.sweep)
     try:
-        swept, rows = sweep_rows(args.sweep, args.metric)
+        metric, swept, columns, rows = sweep_table(sweep, args.metric)
     except FileNotFoundError as exc:
         print(f"eval.sweep_table: {exc}", file=sys.stderr)
         return 2
-    columns = [*swept, "final", "final_update", "best", "best_update", "reward_last", "updates"]
     table = markdown(columns, rows)
-    sweep = Path(args.sweep)
-    write_text_atomic(sweep / "sweep.md", f"metric: {args.metric}\n\n{table}\n")
+    header = f"metric: {metric}" if metric else "eval.run threshold sweep: each threshold's metrics.json"
+    write_text_atomic(sweep / "sweep.md", f"{header}\n\n{table}\n")
     with atomic_writer(sweep / "sweep.csv") as fh:
         writer = csv.DictWriter(fh, fieldnames=["point", *columns], extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
     print(table)
-    print(json.dumps({"metric": args.metric, "swept": swept, "rows": rows}))
+    print(json.dumps({"metric": metric, "swept": swept, "rows": rows}))
     return 0
 
 

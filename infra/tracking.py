@@ -166,6 +166,51 @@ class WandbLogger(EvalLogger):
         self.run.finish()
 
 
+#: W&B modes that send nothing, so need no API key.
+KEYLESS_MODES = ("offline", "disabled", "dryrun")
+
+
+def _netrc_key(host: str) -> bool:
+    """Whether the ``.netrc`` (``$NETRC``, else ``~/.netrc``) holds a password for ``host``."""
+    import netrc
+    from urllib.parse import urlparse
+
+    path = Path(os.environ.get("NETRC") or Path.home() / ".netrc")
+    try:
+        found = (
+            netrc.netrc(str(path)).authenticators(urlparse(host).hostname or host) if path.is_file() else None
+        )
+    except (netrc.NetrcParseError, OSError):
+        return False
+    return bool(found and found[2])
+
+
+def _settings_key() -> bool:
+    """Whether W&B's own settings file holds an API key."""
+    folder = Path(os.environ.get("WANDB_CONFIG_DIR") or Path.home() / ".config" / "wandb")
+    try:
+        return "api_key" in (folder / "settings").read_text(encoding="utf-8")
+    except OSError:
+        return False
+
+
+def check_logger(cfg: Any) -> None:
+    """Refuse, before anything loads, a ``logger=wandb`` that would send (mode neither offline nor
+    disabled) with no API key W&B could find: ``WANDB_API_KEY`` (or ``WANDB_IDENTITY_TOKEN_FILE``),
+    the ``.netrc`` entry of ``WANDB_BASE_URL`` or W&B's settings. The key itself is never read out."""
+    mode = os.environ.get("WANDB_MODE") or cfg.mode
+    if cfg.name != "wandb" or str(mode).lower() in KEYLESS_MODES:
+        return
+    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
+        return
+    if _netrc_key(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")) or _settings_key():
+        return
+    raise ValueError(
+        f"logger=wandb (mode {mode}) has no W&B API key: export WANDB_API_KEY=<your key> (or run "
+        "`wandb login`), or log locally with WANDB_MODE=offline (`wandb sync` later), or logger=none"
+    )
+
+
 def make_logger(
     cfg: Any,
     run_name: str,

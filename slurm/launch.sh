@@ -105,7 +105,7 @@ find_gpus_per_node() {
 
 export NUM_MACHINES="${SLURM_NNODES:-1}"
 if ! GPUS_PER_NODE="$(find_gpus_per_node)"; then
-  echo "launch: cannot tell how many GPUs each node has (no SLURM_GPUS_ON_NODE, SLURM_GPUS_PER_NODE, SLURM_JOB_GPUS, gres in 'scontrol show job' or CUDA_VISIBLE_DEVICES): ask sbatch for GPUs (--gpus-per-node=N, --gres=gpu:N or --gpus=N: the headers ask for none) or set GPUS_PER_NODE=N" >&2
+  echo "launch: cannot tell how many GPUs each node has (no SLURM_GPUS_ON_NODE, SLURM_GPUS_PER_NODE, SLURM_JOB_GPUS, gres in 'scontrol show job' or CUDA_VISIBLE_DEVICES): ask sbatch for GPUs (--gpus-per-node=N, --gres=gpu:N or --gpus=N: the headers ask for none; slurm/submit.sh refuses such a job before it queues) or set GPUS_PER_NODE=N" >&2
   exit 2
 fi
 export GPUS_PER_NODE

@@ -7,7 +7,9 @@
 # it has) would otherwise pend for ever without a word (reason PartitionConfig); here it is refused
 # before it is submitted, exit 2, with what the job asks (the script's #SBATCH lines, then the
 # command line's, which win) beside what the partition's nodes have (sinfo). Any other answer of
-# --test-only (a busy cluster: a start time) submits. Arguments are exactly sbatch's. The sweep
+# --test-only (a busy cluster: a start time) submits. slurm/sft.sh and slurm/grpo.sh without a GPU
+# request (their headers ask for none) are refused before sbatch is asked, exit 2, naming the
+# flags; under plain sbatch such a job would queue, then stop in its log. Arguments are exactly sbatch's. The sweep
 # launcher (hydra/launcher=slurm: train.sweeps.SlurmRequestCheck) asks with --check before it
 # submits its points.
 set -euo pipefail
@@ -33,6 +35,29 @@ asked() {
   done
   echo "$value"
 }
+
+# asks_for_gpus ARGS: whether the job asks for GPUs: a --gpus*, -G or --gres=...gpu... before the
+# script, SBATCH_GPUS / SBATCH_GPUS_PER_NODE / SBATCH_GRES, or such a line in the script's header.
+asks_for_gpus() {
+  local arg prev="" script=""
+  for arg in "$@"; do
+    if [[ $arg != -* && $prev != -p && $prev != -A && $prev != --gres && -f $arg ]]; then script="$arg"; break; fi
+    case "$arg" in --gpus* | -G* | --gres=*gpu*) return 0 ;; esac
+    [[ $prev == --gres && $arg == *gpu* ]] && return 0
+    prev="$arg"
+  done
+  [[ -n ${SBATCH_GPUS:-}${SBATCH_GPUS_PER_NODE:-}${SBATCH_GRES:-} ]] && return 0
+  [[ -n $script ]] && grep -qE '^#SBATCH +(--gpus|-G|--gres=.*gpu)' "$script"
+}
+
+# The training scripts leave the GPU request to the command line (a header default would clash with
+# the other forms): without one the job would queue, then stop in its log.
+for arg in "$@"; do
+  if [[ $arg == */sft.sh || $arg == */grpo.sh || $arg == sft.sh || $arg == grpo.sh ]] && ! asks_for_gpus "$@"; then
+    echo "submit: $arg asks for no GPU (its header leaves that to the command line): add --gpus-per-node=N (or --gres=gpu:N, or --gpus=N on one node); nothing was submitted" >&2
+    exit 2
+  fi
+done
 
 if ! verdict="$(sbatch --test-only "$@" 2>&1)"; then
   if grep -qiE "node configuration is not available|partition.*(limit|config)|more processors than|exceeds" <<<"$verdict"; then

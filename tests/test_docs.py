@@ -315,7 +315,7 @@ ROOT_OF = {"train.sft": "sft", "train.grpo": "grpo", "eval.run": "eval", "eval.w
 SCRIPT_MODULE = {"sft": "train.sft", "grpo": "train.grpo", "eval": "eval.run"}
 
 
-def stage_lines() -> list[tuple[str, str, list[str], int, int | None]]:
+def stage_lines(files: list[Path] | None = None) -> list[tuple[str, str, list[str], int, int | None]]:
     from infra.entry import split_argv
 
     """(where, module, overrides, GPUs the line asks for, its ZeRO stage) of every documented stage
@@ -324,7 +324,7 @@ def stage_lines() -> list[tuple[str, str, list[str], int, int | None]]:
     default), 0 for one plain process; None for a line that only prints (``--cfg``)."""
 
     out = []
-    for f in _sources():
+    for f in _sources() if files is None else files:
         text = _text(f)
         for m in STAGE_LINE.finditer(text):
             module = m["module"] or ("eval.watch" if m["watch"] else SCRIPT_MODULE[m["script"]])
@@ -385,6 +385,7 @@ def preflight_failures(lines, gpu_memory_gb: float = 80.0) -> list[str]:
     from engine.preflight import check_stage, plan
     from infra.schema import compose
     from pipeline.config import SCHEMAS
+    from train.grpo.run import entry_preflight
 
     configs, checked = [], {}
     for where, module, overrides, gpus, zero in lines:
@@ -393,6 +394,8 @@ def preflight_failures(lines, gpu_memory_gb: float = 80.0) -> list[str]:
             try:
                 cfg = compose(ROOT_OF[module], overrides, SCHEMAS[ROOT_OF[module]])
                 check_stage(STAGE_OF[module], cfg, on_disk=False, memory=False)
+                if module == "train.grpo" and cfg.entry.target:  # an experiment's own stages
+                    entry_preflight(cfg)
                 checked[key] = (cfg, None)
             except Exception as exc:  # noqa: BLE001 (each line's failure is reported, whatever it is)
                 checked[key] = (None, f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
@@ -431,6 +434,20 @@ def test_every_documented_stage_command_passes_its_preflight():
     assert failures == [], "\n".join(failures)
 
 
+def test_every_experiment_composes_and_passes_its_preflight():
+    """Each ``conf/experiment/*.yaml`` opens with the command that runs it; that command composes and
+    passes its stage's pre-flight (an experiment with an ``entry``, e.g. ``toy_overfire``, the
+    pre-flight of the stages it runs too), on the config alone: a check added to a stage cannot break
+    an experiment unseen. Seconds: nothing is built or trained."""
+    files = sorted((ROOT / "conf" / "experiment").glob("*.yaml"))
+    lines = stage_lines(files)
+    named = {f.stem for f in files}
+    assert {
+        o.split("=", 1)[1] for _, _, over, *_ in lines for o in over if o.startswith("experiment=")
+    } == named
+    assert preflight_failures(lines) == []
+
+
 def test_the_preflight_check_finds_what_would_fail_after_the_queue():
     lines = [
         ("a", "eval.watch", ["run_dir=runs/sft_4b", "data=mix_p3i", "split=test"], 1, 0),
@@ -467,3 +484,19 @@ def test_the_table_of_scoring_modes_lists_every_mode_and_its_definition():
         for mode, fmt in protocol.scoring_modes.items():  # a peer's mode names its source in the table
             assert fmt.definition and fmt.definition.split("/", 2)[0] in text, (name, mode)
     assert _mode_rows(text) == registered
+
+
+def test_what_the_documented_commands_write_is_ignored_by_git():
+    """The folders the README's commands write into (records, runs, exported models) never show in
+    ``git status`` as files to commit."""
+    written = [
+        "data/built/toy/records.jsonl",
+        "runs/eval/x/p3i/metrics.json",
+        "exports/toy_sft/model.safetensors",
+    ]
+    for path in written:
+        ignored = subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=ROOT)
+        assert ignored.returncode == 0, f"{path} is not ignored by .gitignore"
+    assert (
+        subprocess.run(["git", "check-ignore", "-q", "--no-index", "eval/run.py"], cwd=ROOT).returncode == 1
+    )

@@ -133,3 +133,44 @@ def test_target_far_after_the_video_end_is_dropped_not_made_a_negative(tmp_path,
     assert (err.record, err.scope) == ("short", "record") and "not kept as a negative" in err.reason
     assert "target 0 at 18.633s (window (18.633, 19.5)) lies past the clip end [0.000, 10.000]" in err.reason
     assert report.counts["clamped_targets"] == 1
+
+
+def test_a_failed_build_of_own_data_says_its_first_reasons_and_how_to_let_it_through(tmp_path):
+    """As a user meets it: ``python -m data_builders build source=jsonl ...`` in a fresh process. One
+    wrong key in a one-line file: the reason is on the line, and there was no previous build. One bad
+    line of six: the rate that lets the build through is named, and that rate builds the five."""
+    from tests.data_builders.test_jsonl_source import cli, example_lines, write_example
+
+    write_example(tmp_path)
+    (tmp_path / "one.jsonl").write_text('{"video": "desk.mp4", "instruction": "x", "respones": []}\n')
+    args = ["build", "source=jsonl", "videos=videos", "out=data/built/mine"]
+    proc = cli(*args, "annotations=one.jsonl", cwd=tmp_path)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]  # after the build's own INFO line
+    assert line.startswith("build failed: no record was built (1 of 1 source records (100.00%) failed): ")
+    assert "one.jsonl line 1: unknown field(s) ['respones']" in line
+    assert line.endswith(f"(no previous build in {Path('data/built/mine')})")
+
+    six = example_lines().splitlines() + ['{"video": "gone.mp4", "instruction": "x"}']
+    (tmp_path / "six.jsonl").write_text("\n".join(six) + "\n")
+    proc = cli(*args, "annotations=six.jsonl", cwd=tmp_path)
+    line = proc.stderr.strip().splitlines()[-1]
+    assert "1 of 6 source records (16.67%) could not be converted, above max_error_rate=0.01" in line
+    assert (
+        "(max_error_rate=0.17 lets this build through)" in line
+        and "six.jsonl line 6: video file missing" in line
+    )
+    proc = cli(*args, "annotations=six.jsonl", "max_error_rate=0.17", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.splitlines()[-1])["records"] == 5
+
+
+def test_a_failed_build_shows_three_reasons_and_counts_the_rest(tmp_path, mp4):
+    csv, videos = tmp_path / "train.csv", tmp_path / "videos"
+    mp4(videos / "a.mp4", 25)
+    csv.write_text("id,time_of_event,time_of_alert,target\n" + "".join(f"{i},x,1.0,1\n" for i in range(5)))
+    with pytest.raises(BuildFailed) as failed:
+        build_source("nexar", tmp_path / "out", annotations=csv, videos=videos)
+    message = str(failed.value)
+    assert message.count("cannot parse time 'x'") == 3 and "(and 2 more)" in message
+    assert "no previous build in" in message

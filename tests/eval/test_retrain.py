@@ -15,7 +15,7 @@ import yaml
 
 from data_builders.mixture import build_toy_mixture
 from engine.checkpoints import weights_fingerprint
-from eval.run import evaluate, load_config
+from eval.run import default_out_dir, evaluate, load_config
 from eval.store import PredictionLog
 from eval.watch import load_config as watch_config
 from eval.watch import read_ledger, watch
@@ -64,7 +64,8 @@ def test_a_retrain_into_the_same_run_dir_is_evaluated_afresh_by_eval_run_and_eva
     ]
     ev = [f"checkpoint={final}", f"paths.runs_dir={tmp_path / 'runs'}", *common]
     metrics_a = evaluate(load_config(ev))
-    out = tmp_path / "runs" / "eval" / "sft_final" / "p3i"  # the default folder of checkpoint=<run>/final
+    out = default_out_dir(load_config(ev))  # the default folder of checkpoint=<run>/final
+    assert out.parent == tmp_path / "runs" / "eval" / "sft_final" and out.name.startswith("p3i@")
     old = p_response(out)
     sha_a = weights_fingerprint(final)["sha256"]
     assert yaml.safe_load((out / "config.yaml").read_text())["weights"] == sha_a

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.run import evaluate, load_config
+from eval.run import default_out_dir, evaluate, load_config
 from eval.store import PredictionLog
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,9 +91,21 @@ def test_hydra_multirun_over_thresholds(tiny_checkpoint, toy_dir, tmp_path):
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    base = tmp_path / "runs" / "eval" / tiny_checkpoint.name / "p3i"
+    base = default_out_dir(load_config(_overrides(tiny_checkpoint, toy_dir, tmp_path)), sweep=True)
+    assert base.parent == tmp_path / "runs" / "eval" / tiny_checkpoint.name and base.name.startswith("p3i@")
     summary = json.loads((base / "sweep.json").read_text())
     assert set(summary["thresholds"]) == {"0.5", "0.7"}
     assert all("prs_b" in m and "prs_u" in m for m in summary["thresholds"].values())
     rows = PredictionLog(base / "threshold_0.7" / "predictions.jsonl").rows()
     assert [r.get("reused") for r in rows] == ["exact"] * 3
+
+    table = subprocess.run(  # the documented table of a threshold sweep, on the folder the points print
+        [sys.executable, "-m", "eval.sweep_table", str(base)], cwd=ROOT, capture_output=True, text=True
+    )
+    assert table.returncode == 0, table.stderr[-2000:]
+    assert f"-> {base / 'threshold_0.7'}" in done.stdout
+    shown = json.loads(table.stdout.strip().splitlines()[-1])
+    assert shown["swept"] == ["threshold"] and [r["threshold"] for r in shown["rows"]] == [0.5, 0.7]
+    for row in shown["rows"]:
+        assert row["prs_b"] == summary["thresholds"][f"{row['threshold']:g}"]["prs_b"]
+    assert "| threshold |" in table.stdout and (base / "sweep.md").is_file()

@@ -314,7 +314,10 @@ def test_sft_preempted_requeued_and_resumed_then_grpo_and_eval(slurm, toy, work,
         "timelines=0",
     )
     text = slurm.finish(job, logs / f"eval-{job}.log")
-    out = work / "runs" / "eval" / "sft_a_final" / "p3i"  # named after the run: another run's final/ differs
+    # named after the run (another run's final/ differs), the benchmark and, for records= and limit=, a label
+    outs = sorted((work / "runs" / "eval" / "sft_a_final").glob("p3i@*"))
+    assert len(outs) == 1, text[-3000:]
+    out = outs[0]
     records = len((toy / "test" / "records.jsonl").read_text().splitlines())
     assert len((out / "predictions.jsonl").read_text().splitlines()) == min(2, records), text[-3000:]
     assert "1 machine(s) x 1 GPU(s)" in text and "sft_a_final on p3i" in text

@@ -3,6 +3,7 @@ arguments passed through untouched, requeue on pre-emption, and shellcheck repor
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import signal
@@ -361,3 +362,64 @@ def test_the_job_log_in_the_submit_dir_is_ignored_by_git(script):
     assert (
         subprocess.run(["git", "check-ignore", "-q", "--no-index", "slurm/sft.sh"], cwd=ROOT).returncode == 1
     )
+
+
+FAKE_SBATCH = r"""#!/bin/bash
+printf '%s\n' "$*" >> "$FAKE_LOG/sbatch.calls"
+if [[ $1 == --test-only ]]; then echo "sbatch: Job 1 to start at 2026-12-06T10:00:00 using 8 processors on nodes n1" >&2; exit 0; fi
+echo "Submitted batch job 1"
+"""
+
+
+def submit(tmp_path: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """``slurm/submit.sh ARGS`` from the repository root, with a stand-in ``sbatch`` that logs its calls."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "log"
+    bin_dir.mkdir(exist_ok=True)
+    log.mkdir(exist_ok=True)
+    (bin_dir / "sbatch").write_text(FAKE_SBATCH)
+    (bin_dir / "sbatch").chmod(0o755)
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SBATCH_")}
+    full = {**base, "PATH": f"{bin_dir}:{base['PATH']}", "FAKE_LOG": str(log), **env}
+    done = subprocess.run(
+        ["bash", "slurm/submit.sh", *args], cwd=ROOT, env=full, capture_output=True, text=True, timeout=30
+    )
+    calls = (log / "sbatch.calls").read_text().splitlines() if (log / "sbatch.calls").exists() else []
+    (log / "sbatch.calls").unlink(missing_ok=True)
+    return done, calls
+
+
+@pytest.mark.parametrize("script", ["sft.sh", "grpo.sh"])
+def test_submit_refuses_a_training_job_without_a_gpu_request_before_it_queues(tmp_path, script):
+    """The training scripts' headers ask for no GPU (see above): ``slurm/submit.sh`` refuses such a
+    job at submission, in one line naming the flags, and sbatch is never asked."""
+    done, calls = submit(tmp_path, f"slurm/{script}", "experiment=toy_sft")
+    assert done.returncode == 2 and calls == []
+    assert done.stderr.strip() == (
+        f"submit: slurm/{script} asks for no GPU (its header leaves that to the command line): add "
+        "--gpus-per-node=N (or --gres=gpu:N, or --gpus=N on one node); nothing was submitted"
+    )
+
+
+@pytest.mark.parametrize(
+    "flags, env",
+    [
+        (["--gpus-per-node=2"], {}),
+        (["--gres=gpu:a100:2"], {}),
+        (["--gres", "gpu:2"], {}),
+        (["--gpus=1"], {}),
+        (["-G", "1"], {}),
+        (["--nodes=2"], {"SBATCH_GPUS_PER_NODE": "8"}),
+    ],
+)
+def test_submit_passes_every_form_of_gpu_request_to_sbatch(tmp_path, flags, env):
+    done, calls = submit(tmp_path, *flags, "slurm/sft.sh", "experiment=toy_sft", **env)
+    assert done.returncode == 0, done.stderr
+    assert calls == [" ".join(["--test-only", *flags, "slurm/sft.sh", "experiment=toy_sft"])] + [
+        " ".join([*flags, "slurm/sft.sh", "experiment=toy_sft"])
+    ]
+    assert done.stdout.strip() == "Submitted batch job 1"
+
+
+def test_submit_leaves_eval_to_its_header_gpu(tmp_path):
+    done, calls = submit(tmp_path, "slurm/eval.sh", "checkpoint=runs/toy_sft/final")
+    assert done.returncode == 0 and len(calls) == 2, done.stderr

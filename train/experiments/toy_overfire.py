@@ -36,6 +36,9 @@ from data_builders.stream_steps import step_times, target_step
 from infra.schema import typed
 from train.run_dir import read_progress
 
+#: The over-firing copy of the training split, next to the mixture's splits in ``data.dir``.
+OVERFIRE_SPLIT = "train_overfire"
+
 
 @dataclass
 class OverfireConfig:
@@ -78,34 +81,51 @@ def overfire_split(src_dir: Path, out_dir: Path, steps_per_second: float = 1.0) 
     return out_dir
 
 
+def sft_config(cfg: DictConfig, options: OverfireConfig) -> DictConfig:
+    """``conf/sft.yaml`` for the over-firing checkpoint: SFT on :data:`OVERFIRE_SPLIT` of ``data.dir``,
+    a split this experiment writes (the mixture draws no share of the videos for it)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from train.sft.run import compose_config
+
+    GlobalHydra.instance().clear()  # composing conf/sft.yaml from inside the train.grpo app
+    return compose_config(
+        [
+            f"paths.root_dir={cfg.paths.root_dir}",
+            f"data.dir={cfg.data.dir}",
+            f"+data.splits.{OVERFIRE_SPLIT}=0",
+            f"sft.train_split={OVERFIRE_SPLIT}",
+            f"sft.output_dir={Path(cfg.paths.runs_dir) / 'toy_overfire_sft'}",
+            *options.sft_overrides,
+        ]
+    )
+
+
+def preflight(cfg: DictConfig) -> OverfireConfig:
+    """The experiment's options, and the SFT stage it runs checked on its config alone (``train.grpo``
+    calls this before Hydra runs; :func:`run_experiment` again before building any data)."""
+    from engine.preflight import check_stage
+
+    options = typed(OverfireConfig, OmegaConf.to_container(cfg.entry.options, resolve=True), "entry.options")
+    check_stage("sft", sft_config(cfg, options), on_disk=False, memory=False)
+    return options
+
+
 def run_experiment(cfg: DictConfig) -> dict:
     """The three stages above; returns (and writes) the summary."""
     from train.grpo.run import run as run_grpo
-    from train.sft.run import compose_config
     from train.sft.run import train as run_sft
 
-    options = typed(OverfireConfig, OmegaConf.to_container(cfg.entry.options, resolve=True), "entry.options")
+    options = preflight(cfg)
     out = Path(cfg.grpo.output_dir)
     data_dir = Path(cfg.data.dir)
     sps = cfg.data.steps_per_second
     build_toy_mixture(Path(cfg.data.root), data_dir, n=options.n_streams, seed=cfg.data.seed)
-    overfire_split(data_dir / "train", data_dir / "train_overfire", sps)
+    overfire_split(data_dir / "train", data_dir / OVERFIRE_SPLIT, sps)
     sft_dir = Path(cfg.paths.runs_dir) / "toy_overfire_sft"
     init = sft_dir / "final"
     if not (init / "model.safetensors").exists():  # made once, shared by every GRPO seed
-        from hydra.core.global_hydra import GlobalHydra
-
-        GlobalHydra.instance().clear()  # composing conf/sft.yaml from inside the train.grpo app
-        sft_cfg = compose_config(
-            [
-                f"paths.root_dir={cfg.paths.root_dir}",
-                f"data.dir={data_dir}",
-                "sft.train_split=train_overfire",
-                f"sft.output_dir={sft_dir}",
-                *options.sft_overrides,
-            ]
-        )
-        init = run_sft(sft_cfg)
+        init = run_sft(sft_config(cfg, options))
     render = RenderConfig(**OmegaConf.to_container(cfg.render, resolve=True))
     held_out = data_dir / cfg.grpo.eval_split
     threshold = cfg.grpo.eval_threshold

@@ -19,6 +19,7 @@ the frames of a streaming rollout; the config keeps trl's names where they mean 
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 import logging
 import sys
@@ -356,12 +357,24 @@ def _main(cfg: DictConfig) -> None:
     leave_launch()
 
 
+def entry_preflight(cfg: DictConfig) -> None:
+    """An experiment's own pre-flight: ``preflight(cfg)`` next to its ``entry.target``, when its
+    module has one (``train.experiments.toy_overfire.preflight``: the SFT stage it runs)."""
+    module = importlib.import_module(cfg.entry.target.rpartition(".")[0])
+    check = getattr(module, "preflight", None)
+    if check is not None:
+        check(cfg)
+
+
 def _check_start(cfg: DictConfig) -> None:
     """What the command line refuses before Hydra runs it: the config's own checks (init, reward,
-    options: :func:`check_config`), then the stage's pre-flight (``engine.preflight``)."""
-    if not cfg.entry.target:
-        check_config(cfg)
-        check_stage("grpo", cfg)
+    options: :func:`check_config`), then the stage's pre-flight (``engine.preflight``); an
+    experiment's own (:func:`entry_preflight`)."""
+    if cfg.entry.target:
+        entry_preflight(cfg)
+        return
+    check_config(cfg)
+    check_stage("grpo", cfg)
 
 
 def main() -> None:
