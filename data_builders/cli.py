@@ -22,7 +22,7 @@ from data_builders.build import BuildFailed, build_source
 from data_builders.config import BuildConfig, FramesConfig
 from data_builders.mixture import MixtureConfig, build_mixture
 from data_builders.sources import get_source
-from infra.files import OutputLock, OutputLocked
+from infra.files import FolderWriteError, OutputLock, OutputLocked
 from infra.schema import CONF_DIR, typed
 
 #: The repo's conf/ dir (absolute: Hydra resolves relative paths against the module under ``-m``).
@@ -57,28 +57,19 @@ def run_build(cfg: DictConfig, source: str) -> int:
         print("build config error: out=DIR is required", file=sys.stderr)
         return 2
     try:
-        lock = OutputLock(base.out, f"data_builders build source={source}").acquire()
+        report = _build_locked(source, base, options)
     except OutputLocked as exc:
         print(f"build failed: {exc}", file=sys.stderr)
         return 1
-    try:
-        report = build_source(
-            source,
-            base.out,
-            annotations=base.annotations,
-            videos=base.videos,
-            options=dataclasses.asdict(options),
-            check_videos=base.check_videos,
-            max_error_rate=base.max_error_rate,
-            shard_size=base.shard_size,
-            workers=base.workers,
-            video_paths=base.video_paths,
-        )
     except BuildFailed as exc:
         print(f"build failed: {exc}", file=sys.stderr)
         return 1
-    finally:
-        lock.release()
+    except OSError as exc:
+        if not FolderWriteError.refused(exc, base.out):
+            raise
+        kept = f"the previous build in {base.out} is kept as it was"
+        print(f"build failed: {FolderWriteError(base.out, exc, kept)}", file=sys.stderr)
+        return 2
     print(
         json.dumps(
             {
@@ -92,6 +83,26 @@ def run_build(cfg: DictConfig, source: str) -> int:
         )
     )
     return 0
+
+
+def _build_locked(source: str, base: BuildConfig, options: object):
+    """:func:`build_source` holding ``base.out``'s output lock."""
+    lock = OutputLock(base.out, f"data_builders build source={source}").acquire()
+    try:
+        return build_source(
+            source,
+            base.out,
+            annotations=base.annotations,
+            videos=base.videos,
+            options=dataclasses.asdict(options),
+            check_videos=base.check_videos,
+            max_error_rate=base.max_error_rate,
+            shard_size=base.shard_size,
+            workers=base.workers,
+            video_paths=base.video_paths,
+        )
+    finally:
+        lock.release()
 
 
 @hydra.main(config_path=CONF, config_name="build", version_base=None)
@@ -113,6 +124,12 @@ def mix_main(cfg: DictConfig) -> None:
     except (BuildFailed, OutputLocked) as exc:  # a missing source is the user's to fix: exit 2
         print(f"mixture failed: {exc}", file=sys.stderr)
         sys.exit(1 if isinstance(exc, OutputLocked) else 2)
+    except OSError as exc:  # a read-only or full data.dir: the mixture there is kept whole
+        if not mixture.dir or not FolderWriteError.refused(exc, mixture.dir):
+            raise
+        kept = f"the mixture in {mixture.dir} is kept as it was"
+        print(f"mixture failed: {FolderWriteError(mixture.dir, exc, kept)}", file=sys.stderr)
+        sys.exit(2)
     print(json.dumps(summary, sort_keys=True))
 
 

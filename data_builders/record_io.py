@@ -12,12 +12,13 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from data_builders.records import RecordError, Stream
+from data_builders.records import RecordError, Stream, no_duplicate_keys
 from infra.files import atomic_writer
 
 
 def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
-    """Yield (line number, parsed object) for each non-blank line; bad JSON names file and line."""
+    """Yield (line number, parsed object) for each non-blank line; bad JSON, or a key given twice in
+    one object (:func:`~data_builders.records.no_duplicate_keys`), names file and line."""
     path = Path(path)
     with path.open("rb") as fh:
         for lineno, raw in enumerate(fh, start=1):
@@ -30,7 +31,9 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
             if not line.strip():
                 continue
             try:
-                yield lineno, json.loads(line)
+                yield lineno, json.loads(line, object_pairs_hook=no_duplicate_keys)
+            except RecordError as err:
+                raise err.located(file=path, record=f"line {lineno}") from None
             except json.JSONDecodeError as exc:
                 raise RecordError(f"invalid JSON: {exc.msg}", file=path, record=f"line {lineno}") from None
             except RecursionError:

@@ -112,6 +112,23 @@ class RecordError(ValueError):
         )
 
 
+def no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``'s ``object_pairs_hook``: a JSON object as a dict, a key given twice in it a
+    :class:`RecordError` naming the key (``json`` alone keeps the last value and drops the others).
+
+    >>> json.loads('{"a": 1, "b": 2}', object_pairs_hook=no_duplicate_keys)
+    {'a': 1, 'b': 2}
+    """
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        key = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise RecordError(
+            f"key {key!r} is given twice in one JSON object (a JSON reader keeps only the last)"
+        )
+    return out
+
+
 def check_number(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise RecordError(f"expected a number of seconds, got {value!r}", field=name)

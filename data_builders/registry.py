@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from data_builders.records import RecordError, Stream
+from data_builders.records import RecordError, Stream, no_duplicate_keys
 from data_builders.video import VideoInfo
 
 #: A builder: (inputs, config dataclass) -> pending items and per-record errors.
@@ -259,12 +259,15 @@ def read_text(path: Path) -> str:
     return text
 
 
-def _json(text: str, path: Path, line: int | None = None) -> Any:
+def _json(text: str, path: Path, line: int | None = None, unique_keys: bool = False) -> Any:
     """``json.loads`` whose failures (syntax, a number too long to convert, nesting too deep for
-    the parser) become a :class:`RecordError` naming the file and the line."""
+    the parser; with ``unique_keys``, a key given twice in one object) become a :class:`RecordError`
+    naming the file and the line."""
     where = None if line is None else f"line {line}"
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=no_duplicate_keys if unique_keys else None)
+    except RecordError as err:
+        raise err.located(file=path, record=where) from None
     except json.JSONDecodeError as exc:
         at = f"line {exc.lineno + (line or 1) - 1}, column {exc.colno}"
         raise RecordError(f"invalid JSON at {at}: {exc.msg}", file=path, record=where) from None
@@ -274,25 +277,27 @@ def _json(text: str, path: Path, line: int | None = None) -> Any:
         raise RecordError(f"invalid JSON: {exc}", file=path, record=where) from None
 
 
-def load_json(path: Path) -> Any:
+def load_json(path: Path, unique_keys: bool = False) -> Any:
     """A JSON file, or a JSON Lines file (the list of its lines).
 
     ``.jsonl`` / ``.ndjson`` files are always read as JSON Lines (a one-line file is a one-item
     list); other files as one JSON document, or as JSON Lines when the document does not parse but
-    its first line does. Every failure names the file, the line and the reason.
+    its first line does. Every failure names the file, the line and the reason. ``unique_keys``
+    (the prediction readers): a key given twice in one object is such a failure, naming the key,
+    where plain JSON keeps the last value silently.
     """
     text = read_text(path)
     if path.suffix.lower() in (".jsonl", ".ndjson"):
-        return _json_lines(text, path)
+        return _json_lines(text, path, unique_keys)
     try:
-        return _json(text, path)
+        return _json(text, path, unique_keys=unique_keys)
     except RecordError as whole:
         first = next(n for n, line in enumerate(text.splitlines(), start=1) if line.strip())
         try:
-            _json(text.splitlines()[first - 1], path, first)
+            _json(text.splitlines()[first - 1], path, first, unique_keys)
         except RecordError:
             raise whole from None
-        return _json_lines(text, path)
+        return _json_lines(text, path, unique_keys)
 
 
 def each_json_line(
@@ -312,8 +317,9 @@ def each_json_line(
         yield from each_record([(f"line {n}", item)], path, parse)
 
 
-def _json_lines(text: str, path: Path) -> list[Any]:
-    return [_json(line, path, n) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+def _json_lines(text: str, path: Path, unique_keys: bool = False) -> list[Any]:
+    lines = enumerate(text.splitlines(), start=1)
+    return [_json(line, path, n, unique_keys) for n, line in lines if line.strip()]
 
 
 def require(data: Any, key: str) -> Any:

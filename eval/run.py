@@ -97,7 +97,7 @@ from eval.store import PredictionLog, PredictionWriteError
 from eval.sweep import point_dir, reuse_rows, sibling_passes, write_summary
 from eval.timelines import plot_timelines
 from infra.entry import front_door, quiet_libraries
-from infra.files import LOCK_FILE, DiskFullError, OutputLock, OutputLocked, write_text_atomic
+from infra.files import LOCK_FILE, FolderWriteError, OutputLock, OutputLocked, write_text_atomic
 from infra.progress import Progress, console
 from infra.ranks import Ranks
 from infra.schema import CONF_DIR, compose, load_literal, validate
@@ -360,9 +360,9 @@ def evaluate(cfg: DictConfig, sweep: bool = False, echo: bool = True) -> dict:
             with OutputLock(out, "eval.run"):
                 result = _evaluate_into(out, base, cfg, streams, path, sweep)
     except OSError as exc:
-        if not DiskFullError.is_disk_full(exc) or isinstance(exc, PredictionWriteError):
+        if not FolderWriteError.refused(exc, out) or isinstance(exc, PredictionWriteError):
             raise
-        raise DiskFullError(
+        raise FolderWriteError(
             out, exc, f"{PREDICTIONS} holds whole lines only, every other file is whole"
         ) from None
     if result is None:  # a rank other than 0
@@ -491,13 +491,14 @@ def _score_and_log(
 
 
 #: What the command reports as one line, exit 2 (a RecordError is a ValueError; a full disk while
-#: writing predictions or any other file, or the frame cache, names the folder).
+#: writing predictions or any other file, a read-only output folder, or the frame cache's disk names
+#: the folder).
 USER_ERRORS = (
     ValueError,
     OutputLocked,
     FileNotFoundError,
     PredictionWriteError,
-    DiskFullError,
+    FolderWriteError,
     FrameCacheError,
 )
 

@@ -8,8 +8,9 @@
   at once, naming the process that holds it.
 - :func:`waiting_lock`: an exclusive lock a process waits for, for work that runs once however many
   processes ask for it at the same time (building a shared cache entry).
-- :class:`DiskFullError`: a write that found no space, as one line naming the folder and its free
-  space (what the commands print, exit 2).
+- :class:`FolderWriteError`: a write the folder's disk refused (no space, read-only, not writable),
+  as one line naming the folder and the reason, the free space when it is full (what the commands
+  print, exit 2).
 - :class:`WriterLock` / :func:`remove_dead_writes`: a writer holds a lock on the temporary file or
   folder it fills, so what a killed writer left behind (its lock is free) can be told from, and
   removed without touching, what a live one is still writing (its lock is held).
@@ -39,6 +40,9 @@ _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 LOCK_FILE = ".lock"
 #: The errors of a write that found no room: a full disk, a quota reached.
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+#: The errors of a write the folder refuses: no room, a read-only file system, a folder not writable,
+#: a file over the file system's size limit.
+WRITE_REFUSED_ERRNOS = DISK_FULL_ERRNOS | {errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
 
 
 def free_space(folder: str | Path) -> str:
@@ -53,23 +57,38 @@ def free_space(folder: str | Path) -> str:
     return f"{n / 2**10:.1f} KiB free in {folder}"
 
 
-class DiskFullError(OSError):
-    """A write into ``folder`` found no space (``errno`` ENOSPC or EDQUOT). The message names the
-    folder, the file when known, and the space left; what the command wrote before stays whole."""
+class FolderWriteError(OSError):
+    """A write into ``folder`` its disk refused (:data:`WRITE_REFUSED_ERRNOS`). The message names the
+    folder, the file when known, and the reason: the space left when there is none (ENOSPC, EDQUOT),
+    else the system's words ("read-only file system"); what the command wrote before stays whole."""
 
     def __init__(self, folder: str | Path, cause: OSError, what: str):
         name = f" ({cause.filename})" if cause.filename else ""
-        super().__init__(
-            f"no space left writing in {folder}{name}; {free_space(folder)}: {what}; free some space and "
-            "rerun the same command to go on"
-        )
+        if cause.errno in DISK_FULL_ERRNOS:
+            head, fix = f"no space left writing in {folder}{name}; {free_space(folder)}", "free some space"
+        else:
+            reason = (cause.strerror or os.strerror(cause.errno)).lower()
+            head, fix = (
+                f"cannot write in {folder}{name}: {reason}",
+                "make it writable (or give another folder)",
+            )
+        super().__init__(f"{head}: {what}; {fix} and rerun the same command to go on")
         self.errno, self.folder = cause.errno, Path(folder)  # no filename: str() stays the message
 
     @staticmethod
-    def is_disk_full(exc: BaseException) -> bool:
-        return (
-            isinstance(exc, OSError) and not isinstance(exc, DiskFullError) and exc.errno in DISK_FULL_ERRNOS
-        )
+    def refused(exc: BaseException, folder: str | Path) -> bool:
+        """Whether ``exc`` is a write refused in ``folder``, not named yet: any full disk, or a
+        read-only / not writable / too large error on a file in ``folder`` (or of no file named)."""
+        if isinstance(exc, FolderWriteError) or not isinstance(exc, OSError):
+            return False
+        if exc.errno in DISK_FULL_ERRNOS:
+            return True
+        if exc.errno not in WRITE_REFUSED_ERRNOS:
+            return False
+        if exc.filename is None:
+            return True
+        path, root = os.path.abspath(os.fsdecode(exc.filename)), os.path.abspath(folder)
+        return path == root or path.startswith(root + os.sep)
 
 
 @contextlib.contextmanager

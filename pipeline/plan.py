@@ -6,7 +6,8 @@
 
 ``stage``, ``gpu_memory_gb``, ``gpus`` and ``zero`` (the DeepSpeed ZeRO stage; default 2 for the
 training stages, as ``slurm/sft.sh`` and ``slurm/grpo.sh`` launch them, 0 for eval) are this command's
-own; every other argument is an override of that stage's root (``conf/sft.yaml``, ``conf/grpo.yaml``,
+own, typed and bounded by :class:`PlanOptions` (a whole ``gpus`` of at least 1, ``zero`` 0 to 3, a
+finite positive ``gpu_memory_gb``); every other argument is an override of that stage's root (``conf/sft.yaml``, ``conf/grpo.yaml``,
 ``conf/eval.yaml``). The figures (``engine.preflight.plan``): the peak memory per GPU (weights,
 gradients, optimizer states, activations of the longest window, the KV cache), the rate, the steps and
 the run's GPU-hours, each ``{"value", "kind": measured|estimated, "source"}``; ``fits`` and the
@@ -19,13 +20,15 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import asdict, dataclass
 
 from omegaconf import OmegaConf
 
 from engine.checkpoints import render_overrides
 from engine.preflight import check_stage, plan
 from eval.config import EvalConfig
-from infra.entry import front_door, refuse, split_argv
+from infra.entry import explain, front_door, refuse, split_argv
+from infra.schema import bounded, typed
 from train.grpo.config import GRPOConfig
 from train.sft.config import SFTConfig
 
@@ -36,22 +39,33 @@ STAGES = {
     "eval": ("eval", EvalConfig, "checkpoint"),
 }
 
-OWN = {"stage": str, "gpu_memory_gb": float, "gpus": int, "zero": int}
+
+@dataclass
+class PlanOptions:
+    """This command's own keys, checked by ``infra.schema.typed``: a mistyped, out-of-range, NaN or
+    infinite value ends the command with one line naming the key (exit 2)."""
+
+    stage: str | None = None
+    gpu_memory_gb: float = bounded(80.0, gt=0, le=1e6)
+    """Memory of one GPU, in GB."""
+    gpus: int = bounded(1, ge=1, le=1_000_000)
+    zero: int | None = bounded(None, ge=0, le=3)
+    """The DeepSpeed ZeRO stage (None: 2 for the training stages, 0 for eval)."""
 
 
 def parse(argv: list[str]) -> tuple[dict, list[str]]:
     """(this command's own keys, the stage overrides)."""
-    own = {"stage": None, "gpu_memory_gb": 80.0, "gpus": 1, "zero": None}
-    rest = []
+    given, rest = {}, []
     for arg in argv:
         key, _, value = arg.partition("=")
-        if key in OWN and value:
-            try:
-                own[key] = OWN[key](value)
-            except ValueError:
-                refuse("pipeline.plan", f"{arg}: not a number")
+        if key in PlanOptions.__dataclass_fields__ and value:
+            given[key] = value
         else:
             rest.append(arg)
+    try:
+        own = asdict(typed(PlanOptions, given, "pipeline.plan"))
+    except ValueError as exc:
+        refuse("pipeline.plan", explain(exc, PlanOptions))
     if own["stage"] not in STAGES:
         refuse("pipeline.plan", f"give stage={'|'.join(STAGES)} (got {own['stage']})")
     if own["zero"] is None:
@@ -80,7 +94,11 @@ def main(argv: list[str] | None = None) -> int:
         print(OmegaConf.to_yaml(cfg, resolve=True), end="")
         return 0
     result = plan(stage, cfg, gpu_memory_gb=own["gpu_memory_gb"], gpus=own["gpus"], zero=own["zero"])
-    print(json.dumps(result))
+    try:
+        line = json.dumps(result, allow_nan=False)
+    except ValueError as exc:  # a figure that is NaN or infinite: never printed as such
+        refuse("pipeline.plan", f"the plan holds a number that is not finite ({exc}): {result}")
+    print(line)
     return 0 if result["fits"] else 1
 
 

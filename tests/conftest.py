@@ -63,6 +63,49 @@ def run_module(
     )
 
 
+#: Its sitecustomize.py: under FULL_DISK_DIR, a disk that fills up, or a read-only folder.
+FULL_DISK = ROOT / "tests" / "full_disk"
+
+
+def full_disk_run(
+    module: str, args: list[str], folder: Path, budget: int | None, errno_name: str = "ENOSPC"
+) -> subprocess.CompletedProcess:
+    """``python -m <module> ARGS`` from the repo root; with ``budget``, writes under ``folder`` find
+    no space once ``budget`` bytes were written (``errno_name="EROFS"``: every change there is refused
+    at once, ``budget`` unused)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if budget is not None:
+        env |= {"PYTHONPATH": f"{FULL_DISK}:{ROOT}", "FULL_DISK_DIR": str(folder)}
+        env |= {"FULL_DISK_BYTES": str(budget), "FULL_DISK_ERRNO": errno_name}
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=ROOT, env=env, capture_output=True, text=True, check=False
+    )
+
+
+def _bind_mounts(folder: Path) -> bool:
+    """Whether this system lets an unprivileged mount namespace bind ``folder`` read-only."""
+    line = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0"'
+    try:
+        done = subprocess.run(
+            ["unshare", "-rm", "sh", "-c", line, str(folder)], capture_output=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def read_only_run(module: str, args: list[str], folder: Path) -> subprocess.CompletedProcess:
+    """``python -m <module> ARGS`` with ``folder`` read-only: a read-only bind mount of it in the
+    process's own mount namespace where the system allows one (root ignores permission bits, so a
+    chmod would not do), else every change there refused with EROFS by ``tests/full_disk``'s hook."""
+    if not _bind_mounts(folder):
+        return full_disk_run(module, args, folder, 0, "EROFS")
+    line = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"'
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = ["unshare", "-rm", "sh", "-c", line, str(folder), sys.executable, "-m", module, *args]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+
+
 def tiny_model_config() -> dict:
     from engine.config import model_preset
 

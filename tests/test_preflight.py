@@ -178,6 +178,38 @@ def test_train_plan_prints_one_json_line():
     assert proc.returncode == 1 and json.loads(proc.stdout.strip().splitlines()[-1])["fits"] is False
 
 
+@pytest.mark.parametrize(
+    "arg, line",
+    [
+        ("gpus=-1", "gpus=-1: must be at least 1"),
+        ("gpus=0", "gpus=0: must be at least 1"),
+        ("gpus=1.5", "gpus: bad pipeline.plan config: Value '1.5' of type 'str' could not be converted"),
+        ("gpus=10000000000000000000000000", "gpus=10000000000000000000000000: must be at most 1000000"),
+        ("zero=7", "zero=7: must be at most 3"),
+        ("zero=-1", "zero=-1: must be at least 0"),
+        ("gpu_memory_gb=inf", "gpu_memory_gb=inf: must be a finite number"),
+        ("gpu_memory_gb=nan", "gpu_memory_gb=nan: must be a finite number"),
+        ("gpu_memory_gb=-42", "gpu_memory_gb=-42.0: must be more than 0"),
+    ],
+)
+def test_the_plan_refuses_a_hostile_gpu_count_zero_stage_or_memory(arg, line, capsys):
+    """Each of these planned as fitting (``gpus=-1``: -12,700 steps), wrote ``NaN`` into the JSON or
+    ended in a ZeroDivisionError: now one line naming the key, exit 2, nothing on stdout."""
+    from pipeline.plan import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["stage=eval", "model=qwen3_vl_4b", "records=/nonexistent", arg])
+    out, err = capsys.readouterr()
+    assert done.value.code == 2 and out == ""
+    assert err.splitlines() == [err.strip()] and err.startswith("pipeline.plan: ") and line in err, err
+
+
+def test_the_plan_of_a_zero_gpu_count_is_one_line_in_a_fresh_process():
+    proc = run("pipeline.plan", "stage=eval", "model=qwen3_vl_4b", "records=/nonexistent", "gpus=0")
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr[-2000:]
+    assert proc.stderr.strip() == "pipeline.plan: bad pipeline.plan config: gpus=0: must be at least 1"
+
+
 def test_the_gpu_check_refuses_what_would_not_fit(monkeypatch):
     import engine.preflight as preflight
 

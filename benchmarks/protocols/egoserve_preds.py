@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from data_builders.record_io import iter_jsonl
-from data_builders.records import RecordError
+from data_builders.records import RecordError, no_duplicate_keys
 from engine.replies import load_predictions
 from rewards.egoserve import SECONDS_PER_DAY, ServiceEvent
 from rewards.egoserve_rules import (
@@ -109,12 +109,16 @@ class PredSource:
     events: list[ServiceEvent] = field(default_factory=list)
 
 
-def load_json(path: Path) -> Any:
-    """A JSON file, or :class:`RecordError` naming it."""
+def load_json(path: Path, unique_keys: bool = True) -> Any:
+    """A JSON file, or :class:`RecordError` naming it; a key given twice in one object is such an
+    error naming the key, unless ``unique_keys`` is false (the last value is kept, as ``json`` does)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        return json.loads(text, object_pairs_hook=no_duplicate_keys if unique_keys else None)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RecordError(f"cannot read JSON: {exc}", file=path) from None
+    except RecordError as err:
+        raise err.located(file=path) from None
 
 
 def _entries_of(path: Path, data: Any, dataset: str, out: Readings) -> list[Any]:
@@ -130,8 +134,17 @@ def _entries_of(path: Path, data: Any, dataset: str, out: Readings) -> list[Any]
 
 
 def _read_file(path: Path, dataset: str, out: Readings) -> list[Any]:
+    """A response file as the official evaluator reads it; a key given twice in one object (the
+    official ``json.load`` keeps the last value) is counted as dropped and as a strict error."""
     try:
-        data = load_json(path)
+        try:
+            data = load_json(path)
+        except RecordError as err:
+            if "is given twice" not in err.reason:
+                raise
+            out.dropped.add("pred_duplicate_key", f"{path}: {err.reason}")
+            out.errors.add("pred_duplicate_key", f"{path}: {err.reason}")
+            data = load_json(path, unique_keys=False)
     except RecordError:
         out.dropped.add("pred_unreadable_file", str(path))
         out.errors.add("pred_unreadable_file", str(path))

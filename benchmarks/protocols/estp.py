@@ -109,7 +109,7 @@ def read_predictions(
     entries: dict[tuple[str, str, int], tuple[dict, Path]] = {}
     for file in _pred_files(path):
         try:
-            for video_uid, clip_uid, index, qa in iter_release(load_json(file)):
+            for video_uid, clip_uid, index, qa in iter_release(load_json(file, unique_keys=True)):
                 key = (str(video_uid), str(clip_uid), index)
                 where = qa_name(*key)
                 if key not in by_key:

@@ -191,7 +191,7 @@ def _released(item: Item) -> tuple[str, list[str]]:
 def _entries(folder: Path) -> Iterable[tuple[Path, str, int, Any]]:
     """(file, part, index, entry) of every entry of every file of a prediction folder."""
     for path in prediction_files(folder):
-        data = load_json(path)
+        data = load_json(path, unique_keys=True)
         if not isinstance(data, dict) or not all(isinstance(data.get(p), list) for p in PARTS):
             raise RecordError(
                 "expected an object with the lists 'backward', 'realtime' and 'forward'", file=path

@@ -85,9 +85,10 @@ def said_yes(response: str) -> bool:
     return "yes" in response.strip().lower()
 
 
-def _questions(path: Path) -> list[tuple[ReleaseQuestion, dict]]:
-    """Every question of a release-structured file, checked, with its raw object."""
-    data = load_json(path)
+def _questions(path: Path, unique_keys: bool = False) -> list[tuple[ReleaseQuestion, dict]]:
+    """Every question of a release-structured file, checked, with its raw object (``unique_keys``: a
+    key given twice in one object is an error, for a prediction file)."""
+    data = load_json(path, unique_keys)
     if not isinstance(data, list):
         raise RecordError(f"expected a list of video segments, got {type(data).__name__}", file=path)
     out = []
@@ -134,7 +135,7 @@ def pair_questions(
     out: list[tuple[ReleaseQuestion, dict]] = []
     seen: dict[tuple, str] = {}
     notes: dict[str, list[str]] = {key: [] for key in NOTES}
-    for q, raw in _questions(pred):
+    for q, raw in _questions(pred, unique_keys=True):
         g = truth.get(q.key)
         try:
             if g is None:

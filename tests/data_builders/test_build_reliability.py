@@ -15,6 +15,7 @@ import data_builders.outputs as outputs
 from data_builders.build import BuildFailed, build_source
 from data_builders.record_io import load_streams
 from data_builders.records import RecordError
+from tests.conftest import full_disk_run, read_only_run, run_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -369,3 +370,60 @@ def test_a_clip_that_starts_before_zero_is_refused_by_the_build(tmp_path, mp4):
         RecordError, match=r"bad.jsonl, record propermem-ok, field 'clip_start': a clip starts"
     ):
         load_streams(tmp_path / "bad.jsonl")
+
+
+def _toy_build(out: Path, seed: int) -> list[str]:
+    return ["build", "source=toy", f"out={out}", "n=8", f"seed={seed}", "check_videos=false"]
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` but its lock, by relative path."""
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != ".lock"
+    }
+
+
+def _one_line(done) -> str:
+    lines = [line for line in done.stderr.splitlines() if line.strip() and not line.startswith("INFO ")]
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    return lines[0]
+
+
+def test_a_build_into_a_read_only_folder_is_one_line_and_keeps_the_previous_build(tmp_path):
+    """Was ``OSError: [Errno 30]`` and a traceback: now exit 2, one line naming the folder and the
+    reason; the previous build is untouched and, the folder writable again, the same command builds."""
+    out = tmp_path / "out"
+    assert run_module("data_builders", *_toy_build(out, 0)).returncode == 0
+    before = _tree(out)
+    done = read_only_run("data_builders", _toy_build(out, 1), out)
+    assert done.returncode == 2 and done.stdout == ""
+    assert _one_line(done) == (
+        f"build failed: cannot write in {out} ({out / '.lock'}): read-only file system: the previous "
+        f"build in {out} is kept as it was; make it writable (or give another folder) and rerun the same "
+        "command to go on"
+    )
+    assert _tree(out) == before
+    again = run_module("data_builders", *_toy_build(out, 1))
+    assert again.returncode == 0 and json.loads(again.stdout.splitlines()[-1])["records"] == 8
+
+
+@pytest.mark.parametrize("budget", [150, 2000])  # the staged records.jsonl, then stats.json
+def test_a_full_disk_during_a_build_is_one_line_naming_the_folder_and_the_space_left(tmp_path, budget):
+    """Was a traceback naming no folder (the previous build was kept): now exit 2, one line naming
+    the folder and the space left; the previous build stays byte for byte, nothing staged is left,
+    and the same command with room again builds."""
+    out = tmp_path / "out"
+    assert run_module("data_builders", *_toy_build(out, 0)).returncode == 0
+    before = _tree(out)
+    done = full_disk_run("data_builders", _toy_build(out, 1), out, budget)
+    assert done.returncode == 2 and done.stdout == ""
+    line = _one_line(done)
+    assert line.startswith(f"build failed: no space left writing in {out}; ") and f"free in {out}: " in line
+    assert line.endswith(
+        f"the previous build in {out} is kept as it was; free some space and rerun the same command to go on"
+    )
+    assert _tree(out) == before and [p.name for p in out.iterdir() if p.name.startswith(".")] == [".lock"]
+    again = run_module("data_builders", *_toy_build(out, 1))
+    assert again.returncode == 0 and _tree(out) != before

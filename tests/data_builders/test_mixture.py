@@ -11,6 +11,7 @@ import pytest
 from data_builders.build import BuildFailed, build_source
 from data_builders.mixture import MixtureConfig, SourceShare, apportion, build_mixture, split_of, video_groups
 from data_builders.record_io import load_streams
+from tests.conftest import read_only_run, run_module
 
 WEIGHTS = {"shot2story": 10000, "llava_video": 2000, "nexar": 600, "ego4d_events": 768}
 
@@ -300,3 +301,21 @@ def test_mix_stops_on_a_folder_another_run_holds(tmp_path, built):
         and "data_builders build source=shot2story" in proc.stderr
     )
     assert not (out / "train").exists() and not (out / "mixture.json").exists()
+
+
+def test_a_mixture_into_a_read_only_folder_is_one_line_and_keeps_the_mixture(tmp_path, built):
+    """Was ``OSError: [Errno 30]`` and a traceback: now exit 2, one line naming data.dir and the
+    reason; the mixture there stays byte for byte, and the same command mixes once it is writable."""
+    out = tmp_path / "mix"
+    assert run_module("data_builders", *_mix_cmd(built, out, 0)).returncode == 0
+    before = _split_files(out)
+    done = read_only_run("data_builders", _mix_cmd(built, out, 1), out)
+    assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert [line for line in done.stderr.splitlines() if not line.startswith("INFO ")] == [
+        f"mixture failed: cannot write in {out} ({out / '.lock'}): read-only file system: the mixture in "
+        f"{out} is kept as it was; make it writable (or give another folder) and rerun the same command to go on"
+    ]
+    assert _split_files(out) == before
+    assert (
+        run_module("data_builders", *_mix_cmd(built, out, 1)).returncode == 0 and _split_files(out) != before
+    )

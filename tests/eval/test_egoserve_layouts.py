@@ -224,3 +224,15 @@ def test_files_that_are_not_release_files_fail_with_their_name(tree, capsys, tmp
         main(["--protocol", "egoserve", "--gt", str(tmp_path / "missing.json"), "--pred", str(tmp_path)]) == 2
     )
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_a_unit_given_twice_in_a_flat_prediction_object_is_refused_naming_it(tree, capsys, tmp_path):
+    """``{unit: [entries]}`` with the unit twice: a JSON reader keeps the second list only."""
+    _one_of_each(tree)
+    pred = tmp_path / "holo_by_unit.json"
+    pred.write_text('{"z045-june-27-22-dslr": [], "z045-june-27-22-dslr": []}')
+    from eval.score import main
+
+    code = main(["--protocol", "egoserve", "--gt", str(tree.write().gt("holoassist")), "--pred", str(pred)])
+    err = capsys.readouterr().err
+    assert code == 2 and f"file {pred}: key 'z045-june-27-22-dslr' is given twice" in err, err

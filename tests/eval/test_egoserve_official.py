@@ -6,6 +6,8 @@ hand (tolerances: EgoLife 60 s, HoloAssist 10 s, CaptainCook4D 25 s)."""
 
 from __future__ import annotations
 
+import json
+
 
 def hms(seconds: float) -> str:
     h, rest = divmod(seconds, 3600)
@@ -424,3 +426,20 @@ def test_input_the_official_code_stops_on_is_counted_not_fatal(tree, egoserve):
         "pred: a time window must be a string, got NoneType": 1,
     }
     assert "the official evaluator would stop on" in err
+
+
+def test_a_key_given_twice_in_a_response_file_is_read_as_the_official_code_reads_it_and_counted(
+    tree, egoserve
+):
+    # v-dup's entry holds its gemini_response twice, the second empty: the official json.load keeps
+    # the empty one, so its service at 11 s is lost (safety 1/1/2, F1 2/3). The same number here,
+    # with the lost value counted and named (dropped and strict: pred_duplicate_key).
+    tree.holo_event("v-ok", "instant", "safety", "10-12").holo_event("v-dup", "instant", "safety", "10-12")
+    tree.pred("holoassist", "v-ok", tree.entry(tree.service("Safety", vid(11))))
+    text = json.dumps([tree.entry(tree.service("Safety", vid(11)), form="list")])
+    relative = "predictions/holoassist_rebuttal/v-dup-qwenvl_3_8b_instruct/proactive_response_gpt_5.json"
+    tree.raw(relative, text[: -len("}]")] + ', "gemini_response": []}]')
+    res, err = egoserve(*tree.write().args("holoassist"))
+    assert tree.counts(res) == {"safety": (1, 1, 2)} and res["overall_f1"] == 100 * f1(1, 1, 2)
+    assert res["dropped"]["pred_duplicate_key"] == 1 and res["strict"]["errors"]["pred_duplicate_key"] == 1
+    assert f"{tree.root / relative}: key 'gemini_response' is given twice" in err

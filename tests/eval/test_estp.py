@@ -203,3 +203,24 @@ def test_a_single_question_is_asked_at_the_clip_start_or_before_the_first_answer
     write_official(SQ, [asked], [Prediction(tin.id, [Reply(112.0, "A tin.")])], out)
     history = json.loads(out.read_text())["vid-a"]["clip-1"][0]["proactive_vlm"]["dialog_history"]
     assert history[0] == {"role": "user", "content": tin.instruction, "time": asked.instruction_time}
+
+
+@pytest.mark.parametrize("strict", [[], ["--strict"]], ids=["default", "strict"])
+def test_a_clip_given_twice_in_a_prediction_file_is_refused_naming_the_file_and_the_key(
+    tmp_path, capsys, strict
+):
+    """``clip-1`` twice under ``vid-a``, its second copy without the model's answers: a JSON reader
+    keeps the last, so the file scored ESTP-F1 0.0 instead of 40.8, exit 0 (``--strict`` too)."""
+    data = json.loads((FIXTURE / "MiniCPMV_fbf.json").read_text())
+    unanswered = [{k: v for k, v in qa.items() if k != "MiniCPMV"} for qa in data["vid-a"]["clip-1"]]
+    clip = f'"clip-1": {json.dumps(data["vid-a"]["clip-1"])}'
+    text = json.dumps(data)
+    assert text.count(clip) == 1
+    pred = tmp_path / "pred.json"
+    pred.write_text(text.replace(clip, f'{clip}, "clip-1": {json.dumps(unanswered)}'))
+    code, _, err = _score(capsys, "--gt", str(SQ), "--pred", str(pred), "--content", "any", *strict)
+    assert code == 2, err
+    assert err.strip() == (
+        f"eval.score: file {pred}: key 'clip-1' is given twice in one JSON object (a JSON reader keeps "
+        "only the last)"
+    )

@@ -424,3 +424,13 @@ def test_the_prompts_are_the_official_templates_word_for_word():
     rec = {s.id: s for s in _records()}["ovo-1560"]
     activity = BY_ID[1560]["activity"]
     assert rec.instruction == OFFICIAL_PROMPTS["REC"].format(f"How many times did they {activity}?")
+
+
+def test_a_part_given_twice_in_a_prediction_file_is_refused_naming_the_file_and_the_key(tmp_path, capsys):
+    """``backward`` twice in one file, the second empty: a JSON reader drops the first list's items."""
+    pred = folder(tmp_path, [official(7, "C")])
+    (path,) = pred.iterdir()
+    path.write_text(path.read_text().replace('"realtime"', '"backward": [], "realtime"', 1))
+    for strict in ([], ["--strict"]):
+        code, _, err = score(pred, capsys, GT, *strict)
+        assert code == 2 and f"file {path}" in err and "key 'backward' is given twice" in err, err

@@ -193,6 +193,11 @@ def test_bad_input_names_the_file_the_item_and_the_reason(tmp_path, capsys, chat
             "record line 2 (question_id 7)" in err
             and "a second line for this question (first on line 1)" in err
         )
+        # the replies twice on one line, the second empty: a JSON reader kept [] (the question silent)
+        line = json.dumps(TV_PRED[0])[:-1] + ', "model_response_list": []}\n'
+        (preds / "pred.jsonl").write_text(line)
+        code, _, err = run_score(capsys, tv, preds / "pred.jsonl", server, tmp_path)
+        assert code == 2 and f"file {preds / 'pred.jsonl'}, record line 1: key 'model_response_list'" in err
 
         # ground truth: a probe with no time, a folder that is no task, a file outside the layout
         bad = json.loads(tv.read_text())

@@ -389,3 +389,29 @@ def test_a_full_disk_in_the_frames_command_is_one_line_naming_the_cache(toy_dir,
     assert again.returncode == 0, again.stderr
     summary = json.loads(again.stdout.splitlines()[-1])
     assert (summary["clips"], summary["failed"]) == (8, 0) and len(list(cache.rglob("*.frames"))) == 8
+
+
+def test_eval_run_into_a_read_only_folder_is_one_line_and_keeps_the_evaluation(
+    tiny_checkpoint, toy_dir, tmp_path
+):
+    """Was ``OSError: [Errno 30]`` and a traceback: ``python -m eval.run`` into a read-only output
+    folder that holds an evaluation ends with one line naming the folder and the reason, exit 2; the
+    evaluation there stays byte for byte."""
+    from tests.conftest import read_only_run
+
+    out = tmp_path / "out"
+    args = [*overrides(tiny_checkpoint, toy_dir / "records.jsonl", tmp_path, "limit=1"), "view=false"]
+    evaluate(load_config([*args, f"out_dir={out}"]), echo=False)
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert "metrics.json" in {p.name for p in before}
+    done = read_only_run("eval.run", [*args, "threshold=0.3", f"out_dir={out}"], out)
+    assert done.returncode == 2 and done.stdout == "", done.stderr[-3000:]
+    assert _errors(done) == [
+        f"eval.run: cannot write in {out} ({out / '.lock'}): read-only file system: {PREDICTIONS_KEPT}; make "
+        "it writable (or give another folder) and rerun the same command to go on"
+    ]
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+#: What ``eval.run`` says of the files it wrote before a refused write.
+PREDICTIONS_KEPT = "predictions.jsonl holds whole lines only, every other file is whole"

@@ -241,3 +241,17 @@ def test_unknown_subtype_and_untagged_reply_fail(capsys, tmp_path):
     pred = write_jsonl(tmp_path / "pred.jsonl", [{"id": "v", "replies": [{"time": 5.0, "text": "no tag"}]}])
     code, _, err = run(capsys, "--protocol", "egoserve", "--gt", str(gt), "--pred", str(pred))
     assert code == 2 and "record v" in err and "no subtype" in err
+
+
+def test_a_field_given_twice_in_a_prediction_line_is_refused_naming_the_file_line_and_key(
+    capsys, tmp_path, p3i_files
+):
+    """``replies`` twice on one line, the second empty: a JSON reader keeps ``[]``, so ``a`` was
+    scored as silent."""
+    gt, pred = p3i_files
+    lines = pred.read_text().splitlines()
+    lines[0] = lines[0][:-1] + ', "replies": []}'
+    pred.write_text("\n".join(lines) + "\n")
+    code, res, err = run(capsys, "--protocol", "p3i", "--gt", str(gt), "--pred", str(pred))
+    assert code == 2 and res is None
+    assert f"file {pred}, record line 1: key 'replies' is given twice in one JSON object" in err, err

@@ -381,3 +381,17 @@ def test_official_polls_cut_before_the_poll_and_a_bad_transcript_is_named(tmp_pa
     with pytest.raises(RecordError, match=rf"record {first.id}, field 'polls\[1\]': expected \{{turn: poll"):
         write_official(tmp_path / "x.json", streams, [Prediction(first.id, [])], "M", transcripts=bad)
     assert not (tmp_path / "x.json").exists()
+
+
+def test_a_model_key_given_twice_in_a_question_is_refused_naming_the_file_and_the_key(tmp_path, capsys):
+    """The model's entry twice in one question, the second never saying yes: a JSON reader keeps it
+    and drops the answer the first holds."""
+    data = predictions()
+    entry = f'"MyModel": {json.dumps(data[0]["questions"][0]["MyModel"])}'
+    silent = json.dumps(harness_entry(5, None, last_poll=20))
+    text = json.dumps(data)
+    assert text.count(entry) == 1
+    pred = tmp_path / "proactive_output_MyModel.json"
+    pred.write_text(text.replace(entry, f'{entry}, "MyModel": {silent}'))
+    code, _, err = score(capsys, "--gt", str(GT_FILE), "--pred", str(pred))
+    assert code == 2 and f"file {pred}" in err and "key 'MyModel' is given twice" in err, err

@@ -2,7 +2,12 @@
 folder first on ``PYTHONPATH`` of a subprocess): under ``FULL_DISK_DIR``, writes succeed until
 ``FULL_DISK_BYTES`` bytes were written by this process, then every write there raises
 ``OSError(ENOSPC)`` (the bytes that fit are kept, as a real disk keeps them). Files opened with
-``open`` / ``io.open`` / ``Path.open`` and written with ``os.write`` are covered."""
+``open`` / ``io.open`` / ``Path.open`` and written with ``os.write`` are covered.
+
+``FULL_DISK_ERRNO=EROFS`` (or another errno name: ``EACCES``) makes ``FULL_DISK_DIR`` a folder that
+refuses every change instead, as a read-only file system does: opening a file there for writing
+(``open``, ``os.open``), making or removing a folder, renaming, replacing or removing a file raises
+that errno, naming the path; reading is untouched."""
 
 from __future__ import annotations
 
@@ -13,6 +18,8 @@ import os
 
 _DIR = os.environ.get("FULL_DISK_DIR")
 _LEFT = [int(os.environ.get("FULL_DISK_BYTES", "0"))]
+_ERRNO = getattr(errno, os.environ.get("FULL_DISK_ERRNO", "ENOSPC"))
+_WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
 def _under(path) -> bool:
@@ -64,7 +71,43 @@ class _Full:
         return getattr(self._fh, name)
 
 
-if _DIR:
+def _refuse(*paths) -> None:
+    """Raise ``_ERRNO`` naming the first of ``paths`` in the folder (none: nothing)."""
+    for path in paths:
+        if _under(path) or os.path.realpath(os.fspath(path)) == os.path.realpath(_DIR):
+            raise OSError(_ERRNO, os.strerror(_ERRNO), os.fspath(path))
+
+
+def _read_only() -> None:
+    """Every change under the folder raises ``_ERRNO`` (see the module's docstring)."""
+    _open, _os_open = io.open, os.open
+
+    def open_(file, mode="r", *args, **kwargs):
+        if any(c in mode for c in "wax+") and not isinstance(file, int):
+            _refuse(file)
+        return _open(file, mode, *args, **kwargs)
+
+    def os_open(path, flags, *args, **kwargs):
+        if flags & _WRITES:
+            _refuse(path)
+        return _os_open(path, flags, *args, **kwargs)
+
+    def guard(call, n_paths):
+        def guarded(*args, **kwargs):
+            _refuse(*args[:n_paths])
+            return call(*args, **kwargs)
+
+        return guarded
+
+    builtins.open = io.open = open_
+    os.open = os_open
+    for name, n in (("mkdir", 1), ("rmdir", 1), ("unlink", 1), ("remove", 1), ("rename", 2), ("replace", 2)):
+        setattr(os, name, guard(getattr(os, name), n))
+
+
+if _DIR and _ERRNO != errno.ENOSPC:
+    _read_only()
+elif _DIR:
     _open = io.open
 
     def _full_open(file, mode="r", *args, **kwargs):
