@@ -171,9 +171,11 @@ def train(cfg: DictConfig) -> Path:
 
 def _finished(out: Path, resume: str, max_steps: int) -> bool:
     """Whether the run in ``out`` is done: the checkpoint to resume from is at ``max_steps`` and
-    ``final/`` was saved after it (the Trainer, resumed there, would train one step more)."""
+    ``final/`` was saved after it, whole (its ``COMPLETE``, written once every rank's part is saved;
+    a ``config.json`` is there before the weights are). The Trainer, resumed there, would train one
+    step more."""
     step, planned = checkpoint_step(resume), _planned_steps(resume, max_steps)
-    return None not in (step, planned) and step >= planned and (out / "final" / "config.json").is_file()
+    return None not in (step, planned) and step >= planned and (out / "final" / COMPLETE_MARKER).is_file()
 
 
 def _planned_steps(resume: str, max_steps: int) -> int | None:
