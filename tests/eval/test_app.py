@@ -868,14 +868,14 @@ def test_a_request_that_trickles_is_closed_at_its_deadline(served):
         sock = _raw(server)
         sock.sendall(head)
         took = _closed_at(sock, b"X-Pad: a\r\n", 0.05, 6.0)
-        assert took is not None and 0.7 < took < 1.6, took
+        assert took is not None and 0.7 < took < 2.5, took
         sock = _raw(server)  # the token, and a body announced that trickles
         sock.sendall(
             f"POST /checkpoint HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: token {token}\r\n"
             "Content-Type: application/json\r\nContent-Length: 2000\r\n\r\n".encode()
         )
         took = _closed_at(sock, b" ", 0.05, 6.0)
-        assert took is not None and 0.7 < took < 1.6, took
+        assert took is not None and 0.7 < took < 2.5, took
         sock = _raw(server)  # a whole request: answered, then the connection ends
         sock.sendall(head + f"Authorization: token {token}\r\nConnection: keep-alive\r\n\r\n".encode())
         answer = b""
