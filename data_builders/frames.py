@@ -43,6 +43,9 @@ import logging
 import math
 import os
 import re
+import signal
+import sys
+import threading
 import time
 from concurrent.futures import CancelledError, ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -64,6 +67,8 @@ log = logging.getLogger("data_builders")
 #: A cache temp file written by another host is treated as dead once unchanged this long (s): a live
 #: writer appends every frame as it is decoded.
 FOREIGN_TMP_STALE_S = 3600.0
+#: ``prctl``'s option: the signal a process gets when its parent dies (linux/prctl.h).
+PR_SET_PDEATHSIG = 1
 _SHARD = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
 
 
@@ -159,6 +164,27 @@ def dead_cache_writes(cache: str | Path) -> list[Path]:
     return out
 
 
+def end_with_parent(parent: int) -> None:
+    """A worker's start: it ends when ``parent`` (the stage) dies, even by SIGKILL, instead of waiting
+    on its task pipe for ever (the workers hold that pipe's other end, so it never closes). On Linux
+    the kernel sends it SIGKILL then (``prctl(PR_SET_PDEATHSIG)``); elsewhere, and for a parent that
+    died before the call, a thread checks every second that its parent is still ``parent``."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    if os.getppid() != parent:  # gone already
+        os._exit(1)
+    threading.Thread(target=watch, name="end-with-parent", daemon=True).start()
+
+
 def _cache_one(
     cache_root: str, path: Path, stream: Stream, render: RenderConfig, steps_per_second: float
 ) -> tuple[str, int, str | None]:
@@ -195,7 +221,9 @@ def _decode_all(
     # the workers are forked: garbage PyAV objects of this process (a build's probes) must be freed
     # here, where their decoder threads live; a worker collecting one hangs for good
     gc.collect()
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with ProcessPoolExecutor(
+        max_workers=workers, initializer=end_with_parent, initargs=(os.getpid(),)
+    ) as pool:
         futures = [
             pool.submit(_cache_one, cache, path, stream, render, steps_per_second) for _, path, stream in jobs
         ]

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import fields, is_dataclass
 from typing import Any, NoReturn, get_type_hints
 
+from infra.files import OutputLocked
 from infra.schema import compose
 
 #: Hydra's own flags that take a value (``--cfg job``, ``--config-name x``).
@@ -110,7 +111,7 @@ def front_door(
         return None if printing else cfg
     try:
         check(cfg)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, FileNotFoundError, OutputLocked) as exc:
         refuse(prog, str(exc))
     return cfg
 

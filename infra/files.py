@@ -155,12 +155,9 @@ class OutputLock:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             fh.seek(0)
-            holder = fh.read().strip() or "another process"
+            holder = fh.read().strip()
             fh.close()
-            raise OutputLocked(
-                f"{self.folder} is in use by another run ({holder}); wait for it to finish or pick "
-                "another output folder"
-            ) from None
+            raise OutputLocked(_in_use(self.folder, holder)) from None
         holder = {
             "pid": os.getpid(),
             "host": platform.node(),
@@ -191,6 +188,30 @@ class OutputLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def _in_use(folder: Path, holder: str) -> str:
+    return (
+        f"{folder} is in use by another run ({holder or 'another process'}); wait for it to finish or "
+        "pick another output folder"
+    )
+
+
+def refuse_if_held(folder: str | Path) -> None:
+    """Raise :class:`OutputLocked`, as :meth:`OutputLock.acquire` would, when another process holds
+    ``folder``'s lock now; creates and changes nothing. A command's front door calls it before
+    anything (Hydra's ``.hydra/``, a log) is written into a folder that another run owns."""
+    folder = Path(folder)
+    try:
+        fh = open(folder / LOCK_FILE, encoding="utf-8")  # noqa: SIM115 - closed below
+    except OSError:  # no lock file: no run holds it
+        return
+    with fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OutputLocked(_in_use(folder, fh.read().strip())) from None
+        fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
 @contextlib.contextmanager

@@ -2,8 +2,9 @@
 folders and paths a request may name.
 
 - **Keys** (:class:`AppConfig`, every default here): ``host``, ``port``, ``allow_dirs``,
-  ``allow_hosts``, ``send_timeout_s``, ``max_upload_mb``; every other ``key=value`` is an
-  ``eval.run`` override.
+  ``allow_hosts``, ``send_timeout_s``, ``max_upload_mb``, and the limits of ``eval.app.limits``
+  (``request_timeout_s``, ``min_body_kib_s``, ``max_connections``, ``max_connections_per_ip``);
+  every other ``key=value`` is an ``eval.run`` override.
 - **Requests** (:class:`Guard`): the ``Host`` header must name the server (127.0.0.1, localhost,
   [::1], the bound address; on a wildcard bind the machine's name and addresses; ``allow_hosts=``),
   so a page served from another name that resolves here (DNS rebinding) is refused; an ``Origin``
@@ -51,6 +52,17 @@ class AppConfig:
     """A stream whose client takes no data for this long ends, and frees the model for the next."""
     max_upload_mb: float = 512.0
     """The largest upload (MiB); a larger one is refused with 413."""
+    request_timeout_s: float = 10.0
+    """A request's line, headers and body must arrive within this many seconds of its connection's
+    start, however slowly they trickle; else the connection is closed (``eval.app.limits``)."""
+    min_body_kib_s: float = 256.0
+    """A body gets one second more per this many KiB (a 512 MiB upload: 2,048 s more)."""
+    max_connections: int = 64
+    """Connections open at once; one more is answered 503, or takes the place of the connection that
+    has waited longest (over 1 s) for its headers."""
+    max_connections_per_ip: int = 16
+    """Connections open at once from one address (behind a reverse proxy, all come from the proxy:
+    set it to ``max_connections``); one more is answered 503."""
 
     @classmethod
     def split(cls, argv: list[str]) -> tuple[AppConfig, list[str]]:
@@ -66,10 +78,13 @@ class AppConfig:
                 continue
             given[key] = _value(key, value, types[key])
         app = cls(**given)
-        if app.send_timeout_s <= 0 or app.max_upload_mb <= 0 or not 0 <= app.port < 65536:
+        positive = ("send_timeout_s", "max_upload_mb", "request_timeout_s", "min_body_kib_s")
+        positive += ("max_connections", "max_connections_per_ip")
+        bad = [f"{k}={getattr(app, k)}" for k in positive if not getattr(app, k) > 0]
+        if bad or not 0 <= app.port < 65536:
             raise ValueError(
-                f"send_timeout_s={app.send_timeout_s}, max_upload_mb={app.max_upload_mb}, port={app.port}: "
-                "the times and sizes must be > 0 and the port in 0..65535"
+                f"{', '.join(bad + [f'port={app.port}'])}: the times, sizes and counts must be > 0 and the port "
+                "in 0..65535"
             )
         return app, rest
 

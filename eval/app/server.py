@@ -14,6 +14,7 @@ shows, the options, the guard and the webcam: ``docs/app.md``.
 
 from __future__ import annotations
 
+import io
 import json
 import signal
 import socket
@@ -27,6 +28,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 from data_builders.records import RecordError
 from eval.app.guard import WILDCARD, AppConfig, Guard, host_names
+from eval.app.limits import Connections, DeadlineReader, refuse
 from eval.app.page import PAGE
 from eval.app.streams import ClientGone, Demo, Request, WebcamStopped
 
@@ -52,8 +54,11 @@ SAFE_HEADERS = {
     "Content-Security-Policy": "frame-ancestors 'none'",
     "Referrer-Policy": "no-referrer",
 }
-#: Seconds a connection may take to send its request line, headers or a chunk of its body.
+#: Seconds one read of a request may wait (each read is bounded by the request's deadline too:
+#: ``request_timeout_s``).
 READ_TIMEOUT_S = 30.0
+#: Connections the kernel queues while the server accepts (the listen backlog).
+BACKLOG = 128
 #: The send buffer of a stream's socket (bytes; the kernel doubles it): fixed, so a client that stops
 #: reading has at most this much of its events queued, and the stall shows within a few events.
 STREAM_SNDBUF = 64 * 2**10
@@ -74,6 +79,20 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, *args):  # quiet: the page shows what happens
         pass
+
+    def setup(self) -> None:
+        """The connection's reads, bounded by the request's deadline (``eval.app.limits``)."""
+        super().setup()
+        self.reader = DeadlineReader(self.connection, self.app.request_timeout_s, READ_TIMEOUT_S)
+        self.rfile = io.BufferedReader(self.reader)
+
+    def parse_request(self) -> bool:
+        """http.server's parse; a connection closed to make room is not answered."""
+        parsed = super().parse_request()
+        if not self.server.connections.headers_in(self.connection):
+            self.close_connection = True
+            return False
+        return parsed
 
     def _head(self, code: int, kind: str, length: int | None = None) -> None:
         self.send_response(code)
@@ -116,6 +135,7 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self._json(413 if n > 0 else 400, {"error": f"a body of {n} bytes: this post takes 0 to {limit}"})
             return None
+        self.reader.extend(n / (self.app.min_body_kib_s * 2**10))
         return n
 
     def _body(self, limit: int) -> bytes | None:
@@ -239,7 +259,30 @@ def handler(demo: Demo, guard: Guard, app: AppConfig) -> type[Handler]:
 
 
 class _Server(ThreadingHTTPServer):
+    """One thread per connection, under the caps of ``connections`` (``eval.app.limits``): a
+    connection past them is answered 503 and closed at once, no thread started."""
+
     daemon_threads = True
+    request_queue_size = BACKLOG
+    connections: Connections
+
+    def process_request(self, request, client_address) -> None:
+        why = self.connections.admit(request, client_address[0])
+        if why is not None:
+            refuse(request, why, SAFE_HEADERS)
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def handle_error(self, request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], OSError):  # a client gone mid-answer is no error
+            super().handle_error(request, client_address)
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.connections.close(request)
 
 
 class _Server6(_Server):
@@ -252,6 +295,7 @@ def serve(demo: Demo, app: AppConfig | None = None, token: str | None = None) ->
     app = app or AppConfig()
     server = (_Server6 if ":" in app.host else _Server)((app.host.strip("[]"), app.port), Handler)
     port = server.server_address[1]
+    server.connections = Connections(app.max_connections, app.max_connections_per_ip)
     guard = Guard(host_names(app.host, app.allow_hosts), port, token)
     server.RequestHandlerClass = handler(demo, guard, app)
     shown = socket.gethostname() if app.host in WILDCARD else app.host
@@ -286,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             "usage: python -m eval.app.server [checkpoint=DIR|null] [records=PATH] [host=127.0.0.1] [port=7860] "
             "[allow_dirs=[DIR,...]] [allow_hosts=[NAME,...]] [send_timeout_s=5] [max_upload_mb=512] "
+            "[request_timeout_s=10] [min_body_kib_s=256] [max_connections=64] [max_connections_per_ip=16] "
             "[key=value ...] [--cfg job [--resolve]]"
         )
         return 0

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -105,3 +107,59 @@ def test_cache_format_figures_are_measured_on_textured_448_frames(tmp_path):
     assert out["cache_psnr_db"]["raw"] == out["cache_psnr_db"]["png"] == float("inf")
     assert 30 < out["cache_psnr_db"]["jpeg90"] < out["cache_psnr_db"]["jpeg95"] < 60
     assert all(v > 0 for v in out["cache_decode_ms_per_frame"].values())
+
+
+def _children(pid: int) -> list[int]:
+    """The live (not zombie) processes whose parent is ``pid``, from /proc."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_workers_of_a_killed_frames_stage_end_with_it(tmp_path):
+    """``python -m data_builders frames`` killed with SIGKILL: its decoding workers end within a few
+    seconds (before: they waited on their pipe for ever, ~72 MB each, adopted by pid 1)."""
+    import signal
+    import time
+
+    build_source("toy", tmp_path / "toy", options={"n": 12, "seed": 0}, workers=2)
+    cmd = [sys.executable, "-m", "data_builders", "frames", f"records={tmp_path / 'toy'}", "render=toy"]
+    proc = subprocess.Popen(
+        [*cmd, f"paths.frame_cache_dir={tmp_path / 'frames'}", "workers=2"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},  # this checkout's code
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        end = time.monotonic() + 120
+        while len(workers := _children(proc.pid)) < 2:  # the pool forks its two workers at once
+            assert proc.poll() is None and time.monotonic() < end, (
+                "the stage ended before its workers were seen"
+            )
+            time.sleep(0.005)
+        os.kill(proc.pid, signal.SIGKILL)
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+        end = time.monotonic() + 5
+        while any(_alive(w) for w in workers) and time.monotonic() < end:
+            time.sleep(0.05)
+        left = [w for w in workers if _alive(w)]
+    finally:
+        proc.kill()
+    for w in left:  # the test's own clean-up of what the stage left
+        os.kill(w, signal.SIGKILL)
+    assert left == [], f"workers {left} of the killed stage still run"

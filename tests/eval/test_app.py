@@ -823,3 +823,162 @@ def test_what_a_careful_user_tries_is_refused(served):
     head = raw.recv(65536).split(b"\r\n\r\n", 1)[0].decode()
     raw.close()
     assert head.startswith("HTTP/1.0 403 ") and "a=b" not in head and "X-A" not in head
+
+
+def _raw(server, source: str = "127.0.0.1") -> socket.socket:
+    """A raw connection to ``server`` from the loopback address ``source`` (127.0.0.0/8 is all
+    loopback on Linux: each address is another client)."""
+    sock = socket.socket()
+    sock.bind((source, 0))
+    sock.settimeout(5)
+    sock.connect(("127.0.0.1", server.server_address[1]))
+    return sock
+
+
+def _closed_at(sock: socket.socket, trickle: bytes, every_s: float, limit_s: float) -> float | None:
+    """Send ``trickle`` one byte every ``every_s`` until the server closes ``sock``: the seconds it
+    took, or None if it was still open after ``limit_s``."""
+    import select
+
+    start = time.monotonic()
+    for i in range(int(limit_s / every_s)):
+        try:
+            sock.send(trickle[i % len(trickle) : i % len(trickle) + 1])
+        except OSError:  # reset: closed
+            return time.monotonic() - start
+        if select.select([sock], [], [], every_s)[0]:
+            try:
+                sock.recv(65536)  # b"" at the end, or a 408/503 before it
+            except OSError:
+                pass
+            return time.monotonic() - start
+    return None
+
+
+def test_a_request_that_trickles_is_closed_at_its_deadline(served):
+    """The request line, headers and body must arrive within ``request_timeout_s`` of the connection's
+    start however slowly they trickle (a byte every 0.05 s kept the old per-read timeout of 30 s from
+    ever firing), with or without the token; a whole request is answered, and its connection ends
+    with the answer (no keep-alive)."""
+    demo, _ = served
+    server = serve(demo, AppConfig(port=0, request_timeout_s=1.0))
+    token = server.guard.token
+    try:
+        head = b"GET /state HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        sock = _raw(server)
+        sock.sendall(head)
+        took = _closed_at(sock, b"X-Pad: a\r\n", 0.05, 6.0)
+        assert took is not None and 0.7 < took < 2.5, took
+        sock = _raw(server)  # the token, and a body announced that trickles
+        sock.sendall(
+            f"POST /checkpoint HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: token {token}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 2000\r\n\r\n".encode()
+        )
+        took = _closed_at(sock, b" ", 0.05, 6.0)
+        assert took is not None and 0.7 < took < 2.5, took
+        sock = _raw(server)  # a whole request: answered, then the connection ends
+        sock.sendall(head + f"Authorization: token {token}\r\nConnection: keep-alive\r\n\r\n".encode())
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.0 200 ") and b'"running"' in answer, answer[:200]
+    finally:
+        server.shutdown()
+
+
+def test_connections_past_the_caps_are_refused_and_the_page_is_still_served(served):
+    """``max_connections_per_ip``: one connection more from an address is answered 503 at once;
+    ``max_connections``: the server full of connections that send no headers, the page's own
+    ``GET /state`` takes the place of the one that waited longest, and is answered at once."""
+    demo, _ = served
+    server = serve(demo, AppConfig(port=0, max_connections=8, max_connections_per_ip=4))
+    crowd: list[socket.socket] = []
+    try:
+        crowd += [_raw(server, "127.0.0.2") for _ in range(4)]
+        extra = _raw(server, "127.0.0.2")
+        t0 = time.monotonic()
+        refused = extra.recv(65536)
+        assert refused.startswith(b"HTTP/1.0 503 ") and time.monotonic() - t0 < 1.0, refused
+        assert b"4 connections from 127.0.0.2 are open already (max_connections_per_ip)" in refused
+        crowd += [_raw(server, "127.0.0.3") for _ in range(4)]
+        wait_until(lambda: len(server.connections) == 8, timeout=5)
+        refused = _raw(server, "127.0.0.4").recv(65536)  # full, and none has waited 1 s yet
+        assert b"the server holds 8 connections already (max_connections)" in refused, refused
+        time.sleep(1.1)
+        t0 = time.monotonic()
+        status, _, body = call(server, "GET", "/state")
+        assert status == 200 and "running" in json.loads(body) and time.monotonic() - t0 < 1.0
+        assert crowd[0].recv(65536) == b""  # the longest waiting made room
+        assert len(server.connections) == 7  # the page's connection closed after its answer
+    finally:
+        for sock in crowd:
+            sock.close()
+        server.shutdown()
+
+
+#: The server process's file limit in the crowd test, and the crowd: more connections than files.
+CROWD_FILES, CROWD = 128, 300
+
+
+@pytest.mark.slow  # a fresh process: 5 to 20 s of imports
+def test_a_crowd_of_slow_connections_does_not_starve_the_page(tiny_checkpoint, tmp_path):
+    """A real server process with its defaults and a 128-file limit, and 300 connections from 20
+    loopback addresses that send a header line every 0.5 s and never finish (no token needed):
+    the page's own ``GET /state`` is answered within a second, three times over. Before, every
+    file went to the crowd (no cap; the old 30 s timeout was per read) and ``GET /state`` timed out."""
+    code = (
+        "import resource, sys; "
+        f"resource.setrlimit(resource.RLIMIT_NOFILE, ({CROWD_FILES}, {CROWD_FILES})); "
+        "from eval.app.server import main; sys.exit(main(sys.argv[1:]))"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, f"checkpoint={tiny_checkpoint}", "port=0", f"paths.data_dir={tmp_path}"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    crowd: list[socket.socket] = []
+    stop = threading.Event()
+    try:
+        url = urlparse(json.loads(proc.stdout.readline())["url"])
+        token = parse_qs(url.query)["token"][0]
+        for i in range(CROWD):  # 4 connects every 5 ms (the old backlog of 5 dropped a burst)
+            time.sleep(0.005 if i % 4 == 3 else 0)
+            sock = socket.socket()
+            sock.bind((f"127.0.0.{2 + i % 20}", 0))
+            sock.setblocking(False)
+            sock.connect_ex(("127.0.0.1", url.port))
+            crowd.append(sock)
+
+        def trickle() -> None:  # the request line once connected, then a header line every 0.5 s
+            sent = set()
+            while not stop.wait(0.5):
+                for sock in crowd:
+                    try:
+                        sock.send(b"X-Pad: a\r\n" if sock in sent else b"GET /state HTTP/1.1\r\n")
+                        sent.add(sock)
+                    except OSError:  # not connected yet, or closed
+                        pass
+
+        threading.Thread(target=trickle, daemon=True).start()
+        time.sleep(3)  # the crowd is in, and has waited longer than a connection that makes room
+        for _ in range(3):
+            t0 = time.monotonic()
+            conn = http.client.HTTPConnection("127.0.0.1", url.port, timeout=3)
+            conn.request("GET", "/state", headers={"Authorization": f"token {token}"})
+            answer = conn.getresponse()
+            assert answer.status == 200 and "running" in json.loads(answer.read())
+            conn.close()
+            assert time.monotonic() - t0 < 1.0
+            time.sleep(0.5)
+    finally:
+        stop.set()
+        for sock in crowd:
+            sock.close()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.communicate(timeout=60)
+        finally:
+            proc.kill()

@@ -137,6 +137,52 @@ print(mtime)
     ]  # no temp folder left
 
 
+def test_a_reader_waits_for_the_fingerprint_not_for_config_json(tmp_path):
+    """The race of a 2-rank ``eval.run`` on a fresh cache, made deterministic: a builder holds the lock
+    and has put every file in place (``config.json`` and the weights) but the fingerprint; a second
+    process asking for the checkpoint then waits, and gets it only once the fingerprint is written and
+    the lock freed, without building it again."""
+    import shutil
+    import threading
+
+    from engine.model import TINY_STAMP, _fingerprint, build_tiny_checkpoint
+    from infra.files import waiting_lock, write_text_atomic
+
+    cfg = tiny_model_config()
+    built = build_tiny_checkpoint(cfg, tmp_path / "built")
+    out = tmp_path / "cache" / "tiny-x"
+    placed, finish = threading.Event(), threading.Event()
+
+    def builder() -> None:  # the first rank, stopped between its last file and its fingerprint
+        with waiting_lock(out.parent / f".{out.name}.lock"):
+            out.mkdir(parents=True)
+            for file in sorted(built.iterdir()):
+                if file.name != TINY_STAMP:
+                    shutil.copy(file, out / file.name)
+            placed.set()
+            finish.wait(30)
+            write_text_atomic(out / TINY_STAMP, _fingerprint(cfg) + "\n")
+
+    first = threading.Thread(target=builder)
+    first.start()
+    assert placed.wait(30)
+    got: dict = {}
+    second = threading.Thread(
+        target=lambda: got.update(path=build_tiny_checkpoint(cfg, out), at=time.monotonic())
+    )
+    second.start()
+    second.join(1.0)
+    assert second.is_alive() and not got, "the second read a checkpoint whose fingerprint is not written"
+    weights = (out / "model.safetensors").stat().st_mtime_ns
+    released = time.monotonic()
+    finish.set()
+    first.join(30)
+    second.join(60)
+    assert got["path"] == out and got["at"] >= released
+    assert (out / "model.safetensors").stat().st_mtime_ns == weights  # not built a second time
+    json.loads((out / "config.json").read_text())
+
+
 def test_a_tiny_checkpoint_of_another_config_is_replaced(tmp_path):
     from engine.model import TINY_STAMP, _fingerprint, build_tiny_checkpoint
 

@@ -234,6 +234,24 @@ def test_rerunning_a_finished_run_trains_nothing(toy_data, tmp_path):
     assert (final / "model.safetensors").read_bytes() != weights
 
 
+def test_a_final_folder_cut_before_its_marker_is_not_a_finished_run(toy_data, tmp_path):
+    """A run killed while its ranks saved ``final/`` (``config.json`` there, the weights cut, no
+    ``COMPLETE``, which is written last once every rank's part is saved): the same command again
+    is no finished run; it resumes as after a kill before ``final/`` and saves ``final/`` whole
+    (before: ``config.json`` alone made the run finished, and the cut ``final/`` was returned)."""
+    from safetensors.torch import load, load_file
+
+    run = tmp_path / "run"
+    cfg = compose_config(sft_overrides(toy_data, run, "sft.max_steps=1", "sft.save_steps=1"))
+    final = train(cfg)
+    whole = (final / "model.safetensors").read_bytes()
+    (final / COMPLETE_MARKER).unlink()
+    (final / "model.safetensors").write_bytes(whole[: len(whole) // 2])
+    assert train(cfg) == final
+    assert (final / COMPLETE_MARKER).is_file()
+    assert load_file(final / "model.safetensors").keys() == load(whole).keys()
+
+
 def test_the_time_budget_stops_sft_with_a_complete_checkpoint(toy_data, tmp_path):
     """A budget spent at the first step: the run control makes the Trainer save and stop there, the
     final weights are written, and progress.json says what stopped it (1 of 50 steps)."""

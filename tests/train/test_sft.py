@@ -220,3 +220,28 @@ def test_the_command_line_ends_with_one_json_line(tmp_path, monkeypatch, capsys)
     )
     sft.main()
     assert json.loads(capsys.readouterr().out.splitlines()[-1]) == {"final_checkpoint": str(final)}
+
+
+def test_a_second_run_on_a_held_folder_is_one_line_naming_it_and_its_holder(tmp_path, monkeypatch, capsys):
+    """A second ``train.sft`` into a folder another run holds stops with one line naming the folder
+    and the holder's pid and host, exit 2 (before: the lock's traceback), and leaves the folder as it was."""
+    import platform
+    import sys
+
+    import train.sft.run as sft
+    from infra.files import OutputLock
+
+    out = tmp_path / "run"
+    (tmp_path / "data" / "toy" / "train").mkdir(parents=True)  # the pre-flight: data.dir is built
+    monkeypatch.setattr(sys, "argv", ["train.sft", f"paths.root_dir={tmp_path}", f"sft.output_dir={out}"])
+    with OutputLock(out, "train.sft"):
+        before = sorted(p.name for p in out.iterdir())
+        with pytest.raises(SystemExit) as stopped:
+            sft.main()
+        assert sorted(p.name for p in out.iterdir()) == before
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2
+    [line] = [x for x in err.splitlines() if x.strip()]
+    assert line.startswith(f"train.sft: {out} is in use by another run (")
+    assert f'"pid": {os.getpid()}' in line and f'"host": "{platform.node()}"' in line
+    assert "Traceback" not in err

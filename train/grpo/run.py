@@ -49,7 +49,7 @@ from engine.checkpoints import (
 )
 from engine.preflight import check_stage
 from infra.entry import front_door, quiet_libraries
-from infra.files import OutputLock
+from infra.files import OutputLock, OutputLocked
 from infra.progress import console
 from infra.ranks import barrier, is_rank_zero
 from infra.run_control import NonFiniteLoss, Preempted, RunControl
@@ -348,6 +348,9 @@ def _main(cfg: DictConfig) -> None:
             print(json.dumps(get_method(cfg.entry.target)(cfg)))
             return
         selected = run(cfg, out)
+    except OutputLocked as exc:  # another run holds the folder: its path and holder, one line
+        print(f"train.grpo: {exc}", file=sys.stderr)
+        sys.exit(2)
     except Preempted as exc:
         log.warning("%s", exc)
         leave_launch(exc.exit_code)

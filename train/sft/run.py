@@ -33,7 +33,7 @@ from engine.model import count_parameters, load_model_and_processor
 from engine.preflight import check_stage
 from engine.render import TurnRenderer
 from infra.entry import front_door, quiet_libraries
-from infra.files import OutputLock
+from infra.files import OutputLock, OutputLocked, refuse_if_held
 from infra.progress import console
 from infra.ranks import is_rank_zero
 from infra.run_control import NonFiniteLoss, Preempted, RunControl
@@ -171,9 +171,11 @@ def train(cfg: DictConfig) -> Path:
 
 def _finished(out: Path, resume: str, max_steps: int) -> bool:
     """Whether the run in ``out`` is done: the checkpoint to resume from is at ``max_steps`` and
-    ``final/`` was saved after it (the Trainer, resumed there, would train one step more)."""
+    ``final/`` was saved after it, whole (its ``COMPLETE``, written once every rank's part is saved;
+    a ``config.json`` is there before the weights are). The Trainer, resumed there, would train one
+    step more."""
     step, planned = checkpoint_step(resume), _planned_steps(resume, max_steps)
-    return None not in (step, planned) and step >= planned and (out / "final" / "config.json").is_file()
+    return None not in (step, planned) and step >= planned and (out / "final" / COMPLETE_MARKER).is_file()
 
 
 def _planned_steps(resume: str, max_steps: int) -> int | None:
@@ -246,6 +248,9 @@ def _main(cfg: DictConfig) -> None:
     console(str(Path(cfg.sft.output_dir) / "sft.log") if is_rank_zero() else None)
     try:
         final = train(cfg)
+    except OutputLocked as exc:  # another run holds the folder: its path and holder, one line
+        print(f"train.sft: {exc}", file=sys.stderr)
+        sys.exit(2)
     except Preempted as exc:
         log.warning("%s", exc)
         leave_launch(exc.exit_code)
@@ -253,10 +258,18 @@ def _main(cfg: DictConfig) -> None:
     leave_launch()
 
 
+def _check_start(cfg: DictConfig) -> None:
+    """The stage's pre-flight, then the output folder: one another run holds is refused before Hydra
+    writes its ``.hydra/`` into it (rank zero asks: it is the one that takes the lock)."""
+    check_stage("sft", cfg)
+    if is_rank_zero():
+        refuse_if_held(cfg.sft.output_dir)
+
+
 def main() -> None:
     """The command line: composed, validated and pre-flighted (``engine.preflight``: the splits, the
     data dir, the memory plan on a GPU) before Hydra runs it, so a mistake is one line, exit 2."""
-    front_door("train.sft", "sft", SFTConfig, check=lambda cfg: check_stage("sft", cfg))
+    front_door("train.sft", "sft", SFTConfig, check=_check_start)
     _main()
 
 
