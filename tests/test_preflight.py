@@ -284,6 +284,7 @@ def test_a_run_of_epochs_is_finished_only_at_its_planned_steps(tmp_path):
     (ckpt / "trainer_state.json").write_text(json.dumps({"max_steps": 5, "global_step": 3}))
     (tmp_path / "final").mkdir()
     (tmp_path / "final" / "config.json").write_text("{}")
+    (tmp_path / "final" / "COMPLETE").write_text("")
     assert _finished(tmp_path, str(ckpt), -1) is False
     (ckpt / "trainer_state.json").write_text(json.dumps({"max_steps": 3, "global_step": 3}))
     assert _finished(tmp_path, str(ckpt), -1) is True

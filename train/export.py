@@ -38,7 +38,7 @@ from engine.checkpoints import (
     weights_fingerprint,
     write_render,
 )
-from infra.files import DiskFullError
+from infra.files import FolderWriteError
 from infra.schema import CONF_DIR, store_schema, validate
 from train.export_folder import MARKER, ExportError, check_out, write_export, write_marker
 from train.model_card import CHAT_TEMPLATE, evaluations_of, model_card
@@ -254,7 +254,7 @@ def main(cfg: DictConfig) -> None:
     try:
         c = OmegaConf.to_object(validate(cfg, ExportConfig))
         summary = export(c)
-    except (ExportError, CheckpointError, UnsafeCheckpoint, FileNotFoundError, DiskFullError) as exc:
+    except (ExportError, CheckpointError, UnsafeCheckpoint, FileNotFoundError, FolderWriteError) as exc:
         print(f"train.export: {exc}", file=sys.stderr)
         sys.exit(2)
     print(json.dumps(summary, sort_keys=True))

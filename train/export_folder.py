@@ -11,7 +11,7 @@
   the earlier export whole aside, and the next export moves it back first. A kill at any other
   moment leaves the old or the new export whole at ``out``; the next export removes the staging
   and set-aside folders their dead writers left (their locks are free), and nothing else.
-- A full disk or a read-only folder is one line (:class:`~infra.files.DiskFullError` /
+- A full disk or a read-only folder is one line (:class:`~infra.files.FolderWriteError` /
   :class:`ExportError`); the staging folder is removed and ``out`` is as it was.
 - Only folders of the export's names that hold its marker (or nothing) are ever removed: the marker
   is the first file of a staging folder and the last one rewritten.
@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from engine.checkpoints import model_dir, run_dir_of
-from infra.files import DISK_FULL_ERRNOS, DiskFullError, WriterLock, remove_dead_writes
+from infra.files import DISK_FULL_ERRNOS, FolderWriteError, WriterLock, remove_dead_writes
 
 #: The file every export holds: which tool wrote it and the files it wrote (relative paths).
 MARKER = ".train_export.json"
@@ -231,12 +231,12 @@ def _one_line(exc: BaseException, out: Path) -> BaseException:
     if rust_io:  # safetensors and tokenizers (Rust) report an I/O error as text: "... (os error 28)"
         code = int(rust_io.group(1))
         exc = OSError(code, os.strerror(code))
-    if not isinstance(exc, OSError) or isinstance(exc, DiskFullError):
+    if not isinstance(exc, OSError) or isinstance(exc, FolderWriteError):
         return exc
     folder = out.parent
     if exc.errno in DISK_FULL_ERRNOS:
         cause = OSError(exc.errno, exc.strerror)  # the staging file's name would only confuse
-        return DiskFullError(folder, cause, f"the export to {out} was not written and {out} is as it was")
+        return FolderWriteError(folder, cause, f"the export to {out} was not written and {out} is as it was")
     if exc.errno in _NO_WRITE_ERRNOS:
         return ExportError(f"cannot write in {folder}: {exc.strerror}; {out} is as it was")
     return exc
