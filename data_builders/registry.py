@@ -40,6 +40,7 @@ from typing import Any
 
 from data_builders.records import RecordError, Stream
 from data_builders.video import VideoInfo
+from infra.files import json_lines
 
 #: A builder: (inputs, config dataclass) -> pending items and per-record errors.
 Builder = Callable[["BuildInputs", Any], Iterable["Pending | ConversionError"]]
@@ -287,9 +288,10 @@ def load_json(path: Path) -> Any:
     try:
         return _json(text, path)
     except RecordError as whole:
-        first = next(n for n, line in enumerate(text.splitlines(), start=1) if line.strip())
+        lines = json_lines(text)
+        first = next(n for n, line in enumerate(lines, start=1) if line.strip())
         try:
-            _json(text.splitlines()[first - 1], path, first)
+            _json(lines[first - 1], path, first)
         except RecordError:
             raise whole from None
         return _json_lines(text, path)
@@ -301,7 +303,7 @@ def each_json_line(
     """:func:`each_record` over the lines of a JSON Lines file, ids ``line <n>``: a line that is not
     valid JSON is that line's :class:`ConversionError`, and every other line is still parsed."""
     text = read_text(path)
-    for n, line in enumerate(text.splitlines(), start=1):
+    for n, line in enumerate(json_lines(text), start=1):
         if not line.strip():
             continue
         try:
@@ -313,7 +315,7 @@ def each_json_line(
 
 
 def _json_lines(text: str, path: Path) -> list[Any]:
-    return [_json(line, path, n) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    return [_json(line, path, n) for n, line in enumerate(json_lines(text), start=1) if line.strip()]
 
 
 def require(data: Any, key: str) -> Any:
