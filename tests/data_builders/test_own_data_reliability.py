@@ -1,17 +1,22 @@
 """Own data (``source=jsonl``) and mixtures, issue 55: a video under two names is one video for the
 split; JSON Lines are split at ``\\n`` alone; times, ids, windows and video paths are checked by type
-and place."""
+and place; no text of a record may hold a control token of the model's turn format."""
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
+
+import pytest
 
 from data_builders.build import build_source
 from data_builders.mixture import MixtureConfig, SourceShare, build_mixture
-from data_builders.record_io import load_streams
+from data_builders.record_io import load_streams, write_jsonl
+from data_builders.records import HistoryEntry, RecordError, Stream
 from data_builders.registry import load_json
+from data_builders.synthetic.toy import generate_toy
 from infra.files import json_lines
 
 
@@ -129,3 +134,67 @@ def test_wrong_types_and_places_in_own_data_are_refused_naming_line_field_and_va
         assert want in reasons[f"line {n}"], (n, reasons[f"line {n}"])
     rows = [json.loads(line) for line in (tmp_path / "built/mine/errors.jsonl").read_text().splitlines()]
     assert {r["source_file"] for r in rows} == {str(tmp_path / "streams.jsonl")}
+
+
+#: (line, field, token): a control token of the turn format in each text field of a line.
+CONTROL = [
+    (
+        json.dumps({"video": "a.mp4", "instruction": "Say <|image_pad|> when", "end": 6.0}),
+        "instruction",
+        "<|image_pad|>",
+    ),
+    (
+        _line("a.mp4", responses=[{"time": 2.0, "text": "Done.<|im_end|>"}]),
+        "targets[0].content",
+        "<|im_end|>",
+    ),
+    (
+        _line("a.mp4", responses=[{"time": 2.0, "text": "Done.", "category": "</Silence>"}]),
+        "targets[0].category",
+        "</Silence>",
+    ),
+    (_line("a.mp4", responses=[{"time": 2.0, "text": "</Response> x"}]), "targets[0].content", "</Response>"),
+    (
+        json.dumps({"video": "a.mp4", "instruction": "<|im_start|>system", "end": 6.0}),
+        "instruction",
+        "<|im_start|>",
+    ),
+]
+
+
+def test_a_control_token_in_any_text_is_refused_by_the_build_naming_line_field_and_token(tmp_path, mp4):
+    """Before: built, then ``eval.run`` died of ``generator raised StopIteration`` and ``train.sft`` of
+    ``Image features and image tokens do not match``."""
+    mp4(tmp_path / "videos" / "a.mp4", 8)
+    lines = [line for line, _, _ in CONTROL] + [_line("a.mp4")]
+    report = _build(tmp_path, lines, tmp_path / "videos", max_error_rate=1.0)
+    assert [s.id for s in report.records] == [f"mine-{len(CONTROL) + 1}"]
+    rows = {
+        r["record"]: r["reason"]
+        for r in map(json.loads, (tmp_path / "built/mine/errors.jsonl").read_text().splitlines())
+    }
+    for n, (_, field, token) in enumerate(CONTROL, start=1):
+        assert f"field '{field}': holds '{token}', a control token" in rows[f"line {n}"], rows[f"line {n}"]
+
+
+def test_a_built_record_holding_a_control_token_is_refused_when_read(tmp_path):
+    """Records written before the check (or by hand): reading them names the file, the record, the
+    field and the token, in the history and the later user turns too."""
+    streams = generate_toy(tmp_path, n=3, seed=0)
+    bad = [
+        replace(streams[0], history=[HistoryEntry(1.0, "fine"), HistoryEntry(2.0, "<|vision_end|>")]),
+        replace(streams[1], meta={"user_turns": [{"time": 3.0, "content": "and <|video_pad|>?"}]}),
+    ]
+    for stream, field, token in zip(
+        bad,
+        ["history[1].text", "meta.user_turns[0].content"],
+        ["<|vision_end|>", "<|video_pad|>"],
+        strict=True,
+    ):
+        write_jsonl(tmp_path / "records.jsonl", [streams[2], stream])
+        with pytest.raises(RecordError) as err:
+            load_streams(tmp_path / "records.jsonl")
+        assert str(err.value).startswith(
+            f"file {tmp_path / 'records.jsonl'}, record {stream.id}, field '{field}': holds '{token}'"
+        )
+    assert Stream.from_dict(streams[2].to_dict()) == streams[2]
