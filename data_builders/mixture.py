@@ -8,8 +8,9 @@ A mixture (``conf/data/<name>.yaml``) names built sources (``<root>/<source>/rec
 each share is within one record of ``total * w / sum(w)``); without it each source takes its
 ``count`` (null: all its records). Sampling is seeded and keeps the source order of the sampled
 records, so a rebuild is identical. Splits are assigned per video from a hash of (seed, video):
-records that share a ``Stream.video_key`` or the same video file form one group (union-find), so no
-video is in two splits, even across sources built from the same clips.
+records that share a ``Stream.video_key`` or the same video file (by device and inode: a symlink or
+a hard link is the file it names) form one group (union-find), so no video is in two splits, even
+across sources built from the same clips.
 Duplicate record ids across sources are rejected.
 
 A mixture is replaced whole or not at all: every split is written into a staging folder inside
@@ -112,10 +113,23 @@ def split_of(video_key: str, seed: int, splits: dict[str, float]) -> str:
     return names[-1]
 
 
+def file_identity(video: str) -> str:
+    """What names a video file for the split: its device and inode (symlinks followed), so the
+    same file under two names (a symlink, a hard link, a path through a linked folder) is one
+    video; the resolved path for a file that cannot be read (``check_videos=false`` builds)."""
+    try:
+        st = os.stat(video)
+    except OSError:
+        return "path:" + os.path.realpath(video)
+    return f"inode:{st.st_dev}:{st.st_ino}"
+
+
 def video_groups(streams: list[Stream]) -> list[str]:
-    """A group key per stream: streams sharing a ``video_key`` or a video file share a group (the
-    group's smallest video key), so a split by group never puts one video in two splits."""
+    """A group key per stream: streams sharing a ``video_key`` or a video file (:func:`file_identity`)
+    share a group (the group's smallest video key), so a split by group never puts one video in two
+    splits."""
     parent: dict[str, str] = {}
+    files = {v: file_identity(v) for v in {s.video for s in streams}}
 
     def find(x: str) -> str:
         parent.setdefault(x, x)
@@ -125,7 +139,7 @@ def video_groups(streams: list[Stream]) -> list[str]:
         return x
 
     for s in streams:
-        a, b = find("key:" + s.video_key), find("file:" + s.video)
+        a, b = find("key:" + s.video_key), find("file:" + files[s.video])
         if a != b:
             parent[max(a, b)] = min(a, b)
     members: dict[str, str] = {}

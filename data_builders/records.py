@@ -31,6 +31,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rewards.turns import RESPONSE, SILENCE
+
 #: Task names known to the pipeline. P3IBench's five tasks, ProPerMem, EgoServe, and the training
 #: tasks built from captioning / QA sources (P3I's "PVQ" narration and "CRR" clue-then-respond).
 TASKS: frozenset[str] = frozenset(
@@ -76,6 +78,30 @@ def check_task(task: Any) -> str:
 
 #: Tolerance (seconds) for float noise when checking that a time lies inside the clip.
 TIME_EPS = 1e-6
+
+#: The control tokens of the model's turn format that no text of a record may hold: the Qwen chat,
+#: vision and tool markers (every ``<|name|>``: ``<|im_start|>``, ``<|im_end|>``, ``<|image_pad|>``,
+#: ``<|vision_start|>``, ...) and the decision tokens ``</Silence>`` and ``</Response>``.
+CONTROL_TOKEN = re.compile(r"<\|[A-Za-z0-9_]+\|>|" + re.escape(SILENCE) + "|" + re.escape(RESPONSE))
+
+
+def check_plain_text(text: str, name: str) -> str:
+    """``text``, when it holds none of the turn format's control tokens (:data:`CONTROL_TOKEN`);
+    else a :class:`RecordError` naming the field and the token.
+
+    >>> check_plain_text("Tell me when the kettle boils.", "instruction")
+    'Tell me when the kettle boils.'
+    >>> CONTROL_TOKEN.findall("a <|im_end|> b </Silence> <|image_pad|> <think> </Response>")
+    ['<|im_end|>', '</Silence>', '<|image_pad|>', '</Response>']
+    """
+    found = CONTROL_TOKEN.search(text)
+    if found is not None:
+        raise RecordError(
+            f"holds {found.group()!r}, a control token of the model's turn format (chat, vision or "
+            "decision marker); write it another way",
+            field=name,
+        )
+    return text
 
 
 class RecordError(ValueError):
@@ -299,7 +325,7 @@ class Stream:
             if not isinstance(raw_history, list):
                 raise RecordError("expected a list", field="history")
             meta = _meta(data)
-            return cls(
+            stream = cls(
                 id=rid,
                 source=check_text(require_field(data, "source"), "source"),
                 task=task,
@@ -313,8 +339,27 @@ class Stream:
                 video_offset=check_number(data.get("video_offset", 0.0) or 0.0, "video_offset"),
                 meta=meta,
             )
+            for name, text in stream.turn_texts():
+                check_plain_text(text, name)
+            return stream
         except RecordError as err:
             raise err.located(record=rid if isinstance(rid, str) and rid else None) from None
+
+    def turn_texts(self) -> list[tuple[str, str]]:
+        """``(field, text)`` of every text of the record that the model's turns carry: the
+        instruction, the later user turns (``meta["user_turns"]``), the history and the targets'
+        contents and categories."""
+        out = [("instruction", self.instruction)]
+        turns = self.meta.get("user_turns")
+        for i, turn in enumerate(turns if isinstance(turns, list) else []):
+            if isinstance(turn, dict) and isinstance(turn.get("content"), str):
+                out.append((f"meta.user_turns[{i}].content", turn["content"]))
+        out += [(f"history[{i}].text", h.text) for i, h in enumerate(self.history)]
+        for i, t in enumerate(self.targets):
+            out.append((f"targets[{i}].content", t.content))
+            if t.category is not None:
+                out.append((f"targets[{i}].category", t.category))
+        return out
 
     @classmethod
     def whole_video(

@@ -40,6 +40,7 @@ from typing import Any
 
 from data_builders.records import RecordError, Stream, no_duplicate_keys
 from data_builders.video import VideoInfo
+from infra.files import json_lines
 
 #: A builder: (inputs, config dataclass) -> pending items and per-record errors.
 Builder = Callable[["BuildInputs", Any], Iterable["Pending | ConversionError"]]
@@ -292,9 +293,10 @@ def load_json(path: Path, unique_keys: bool = False) -> Any:
     try:
         return _json(text, path, unique_keys=unique_keys)
     except RecordError as whole:
-        first = next(n for n, line in enumerate(text.splitlines(), start=1) if line.strip())
+        lines = json_lines(text)
+        first = next(n for n, line in enumerate(lines, start=1) if line.strip())
         try:
-            _json(text.splitlines()[first - 1], path, first, unique_keys)
+            _json(lines[first - 1], path, first, unique_keys)
         except RecordError:
             raise whole from None
         return _json_lines(text, path, unique_keys)
@@ -306,7 +308,7 @@ def each_json_line(
     """:func:`each_record` over the lines of a JSON Lines file, ids ``line <n>``: a line that is not
     valid JSON is that line's :class:`ConversionError`, and every other line is still parsed."""
     text = read_text(path)
-    for n, line in enumerate(text.splitlines(), start=1):
+    for n, line in enumerate(json_lines(text), start=1):
         if not line.strip():
             continue
         try:
@@ -318,7 +320,7 @@ def each_json_line(
 
 
 def _json_lines(text: str, path: Path, unique_keys: bool = False) -> list[Any]:
-    lines = enumerate(text.splitlines(), start=1)
+    lines = enumerate(json_lines(text), start=1)
     return [_json(line, path, n, unique_keys) for n, line in lines if line.strip()]
 
 

@@ -22,7 +22,11 @@ Turn format (docs/design.md), one user turn and one assistant turn per decision 
   sit one position earlier (``decision_positions - 1``).
 
 Each piece is tokenized on its own, in the order above, so the streaming engine builds exactly the
-same ids step by step as the renderer does for a whole window.
+same ids step by step as the renderer does for a whole window. The turn markers are the only special
+tokens: every text piece (instruction, later turns, history, response text, category, timestamp) is
+tokenized with special-token strings split into ordinary tokens (:meth:`TurnRenderer.encode`), so a
+``<|im_end|>``, ``<|image_pad|>`` or ``</Silence>`` written in a record or typed in the demo stays
+text and cannot end a turn or add an image placeholder.
 """
 
 from __future__ import annotations
@@ -94,17 +98,17 @@ class TurnRenderer:
         tok = self.tokenizer
         self.silence_id = tok.convert_tokens_to_ids(SILENCE)
         self.response_id = tok.convert_tokens_to_ids(RESPONSE)
+        self.im_start_id = tok.convert_tokens_to_ids("<|im_start|>")
         self.im_end_id = tok.convert_tokens_to_ids("<|im_end|>")
         self.image_pad_id = tok.convert_tokens_to_ids("<|image_pad|>")
         for name, i in [("</Silence>", self.silence_id), ("</Response>", self.response_id)]:
             if i is None or i == tok.unk_token_id:
                 raise ValueError(f"tokenizer has no {name} token: build the model with engine.model")
         self.merge = processor.image_processor.merge_size
-        self._user_open = self.encode("<|im_start|>user\n")
-        self._vision_open = self.encode("<|vision_start|>")
-        self._vision_close_turn_end = self.encode("<|vision_end|><|im_end|>\n")
-        self.assistant_open = self.encode("<|im_start|>assistant\n")
-        self.turn_end = [self.im_end_id] + self.encode("\n")
+        self._user_open = self._markup("<|im_start|>user\n")
+        self._vision_open = self._markup("<|vision_start|>")
+        self._vision_close_turn_end = self._markup("<|vision_end|><|im_end|>\n")
+        self.assistant_open = self._markup("<|im_start|>assistant\n")
         banned = [
             "<|image_pad|>",
             "<|video_pad|>",
@@ -118,6 +122,9 @@ class TurnRenderer:
         #: Tokens a response text may not contain (vision placeholders, turn and decision markers):
         #: the engine masks them when decoding and the GRPO loss uses the same masked distribution.
         self.banned_text_ids = sorted({i for i in tok.convert_tokens_to_ids(banned) if i is not None})
+        #: Tokens no text piece may tokenize to: the markers of the turn grammar.
+        self._control_ids = frozenset(self.banned_text_ids) | {self.im_end_id}
+        self.turn_end = [self.im_end_id] + self.encode("\n")
 
     def mask_text_logits(self, logits: torch.Tensor) -> torch.Tensor:
         """Logits for response-text decoding: the banned tokens set to -inf (last dim = vocab)."""
@@ -133,12 +140,12 @@ class TurnRenderer:
             return
         if len(self._encoded) + len(missing) > ENCODE_CACHE_SIZE:
             self._encoded.clear()
-        batch = self.tokenizer(missing, add_special_tokens=False)["input_ids"]
-        self._encoded.update(zip(missing, batch, strict=True))
+        self._encoded.update(zip(missing, self._text_ids(missing), strict=True))
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of ``text`` (no special tokens added), memoized: the streaming engine encodes the
-        same timestamps and instructions at every step of every stream."""
+        """Token ids of the text ``text`` (no special tokens added; a special token's string in it
+        split into ordinary tokens), memoized: the streaming engine encodes the same timestamps and
+        instructions at every step of every stream."""
         return list(self._memo(text))
 
     def _memo(self, text: str) -> list[int]:
@@ -147,8 +154,33 @@ class TurnRenderer:
         if ids is None:
             if len(self._encoded) >= ENCODE_CACHE_SIZE:
                 self._encoded.clear()
-            ids = self._encoded[text] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            ids = self._encoded[text] = self._text_ids([text])[0]
         return ids
+
+    def _text_ids(self, texts: list[str]) -> list[list[int]]:
+        """Ids of text pieces, special-token strings split; a piece that still holds a marker of the
+        turn grammar (a tokenizer that cannot split them) raises ``ValueError`` naming it."""
+        batch = self.tokenizer(texts, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        for text, ids in zip(texts, batch, strict=True):
+            if not self._control_ids.isdisjoint(ids):
+                raise ValueError(
+                    f"the text {text[:80]!r} tokenizes to a marker of the turn format; this tokenizer "
+                    "cannot keep special-token strings as text"
+                )
+        return batch
+
+    def _markup(self, text: str) -> list[int]:
+        """Ids of the turn format's own markup (its special tokens kept special)."""
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def answer_ids(self, text: str) -> list[int]:
+        """Ids of an assistant turn's text (:meth:`assistant_text`): the decision token, then the
+        response as text."""
+        if text.startswith(RESPONSE):
+            return [self.response_id, *self._memo(text[len(RESPONSE) :])]
+        if text != SILENCE:
+            raise ValueError(f"an assistant turn starts with {SILENCE} or {RESPONSE}, got {text[:40]!r}")
+        return [self.silence_id]
 
     # -- pieces -------------------------------------------------------------------------------
 
@@ -291,7 +323,7 @@ class TurnRenderer:
             ids += self.assistant_open
             labels += [-100] * len(self.assistant_open)
             decision += [-1] * len(self.assistant_open)
-            answer = self.encode(texts[k]) + [self.im_end_id]
+            answer = self.answer_ids(texts[k]) + [self.im_end_id]
             positions.append(len(ids))
             ids += answer + self.turn_end[1:]
             labels += answer + [-100] * (len(self.turn_end) - 1)

@@ -132,8 +132,9 @@ class StreamResult:
 
 
 def evidence_turn(renderer: TurnRenderer, text: str) -> list[int]:
-    """Ids of a memory evidence block appended as its own user turn (before a step's user turn)."""
-    return renderer.encode(f"<|im_start|>user\nEvidence:\n{text}<|im_end|>\n")
+    """Ids of a memory evidence block appended as its own user turn (before a step's user turn); the
+    block is text (special-token strings in it split)."""
+    return [renderer.im_start_id, *renderer.encode(f"user\nEvidence:\n{text}"), *renderer.turn_end]
 
 
 @dataclass

@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from infra.files import atomic_writer, write_text_atomic
+from infra.files import atomic_writer, json_lines, write_text_atomic
 
 DEFAULT_METRIC = "eval/with_negatives/prs_b"
 
@@ -43,7 +43,7 @@ def _scores(point: Path, metric: str) -> dict[str, Any]:
     evals, rewards = [], []
     history = point / "history.jsonl"
     if history.is_file():
-        for line in history.read_text().splitlines():
+        for line in json_lines(history.read_text()):
             row = json.loads(line)
             if metric in row:
                 evals.append((row["step"], row[metric]))

@@ -14,6 +14,7 @@
 - :class:`WriterLock` / :func:`remove_dead_writes`: a writer holds a lock on the temporary file or
   folder it fills, so what a killed writer left behind (its lock is free) can be told from, and
   removed without touching, what a live one is still writing (its lock is held).
+- :func:`json_lines`: the lines of a JSON Lines text, split at ``\n`` only.
 """
 
 from __future__ import annotations
@@ -112,6 +113,20 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     with atomic_writer(path) as fh:
         fh.write(text)
     return Path(path)
+
+
+def json_lines(text: str) -> list[str]:
+    """The lines of a JSON Lines text: split at ``\\n`` alone (a trailing ``\\r`` dropped), never at
+    the other breaks ``str.splitlines`` knows (U+2028, U+2029, U+0085, ``\\x1c``-``\\x1e``, ...),
+    which JSON allows raw inside a string; a final ``\\n`` ends the last line, it opens none.
+
+    >>> json_lines('{"a": "x\\u2028y"}\\r\\n{"b": 2}\\n')
+    ['{"a": "x\\u2028y"}', '{"b": 2}']
+    """
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
 
 
 def id_file_name(record_id: str, max_len: int = 80) -> str:

@@ -7,7 +7,8 @@ Each line describes one clip (times are seconds on the video file's own timeline
     {"video": "a.mp4", "instruction": "Tell me when the kettle boils.",
      "responses": [{"time": 42.0, "text": "The kettle is boiling."}]}
 
-- ``video`` (required): the file, relative to ``videos`` (or absolute);
+- ``video`` (required): the file, relative to ``videos`` (a ``..`` climbing out of it is refused)
+  or absolute;
 - ``instruction`` (required): what the user asks; ``instruction_time`` (optional, default the clip
   start): when they ask it;
 - ``responses`` (optional): what the model should say and when; each has ``text`` and a ``time``
@@ -16,12 +17,16 @@ Each line describes one clip (times are seconds on the video file's own timeline
   ``category``. No responses (absent or ``[]``) makes the clip a negative: silence is right there;
 - ``task`` (optional, default the ``task`` option): a built-in task or a name of the user's own,
   scored with the generic PRS rules (``benchmark=p3i``) and reported in a row of its own;
-- ``id`` (optional, default ``<name>-<line>``), ``start`` / ``end`` (optional clip bounds, default
-  the whole video; without ``end`` the video is probed for its duration);
+- ``id`` (optional, a string or a whole number, default ``<name>-<line>``), ``start`` / ``end``
+  (optional clip bounds, default the whole video; without ``end`` the video is probed for its
+  duration);
 - ``questions`` (optional): what the user says after the instruction, each ``{"time", "text"}``
   at or after the instruction's time and inside the clip; kept as later user turns
   (``meta["user_turns"]``), each given to the model on the step it lands on
   (``engine.render.TurnRenderer.later_turns``), so a chat of several questions is one stream.
+
+Times are JSON numbers of seconds (a string, a boolean or a list is an error, never 0 s); a
+response's ``time`` must lie inside its own ``window``.
 
 Any other field is an error, so a misspelt key never drops data silently. A line that does not
 parse, or whose fields are wrong, is listed in ``errors.jsonl`` with its line number and the field;
@@ -31,12 +36,13 @@ are dropped and listed (the driver's rule).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from data_builders.records import TIME_EPS, RecordError, Stream, Target, check_task
+from data_builders.records import TIME_EPS, RecordError, Stream, Target, check_number, check_task
 from data_builders.registry import (
     BuildInputs,
     ConversionError,
@@ -47,7 +53,6 @@ from data_builders.registry import (
     clip_end_from,
     each_json_line,
     event_span,
-    seconds,
 )
 from data_builders.video import VideoInfo
 
@@ -104,6 +109,40 @@ def _unknown(item: dict, known: tuple[str, ...], where: str) -> None:
         raise RecordError(f"{where}unknown field(s) {extra}; known: {', '.join(known)}")
 
 
+def _time(value: Any, name: str) -> float:
+    """A time of the line: a JSON number (not a boolean, not a string), finite."""
+    if isinstance(value, str):
+        raise RecordError(f"field '{name}': expected a number of seconds, got the string {value!r}")
+    return check_number(value, name)
+
+
+def _optional_time(line: dict, key: str) -> float | None:
+    return None if line.get(key) is None else _time(line[key], key)
+
+
+def _record_id(line: dict, default: str) -> str:
+    """The line's ``id``: a non-empty string or a whole number (not a boolean); else ``default``."""
+    value = line.get("id")
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
+        raise RecordError(
+            f"field 'id': expected a non-empty string or a whole number, got {type(value).__name__} {value!r}"
+        )
+    return str(value)
+
+
+def _video(line: dict, root: Path | None) -> str:
+    """The line's ``video``: absolute, or relative to ``videos=`` without climbing out of it."""
+    video = _text(line, "video")
+    if not os.path.isabs(video) and os.path.normpath(video).split(os.sep)[0] == os.pardir:
+        raise RecordError(
+            f"field 'video': {video!r} climbs out of videos={root} with '..'; give a path inside it "
+            "or an absolute path"
+        )
+    return video
+
+
 def _response(item: Any, i: int, tally: Tally) -> Target | None:
     """One response as a target; None when its window is inverted past repair (dropped, listed)."""
     where = f"responses[{i}]"
@@ -116,12 +155,16 @@ def _response(item: Any, i: int, tally: Tally) -> Target | None:
         w = item["window"]
         if not isinstance(w, list) or len(w) != 2:
             raise RecordError(f"field '{where}.window': expected [start, end], got {w!r}")
-        window = event_span(seconds(w[0], f"{where}.window"), seconds(w[1], f"{where}.window"), where, tally)
+        window = event_span(_time(w[0], f"{where}.window"), _time(w[1], f"{where}.window"), where, tally)
         if window is None:
             return None
     if item.get("time") is None and window is None:
         raise RecordError(f"field '{where}': a response needs a time or a window")
-    time = seconds(item["time"], f"{where}.time") if item.get("time") is not None else sum(window) / 2
+    time = _time(item["time"], f"{where}.time") if item.get("time") is not None else sum(window) / 2
+    if window is not None and not window[0] - TIME_EPS <= time <= window[1] + TIME_EPS:
+        raise RecordError(
+            f"field '{where}.time': {time} lies outside its own window [{window[0]}, {window[1]}]"
+        )
     return Target(
         time=time,
         content=text,
@@ -157,7 +200,7 @@ def _questions(line: dict, asked: float) -> list[tuple[float, str]]:
         text = _text(item, "text", f"{where}.")
         if item.get("time") is None:
             raise RecordError(f"missing field '{where}.time'")
-        time = seconds(item["time"], f"{where}.time")
+        time = _time(item["time"], f"{where}.time")
         if time < asked - TIME_EPS:
             raise RecordError(
                 f"field '{where}.time': {time:g} s is before the instruction ({asked:g} s); a later "
@@ -188,22 +231,18 @@ def build_jsonl(inputs: BuildInputs, options: JsonlSourceConfig) -> Iterator[Pen
         if not isinstance(line, dict):
             raise RecordError(f"expected a JSON object, got {type(line).__name__}")
         _unknown(line, LINE_FIELDS, "")
-        video = _text(line, "video")
+        video = _video(line, inputs.videos)
         task = check_task(line["task"]) if line.get("task") is not None else options.task
-        start = seconds(line.get("start") or 0.0, "start")
-        end = None if line.get("end") is None else seconds(line["end"], "end")
+        start = _optional_time(line, "start") or 0.0
+        end = _optional_time(line, "end")
         if end is not None:
             check_span(start, end, "start..end")
-        asked = (
-            None
-            if line.get("instruction_time") is None
-            else seconds(line["instruction_time"], "instruction_time")
-        )
+        asked = _optional_time(line, "instruction_time")
         tally = Tally()
         targets = _responses(line, tally)
         questions = _questions(line, asked if asked is not None else start)
         instruction = _text(line, "instruction")
-        sid = str(line["id"]) if line.get("id") is not None else f"{name}-{rid.removeprefix('line ')}"
+        sid = _record_id(line, f"{name}-{rid.removeprefix('line ')}")
 
         def make(info: VideoInfo | None) -> list[Stream]:
             clip_end = end if end is not None else clip_end_from(info, None, rid)

@@ -176,8 +176,11 @@ class ModelBackend(TextBackend):
     def complete(self, prompt: str) -> str:
         import torch
 
-        text = f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
-        ids = torch.tensor([self.tokenizer(text, add_special_tokens=False)["input_ids"]])
+        tok = self.tokenizer
+        # the prompt (history lines, questions) is text: a special token's string in it stays text
+        prompt_ids = tok(f"user\n{prompt}", add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        end = tok("<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
+        ids = torch.tensor([[tok.convert_tokens_to_ids("<|im_start|>"), *prompt_ids, *end]])
         device = next(self.model.parameters()).device
         with torch.no_grad():
             out = self.model.generate(

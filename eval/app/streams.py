@@ -31,7 +31,7 @@ from omegaconf import OmegaConf
 from data_builders.config import RenderConfig
 from data_builders.frames import stream_frames
 from data_builders.record_io import load_streams, resolve_video
-from data_builders.records import RecordError, Stream
+from data_builders.records import RecordError, Stream, check_plain_text
 from data_builders.video import MAX_ASPECT_RATIO, VideoError, fit_pixels, probe_video
 from eval.app.guard import inside, plain_path, resolved_dirs
 
@@ -300,7 +300,9 @@ class Demo:
         }
 
     def stream_of(self, video: str, record: str, instruction: str) -> tuple[Stream, Path]:
-        """The stream a request asks for and its video file; bad input raises ``ValueError``."""
+        """The stream a request asks for and its video file; bad input raises ``ValueError`` (an
+        instruction holding a control token of the turn format among it, naming the token)."""
+        check_plain_text(instruction, "instruction")
         if record:
             if record not in self.streams:
                 raise ValueError(f"no record {record!r} in {self.records}")
@@ -484,6 +486,7 @@ def _webcam_stream(instruction: str) -> Stream:
     """The webcam's stream: its clock from 0 to :data:`WEBCAM_LIMIT_S`; no video file."""
     if not instruction:
         raise ValueError("give an instruction: the webcam has none of its own")
+    check_plain_text(instruction, "instruction")
     return Stream(
         id="webcam",
         source="demo",

@@ -29,6 +29,7 @@ from engine.memory.bm25 import BM25
 from engine.memory.config import MemoryConfig
 from engine.memory.embedders import get_embedder
 from engine.memory.retrieval import MERGERS, MemoryStore
+from infra.files import json_lines
 
 RETRIEVERS = ("dense", "graph", "visual", "combined", "bm25")
 
@@ -53,7 +54,7 @@ def recall_table(
     backend = get_backend("rule")
     kf = np.load(set_dir / "keyframes.npz")
     keyframes = dict(zip(kf["ids"].tolist(), kf["vectors"], strict=True))
-    clips = [json.loads(line) for line in (set_dir / "clips.jsonl").read_text().splitlines() if line.strip()]
+    clips = [json.loads(line) for line in json_lines((set_dir / "clips.jsonl").read_text()) if line.strip()]
     stores: dict[str, MemoryStore] = {}
     build_s = 0.0
     scores: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))

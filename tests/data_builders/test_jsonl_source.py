@@ -147,7 +147,10 @@ BAD_QUESTIONS = [
     ('"questions": [{"time": 3, "txt": "x"}]', "field 'questions[0]': unknown field(s) ['txt']"),
     ('"questions": [{"time": 3}]', "missing field 'questions[0].text'"),
     ('"questions": [{"text": "x"}]', "missing field 'questions[0].time'"),
-    ('"questions": [{"time": "later", "text": "x"}]', "field 'questions[0].time': cannot parse time 'later'"),
+    (
+        '"questions": [{"time": "later", "text": "x"}]',
+        "field 'questions[0].time': expected a number of seconds, got the string 'later'",
+    ),
     (
         '"questions": [{"time": 1, "text": "x"}]',
         "field 'questions[0].time': 1 s is before the instruction (2 s)",

@@ -298,6 +298,27 @@ def test_eval_run_names_the_video_and_record_it_cannot_read(tiny_checkpoint, toy
         evaluate(load_config(overrides(tiny_checkpoint, tmp_path / "bad.jsonl", tmp_path)), echo=False)
 
 
+def test_eval_run_refuses_a_record_holding_a_control_token_in_one_line(tiny_checkpoint, toy_dir, tmp_path):
+    """3 records, the second's instruction holding ``<|image_pad|>`` (written before the build refused
+    it): ``python -m eval.run`` stops before streaming, exit 2, one line naming the file, the record,
+    the field and the token, no prediction written (before: ``RuntimeError: generator raised
+    StopIteration``, naming no record)."""
+    streams = load_streams(toy_dir / "records.jsonl")[:3]
+    streams = [replace(s, video=str((toy_dir / s.video).resolve())) for s in streams]
+    streams[1] = replace(streams[1], instruction=streams[1].instruction + " <|image_pad|>")
+    write_jsonl(tmp_path / "three.jsonl", streams)
+    out = tmp_path / "out"
+    args = overrides(tiny_checkpoint, tmp_path / "three.jsonl", tmp_path, f"out_dir={out}")
+    done = _full_disk_run("eval.run", args, tmp_path, None)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert _errors(done) == [
+        f"eval.run: file {tmp_path / 'three.jsonl'}, record {streams[1].id}, field 'instruction': holds "
+        "'<|image_pad|>', a control token of the model's turn format (chat, vision or decision marker); "
+        "write it another way"
+    ]
+    assert not (out / "predictions.jsonl").exists()
+
+
 FULL_DISK = (
     ROOT / "tests" / "full_disk"
 )  # its sitecustomize.py: a disk of FULL_DISK_BYTES under FULL_DISK_DIR

@@ -245,3 +245,36 @@ def test_a_second_run_on_a_held_folder_is_one_line_naming_it_and_its_holder(tmp_
     assert line.startswith(f"train.sft: {out} is in use by another run (")
     assert f'"pid": {os.getpid()}' in line and f'"host": "{platform.node()}"' in line
     assert "Traceback" not in err
+
+
+def test_a_record_holding_a_control_token_stops_the_command_in_one_line(toy_data, tmp_path):
+    """A split record whose instruction holds ``<|image_pad|>`` (written before the build refused it):
+    ``python -m train.sft`` stops before training, exit 2, one line naming the file, the record, the
+    field and the token (before: ``Image features and image tokens do not match``, a traceback, and
+    the same record again on every resume)."""
+    import shutil
+    import subprocess
+    import sys
+    from dataclasses import replace
+
+    from data_builders.record_io import load_streams, write_jsonl
+
+    root = Path(__file__).resolve().parents[2]
+    data = tmp_path / "data"
+    shutil.copytree(toy_data, data, ignore=shutil.ignore_patterns("cache"))
+    records = data / "toy" / "train" / "records.jsonl"
+    streams = load_streams(records)
+    streams[1] = replace(streams[1], instruction=streams[1].instruction + " <|image_pad|>")
+    write_jsonl(records, streams)
+    cmd = [sys.executable, "-m", "train.sft", "experiment=toy_sft", f"paths.data_dir={data}"]
+    cmd += [f"paths.cache_dir={tmp_path / 'cache'}", f"sft.output_dir={tmp_path / 'run'}", "sft.max_steps=1"]
+    cmd += ["sft.per_device_batch_size=4", "sft.time_budget_s=null", "sft.num_threads=2"]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"train.sft: file {records}, record {streams[1].id}, field 'instruction': holds '<|image_pad|>', "
+        "a control token of the model's turn format (chat, vision or decision marker); write it another way"
+    )
+    assert not list((tmp_path / "run").glob("checkpoint-*"))

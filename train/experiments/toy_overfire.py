@@ -33,6 +33,7 @@ from data_builders.record_io import load_streams, resolve_video
 from data_builders.records import Target
 from data_builders.splits import split_records
 from data_builders.stream_steps import step_times, target_step
+from infra.files import json_lines
 from infra.schema import typed
 from train.run_dir import read_progress
 
@@ -133,7 +134,7 @@ def run_experiment(cfg: DictConfig) -> dict:
     grpo_cfg = OmegaConf.merge(cfg, {"init": str(init)})
     final = run_grpo(grpo_cfg, out)
     after = held_out_metrics(final, held_out, render, sps, threshold)
-    history = [json.loads(line) for line in (out / "history.jsonl").read_text().splitlines()]
+    history = [json.loads(line) for line in json_lines((out / "history.jsonl").read_text())]
     curve = [
         {"step": h["step"], "prs_b": h["eval/with_negatives/prs_b"]}
         for h in history

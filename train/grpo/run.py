@@ -37,6 +37,7 @@ from data_builders.config import RenderConfig
 from data_builders.frame_cache import FrameCache
 from data_builders.frames import stream_frames
 from data_builders.record_io import load_streams, resolve_video
+from data_builders.records import RecordError
 from data_builders.splits import split_records
 from engine.checkpoints import (
     COMPLETE_MARKER,
@@ -354,6 +355,9 @@ def _main(cfg: DictConfig) -> None:
     except Preempted as exc:
         log.warning("%s", exc)
         leave_launch(exc.exit_code)
+    except RecordError as exc:  # a record of the split that cannot be trained on: one line naming it
+        print(f"train.grpo: {exc}", file=sys.stderr)
+        sys.exit(2)
     key = "best_checkpoint" if cfg.grpo.keep_best else "final_checkpoint"
     if main:
         print(json.dumps({key: str(selected)}))

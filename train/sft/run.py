@@ -28,6 +28,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from data_builders.config import RenderConfig
 from data_builders.frame_cache import FrameCache
+from data_builders.records import RecordError
 from engine.checkpoints import COMPLETE_MARKER, checkpoint_name, checkpoint_step, write_render
 from engine.model import count_parameters, load_model_and_processor
 from engine.preflight import check_stage
@@ -254,6 +255,9 @@ def _main(cfg: DictConfig) -> None:
     except Preempted as exc:
         log.warning("%s", exc)
         leave_launch(exc.exit_code)
+    except RecordError as exc:  # a record of the split that cannot be trained on: one line naming it
+        print(f"train.sft: {exc}", file=sys.stderr)
+        sys.exit(2)
     print(json.dumps({"final_checkpoint": str(final)}))
     leave_launch()
 
