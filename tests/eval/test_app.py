@@ -823,3 +823,32 @@ def test_what_a_careful_user_tries_is_refused(served):
     head = raw.recv(65536).split(b"\r\n\r\n", 1)[0].decode()
     raw.close()
     assert head.startswith("HTTP/1.0 403 ") and "a=b" not in head and "X-A" not in head
+
+
+@pytest.mark.slow  # the demo served to headless chromium
+def test_a_fresh_page_says_what_to_do_and_the_plot_has_an_axis(served, predicted, page):
+    """Opened fresh: the video box says to pick a record and press Run, the plot is not blank; once
+    a record streams, the hint goes, the plot has a seconds axis and its target is brown, not green."""
+    from eval.app.page import HINT
+    from eval.app.view import COLOURS, TARGET_COLOUR
+
+    demo, server = served
+    page.goto(server.url)
+    page.wait_for_function("document.querySelectorAll('#record option').length > 1")
+    assert page.is_visible("#hint") and page.inner_text("#hint") == HINT["records"]
+    drawn = "() => { const c = document.getElementById('curve'); return c.getContext('2d').getImageData(0, 0, c.width, c.height).data.some(v => v > 0); }"
+    assert page.evaluate(drawn)  # the empty plot's own words
+    assert page.get_attribute("#curve", "data-ticks") is None
+    page.select_option("#record", predicted["id"])
+    page.click("#go")
+    page.wait_for_selector("body[data-done]")
+    assert not page.is_visible("#hint")
+    [record] = [s for s in demo.streams.values() if s.id == predicted["id"]]
+    assert page.get_attribute("#curve", "data-ticks") == "0,5,10,15,20" and record.duration == 20
+    target = record.targets[0].time - record.clip_start
+    rgb = page.evaluate(
+        f"""() => {{ const c = document.getElementById('curve');
+        const px = c.getContext('2d').getImageData(Math.floor({target} / 20 * (c.width - 1)), 30, 1, 1).data;
+        return [px[0], px[1], px[2]]; }}"""
+    )
+    assert "#" + "".join(f"{c:02x}" for c in rgb) == TARGET_COLOUR != COLOURS["hit"]

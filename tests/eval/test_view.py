@@ -352,7 +352,7 @@ def test_header_leads_with_the_headline_and_timelines_have_axes_and_target_colou
     rgb = page.evaluate(
         """() => { const row = [...document.querySelectorAll('.row')].find(r => r.dataset.id === 'syn-0001');
         const cv = row.querySelector('canvas'), t = cv._r.targets[0], d = window.devicePixelRatio || 1;
-        const px = cv.getContext('2d').getImageData(Math.round(cv._x(t.t) * d), 30 * d, 1, 1).data;
+        const px = cv.getContext('2d').getImageData(Math.floor(cv._x(t.t) * d), 30 * d, 1, 1).data;
         return [px[0], px[1], px[2]]; }"""
     )
     assert "#" + "".join(f"{c:02x}" for c in rgb) == TARGET_COLOUR
