@@ -3,6 +3,8 @@
 # make demo    -> setup, then the whole pipeline on the tiny model and toy videos
 # make test-slurm -> setup, Debian's slurm-wlm + munge when absent, then the sbatch scripts under a
 #                    real Slurm on localhost (tests/slurm/test_real_slurm.py; root; minutes)
+# make pictures -> docs/view.png and docs/app.png from make demo's SFT checkpoint and test records
+#                  (pipeline/pictures.py, headless chromium; after make demo)
 # make lint    -> ruff
 # make gpu-check [DEVICE=cpu] [OUT=DIR] -> pipeline/gpu_check.py: SFT, GRPO, engine, compile, probes,
 #                    eval.run on one GPU in 8 min (the tiny model on CPU in 3); JSON + markdown under OUT
@@ -23,7 +25,7 @@ export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
-.PHONY: setup browser test test-fast test-slurm demo lint clean gpu-check gpu-wheels
+.PHONY: setup browser test test-fast test-slurm demo pictures lint clean gpu-check gpu-wheels
 
 setup: $(STAMP) browser
 
@@ -64,6 +66,9 @@ test-slurm: setup
 
 demo: setup
 	$(PY) -m pipeline.demo
+
+pictures: setup
+	$(PY) -m pipeline.pictures
 
 lint: setup
 	$(PY) -m ruff check .

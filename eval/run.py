@@ -32,7 +32,10 @@ same path (a retrain into the same run dir, finished or killed part way) is move
 ``<out>/superseded/<its sha256[:12]>/`` and the checkpoint is evaluated afresh, so the numbers printed
 are always the current weights'. A full disk anywhere stops it with one line naming the output
 folder and the space left (exit 2): every file is written whole or not at all, so the same command
-resumes. Prints a per-task table, then the metrics as one JSON object on the last line.
+resumes. Prints a per-task table, a summary line (the protocol's headline metric, P3I's
+``with_negatives/prs_b``, over how many clips, with targets and negatives), a ``before -> after``
+line when an earlier evaluation of the same records is under ``runs/eval/`` (``eval.summary``), then
+the metrics as one JSON object on the last line, the headline's key first.
 """
 
 from __future__ import annotations
@@ -94,6 +97,7 @@ from eval.ranks import (
     write_manifest,
 )
 from eval.store import PredictionLog, PredictionWriteError
+from eval.summary import compare_line, lead_with, summary_line
 from eval.sweep import point_dir, reuse_rows, sibling_passes, write_summary
 from eval.timelines import plot_timelines
 from infra.entry import front_door, quiet_libraries
@@ -376,7 +380,18 @@ def evaluate(cfg: DictConfig, sweep: bool = False, echo: bool = True) -> dict:
             f"{reused} reused, threshold {cfg.threshold:g}) -> {out}"
         )
         print(format_table(columns, table))
+        _print_summary(cfg, out, streams, metrics)
     return metrics
+
+
+def _print_summary(cfg: DictConfig, out: Path, streams: list[Stream], metrics: dict) -> None:
+    """The headline metric with its clips, and the same metric of an earlier evaluation of the same
+    records if there is one (``eval.summary``)."""
+    name, protocol = evaluated_name(cfg), cfg.benchmark.protocol
+    print(summary_line(name, cfg.benchmark.name, protocol, metrics, streams))
+    compared = compare_line(out, Path(cfg.paths.runs_dir), protocol, metrics, name)
+    if compared:
+        print(compared)
 
 
 def _recorded(cfg: DictConfig) -> dict:
@@ -514,7 +529,7 @@ def _main(cfg: DictConfig) -> None:
         print(f"eval.run: {exc}", file=sys.stderr)
         sys.exit(2)
     if Ranks.from_env().main:  # the other ranks of a launch print nothing: rank 0's line comes last
-        print(json.dumps(metrics))
+        print(json.dumps(lead_with(metrics, get_runner(cfg.benchmark.protocol).headline)))
 
 
 def main() -> None:

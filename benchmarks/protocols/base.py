@@ -135,6 +135,11 @@ class ProtocolRunner:
 
     #: The ``benchmark.protocol_mode`` values this protocol runs (docs/protocols.md).
     modes: tuple[str, ...] = ("streaming",)
+    #: The metric a run is judged by first, as a path into the metrics (``"with_negatives/prs_b"``),
+    #: and what it is in words: ``eval.run``'s summary line and the viewer's header lead with it.
+    #: None: the protocol names no single one.
+    headline: str | None = None
+    headline_words: str = ""
 
     def __init__(self, protocol: Protocol) -> None:
         self.protocol = protocol

@@ -32,26 +32,28 @@ from rewards.prs import PRSScores, aggregate_prs, fire_outcomes, prs_scores, red
 
 
 class P3IRunner(ProtocolRunner):
+    headline = "with_negatives/prs_b"
+    headline_words = "PRS-B, each negative counted in its task (100 when silent)"
+
     def table(self, metrics, per_sample, streams):
-        """Per task: the four PRS scores (0-100); then the negatives with the share left silent."""
-        cols = ["task", "n", "prs_u", "prs_b", "prs_u_prime", "prs_b_prime", "silent"]
+        """Per task: the headline PRS-B with the negatives counted, then the four PRS scores of the
+        clips with targets (0-100); then the negatives with the share left silent."""
+        cols = ["task", "n", self.headline, "prs_u", "prs_b", "prs_u_prime", "prs_b_prime", "silent"]
         n = metrics.get("n", {})
+        both = metrics.get("with_negatives", {}).get("per_task", {})
+        scores = metrics.get("per_task", {})
         rows = [
-            [task, n.get(task), *(v[k] for k in cols[2:6]), None]
-            for task, v in metrics.get("per_task", {}).items()
+            [
+                task,
+                n.get(task),
+                both.get(task, {}).get("prs_b"),
+                *(scores.get(task, {}).get(k) for k in cols[3:7]),
+                None,
+            ]
+            for task in [*scores, *(t for t in both if t not in scores)]
         ]
         if "negatives" in metrics:
-            rows.append(
-                [
-                    "negatives",
-                    metrics["negatives"]["n"],
-                    None,
-                    None,
-                    None,
-                    None,
-                    metrics["negatives"]["silent"],
-                ]
-            )
+            rows.append(["negatives", metrics["negatives"]["n"], *[None] * 5, metrics["negatives"]["silent"]])
         return cols, rows
 
     def outcomes(self, streams, rows, bench):

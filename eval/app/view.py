@@ -9,10 +9,13 @@ as a W&B Table.
 evaluation's run, a timeline image per row. The page needs no server and nothing outside the file
 (inline CSS and JS, thumbnails as inline JPEG data URIs): open it after ``scp``.
 
-- The metrics table (``metrics.json``), then one row per stream of ``predictions.jsonl`` with its
-  record id, task, category, fire and target counts and a timeline: target times (lines), their
-  windows (bands), the fires coloured by outcome, and P(</Response>) as a curve against the
-  threshold. Each timeline is one canvas drawn when it scrolls into view, never an element per
+- The header leads with the protocol's headline metric (``eval.summary``; P3I:
+  ``with_negatives/prs_b``) and the clips behind it (with targets, negatives), then the per-task
+  table ``eval.run`` prints (the runner's ``table``); every metric of ``metrics.json`` is one click
+  away. The legend and the header name their two redundancy counts apart (:data:`WORDS`).
+- One row per stream of ``predictions.jsonl`` with its record id, task, category, fire and target
+  counts and a timeline over a seconds axis: target times (brown lines), their windows (bands), the
+  fires coloured by outcome (a hit green), and P(</Response>) as a curve against the threshold. Each timeline is one canvas drawn when it scrolls into view, never an element per
   step, so a 28,800-step EgoServe day draws like a 20-step clip: the curve is kept as the maximum
   over at most :data:`CURVE_BINS` bins, one character each.
 - The outcomes (hit, early, late, redundant, false alarm, wrong, missed target: ``rewards.outcomes``)
@@ -52,6 +55,7 @@ from data_builders.video import VideoError, read_frames
 from eval.config import records_path
 from eval.provenance import RECORD_FIELD, record_fingerprint
 from eval.store import PredictionLog
+from eval.summary import counts, headline
 from infra.files import atomic_writer, id_file_name, write_text_atomic
 from infra.schema import load_literal, validate
 from rewards.outcomes import FIRE_OUTCOMES, StreamOutcomes
@@ -75,6 +79,30 @@ COLOURS = {
     "unclassified": "#1f77b4",
     "missed": "#000000",
 }
+#: A target's line and its window's band: colours no outcome uses (a hit is green).
+TARGET_COLOUR = "#8c564b"
+WINDOW_COLOUR = "#efe2d5"
+#: What the legend and the header call what the two redundancy counts are, so they are not read as
+#: one: the legend's ``redundant`` is an outcome under the PRS-U matching; ``redundant_replies`` is
+#: the scorer's PRS-B count (``rewards.prs.redundant_replies``), which holds a negative's replies too.
+WORDS = {
+    "redundant": "redundant (another reply to a target already answered, PRS-U matching)",
+    "false_alarm": "false alarm (a reply on a clip without targets)",
+    "redundant_replies": "redundant_replies (the scorer's count: replies beyond one per target under "
+    "PRS-B matching, plus every reply on a clip without targets)",
+}
+#: Axis steps (s) a timeline's ticks are spaced by: the smallest giving at most :data:`MAX_TICKS` gaps.
+TICK_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400)
+MAX_TICKS = 8
+
+
+def tick_step(duration: float) -> float:
+    """The seconds between two ticks of a timeline's axis.
+
+    >>> tick_step(20.0), tick_step(4.0), tick_step(28800.0)
+    (5, 1, 3600)
+    """
+    return next((s for s in TICK_STEPS if duration / s <= MAX_TICKS), TICK_STEPS[-1])
 
 
 def encode_curve(p: list[float], bins: int = CURVE_BINS) -> str:
@@ -190,6 +218,7 @@ def view_rows(
                 "task": s.task,
                 "cats": stream_categories(s),
                 "dur": s.duration,
+                "tick": tick_step(s.duration),
                 "steps": len(row.get("p_response", [])),
                 "sps": steps_per_second,
                 "curve": encode_curve(row.get("p_response", [])),
@@ -235,11 +264,12 @@ def load_run(out_dir: Path) -> tuple[Any, BenchmarkConfig, list[Stream], list[di
 
 
 def build_view(out_dir: str | Path, thumbs: int = DEFAULT_THUMBNAILS) -> tuple[dict, list[dict]]:
-    """The page's data of an ``eval.run`` folder: ``{"title", "protocol", "threshold", "metrics",
-    "rows"}``, and the rows."""
+    """The page's data of an ``eval.run`` folder: ``{"title", "protocol", "threshold", "headline",
+    "clips", "table", "metrics", "rows", ...}``, and the rows."""
     out_dir = Path(out_dir)
     cfg, bench, streams, rows, records = load_run(out_dir)
-    outcomes = get_runner(bench.protocol).outcomes(streams, rows, bench)
+    runner = get_runner(bench.protocol)
+    outcomes = runner.outcomes(streams, rows, bench)
     per_sample = {}
     if (out_dir / "per_sample.jsonl").is_file():
         per_sample = {r["id"]: r for r in iter_jsonl(out_dir / "per_sample.jsonl") if "id" in r}
@@ -250,13 +280,18 @@ def build_view(out_dir: str | Path, thumbs: int = DEFAULT_THUMBNAILS) -> tuple[d
         streams, rows, outcomes, per_sample, bench.steps_per_second, records, cfg.get("video_root"), thumbs
     )
     title = f"{cfg.get('checkpoint') or cfg.model.name} on {bench.name}"
+    columns, table = runner.table(metrics, list(per_sample.values()), streams) if metrics else ([], [])
     data = {
         "title": title,
         "protocol": bench.protocol,
         "threshold": float(cfg.threshold),
+        "headline": headline(bench.protocol, metrics),
+        "clips": counts(streams),
+        "table": {"columns": columns, "rows": table},
         "metrics": metrics,
         "outcomes": list(FIRE_OUTCOMES) + ["missed"],
-        "colours": COLOURS,
+        "colours": COLOURS | {"target": TARGET_COLOUR, "window": WINDOW_COLOUR},
+        "words": WORDS,
         "rows": vrows,
     }
     return data, vrows
@@ -285,9 +320,9 @@ def render_html(data: dict) -> str:
     return page.replace("@@TITLE@@", title) + embed_json(data) + tail
 
 
-def timeline_png(row: dict, path: Path, width: int = 800, height: int = 56) -> Path:
+def timeline_png(row: dict, path: Path, width: int = 800, height: int = 68) -> Path:
     """A row's timeline as a small PNG (PIL; the W&B Table's image): windows, targets, the curve
-    and the fires in the page's colours."""
+    and the fires in the page's colours, over a seconds axis (the bottom 12 px)."""
     from PIL import Image, ImageDraw
 
     img = Image.new("RGB", (width, height), "white")
@@ -297,9 +332,13 @@ def timeline_png(row: dict, path: Path, width: int = 800, height: int = 56) -> P
     def x(t: float) -> int:
         return int(round(min(max(t / dur, 0.0), 1.0) * (width - 1)))
 
+    _png_axis(d, x, row, width, height)
+    height -= 12
     for t in row["targets"]:
         if t["w"]:
-            d.rectangle([x(t["w"][0]), 4, max(x(t["w"][1]), x(t["w"][0]) + 1), height - 4], fill="#d8f0d8")
+            d.rectangle(
+                [x(t["w"][0]), 4, max(x(t["w"][1]), x(t["w"][0]) + 1), height - 4], fill=WINDOW_COLOUR
+            )
     curve = row["curve"]
     if curve:
         pts = [
@@ -313,7 +352,7 @@ def timeline_png(row: dict, path: Path, width: int = 800, height: int = 56) -> P
     for t in row["targets"]:
         d.line(
             [x(t["t"]), 2, x(t["t"]), height - 2],
-            fill="#000000" if t["o"] == "missed" else "#2ca02c",
+            fill=COLOURS["missed"] if t["o"] == "missed" else TARGET_COLOUR,
             width=2,
         )
     for f in row["fires"]:
@@ -322,6 +361,20 @@ def timeline_png(row: dict, path: Path, width: int = 800, height: int = 56) -> P
     with atomic_writer(path, "wb") as fh:  # whole or not at all
         img.save(fh, format="PNG")
     return path
+
+
+def _png_axis(d, x, row: dict, width: int, height: int) -> None:
+    """The seconds axis of :func:`timeline_png`: a tick and its label every :func:`tick_step`."""
+    step = row.get("tick") or tick_step(row["dur"])
+    base = height - 12
+    d.line([0, base, width - 1, base], fill="#999999")
+    k = 0
+    while k * step <= row["dur"] + 1e-9:
+        cx = x(k * step)
+        d.line([cx, base, cx, base + 3], fill="#999999")
+        label = f"{k * step:g} s"
+        d.text((min(cx + 2, width - 6 * len(label)), base + 1), label, fill="#555555")
+        k += 1
 
 
 TABLE_COLUMNS = ["id", "task", "category", "fires", *FIRE_OUTCOMES, "targets", "missed", "timeline"]
@@ -405,6 +458,8 @@ PAGE = r"""<!doctype html>
 <style>
 body{font:13px/1.4 system-ui,sans-serif;margin:12px;color:#222}
 h1{font-size:16px;margin:0 0 8px}
+#headline{margin:0 0 8px}#headline .big{font-size:20px;margin-right:8px}
+#tasks{margin-bottom:8px}details{margin-bottom:8px}summary{cursor:pointer;color:#555}
 table.m{border-collapse:collapse}
 .kvs{display:flex;flex-wrap:wrap;gap:4px 14px;margin-bottom:8px}.kv{white-space:nowrap}
 .tabs{display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start;margin-bottom:8px}
@@ -417,7 +472,7 @@ table.m th{background:#f4f4f4}table.m td:first-child{text-align:left}
 .row{border-bottom:1px solid #eee;padding:4px 0;cursor:pointer}
 .row .h{display:flex;gap:10px;white-space:nowrap;overflow:hidden}
 .row .id{font-family:monospace;font-weight:600;min-width:220px;overflow:hidden;text-overflow:ellipsis}
-.row canvas{width:100%;height:48px;display:block}
+.row canvas{width:100%;height:60px;display:block}
 .det{display:none;padding:4px 0 8px 12px}.row.open .det{display:block}
 .fire{display:flex;gap:8px;align-items:center;margin:2px 0}
 .fire img{height:54px;border:1px solid #ccc}
@@ -425,7 +480,9 @@ table.m th{background:#f4f4f4}table.m td:first-child{text-align:left}
 #tip{position:fixed;pointer-events:none;background:#222;color:#fff;padding:4px 6px;border-radius:4px;max-width:420px;display:none;z-index:3}
 </style></head><body>
 <h1>@@TITLE@@</h1>
-<div id="metrics"></div>
+<div id="headline"></div>
+<div id="tasks"></div>
+<details id="every"><summary>every metric of metrics.json</summary><div id="metrics"></div></details>
 <div id="bar">
 <label>task <select id="f-task"></select></label>
 <label>outcome <select id="f-outcome"></select></label>
@@ -445,6 +502,16 @@ const C=D.colours, LV="0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefg
 const $=id=>document.getElementById(id);
 function esc(s){return String(s==null?'':s).replace(/[&<>"]/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;'}[c]));}
 function fmt(v){return typeof v==='number'?(Number.isInteger(v)?v:v.toFixed(1)):esc(v);}
+function word(k){return D.words[k]||k.replace('_',' ');}
+// the headline metric with the clips behind it, then the per-task table eval.run prints
+(function(){
+  const h=D.headline,c=D.clips;
+  $('headline').innerHTML=(h?'<span class="big">'+esc(h.key)+' <b>'+fmt(h.value)+'</b></span>'+esc(h.words)+'<br>':'')+
+    c.clips+' clips: '+c.with_targets+' with targets, '+c.negatives+' negatives; threshold '+D.threshold;
+  const T=D.table;if(!T.columns.length)return;
+  $('tasks').innerHTML='<table class="m" id="per-task"><tr>'+T.columns.map(k=>'<th>'+esc(k)+'</th>').join('')+'</tr>'+
+    T.rows.map(r=>'<tr>'+r.map(v=>'<td>'+(v==null?'':fmt(v))+'</td>').join('')+'</tr>').join('')+'</table>';
+})();
 // metrics: top-level numbers, then one table per nested block of numbers
 (function(){
   const m=D.metrics, flat=[], blocks=[];
@@ -455,7 +522,7 @@ function fmt(v){return typeof v==='number'?(Number.isInteger(v)?v:v.toFixed(1)):
     if(nums.length)flat.push(...nums.map(([a,b])=>[k+'/'+a,b]));
     if(rows.length)blocks.push([k,rows]);
   }
-  let h='<div class="kvs">'+flat.map(([k,v])=>'<span class="kv">'+esc(k)+' <b>'+fmt(v)+'</b></span>').join('')+'</div><div class="tabs">';
+  let h='<div class="kvs">'+flat.map(([k,v])=>'<span class="kv" data-key="'+esc(k)+'">'+esc(D.words[k]||k)+' <b>'+fmt(v)+'</b></span>').join('')+'</div><div class="tabs">';
   for(const [k,rows] of blocks){
     const cols=[...new Set(rows.flatMap(([,x])=>Object.keys(x).filter(c=>typeof x[c]!=='object')))];
     if(!cols.length)continue;
@@ -470,23 +537,30 @@ function opts(sel,vals){sel.innerHTML='<option value="">all</option>'+vals.map(v
 opts($('f-task'),[...new Set(R.map(r=>r.task))].sort());
 opts($('f-outcome'),D.outcomes.filter(o=>R.some(r=>o==='missed'?r.missed:r.counts[o])));
 opts($('f-cat'),[...new Set(R.flatMap(r=>r.cats))].sort());
-$('legend').innerHTML=D.outcomes.map(o=>'<span><i style="background:'+C[o]+'"></i>'+o.replace('_',' ')+' <b id="n-'+o+'"></b></span>').join('')+
-  '<span><i style="background:#d8f0d8"></i>target window</span><span><i style="background:#6baed6"></i>P(response), threshold '+D.threshold+'</span>';
+$('legend').innerHTML=D.outcomes.map(o=>'<span data-outcome="'+o+'"><i style="background:'+C[o]+'"></i>'+esc(word(o))+' <b id="n-'+o+'"></b></span>').join('')+
+  '<span><i style="background:'+C.target+'"></i>target</span><span><i style="background:'+C.window+'"></i>target window</span><span><i style="background:#6baed6"></i>P(response), threshold '+D.threshold+'</span>';
 const tip=$('tip');
 function draw(cv,r){
-  const w=cv.clientWidth||800,h=48,dpr=window.devicePixelRatio||1;
-  cv.width=w*dpr;cv.height=h*dpr;const g=cv.getContext('2d');g.scale(dpr,dpr);
+  const w=cv.clientWidth||800,H=60,h=46,dpr=window.devicePixelRatio||1;
+  cv.width=w*dpr;cv.height=H*dpr;const g=cv.getContext('2d');g.scale(dpr,dpr);
   const dur=Math.max(r.dur,1e-9),X=t=>Math.min(Math.max(t/dur,0),1)*(w-1);
   g.fillStyle='#fafafa';g.fillRect(0,0,w,h);
-  for(const t of r.targets)if(t.w){g.fillStyle='#d8f0d8';g.fillRect(X(t.w[0]),0,Math.max(2,X(t.w[1])-X(t.w[0])),h);}
+  for(const t of r.targets)if(t.w){g.fillStyle=C.window;g.fillRect(X(t.w[0]),0,Math.max(2,X(t.w[1])-X(t.w[0])),h);}
+  axis(g,r,X,w,h);
   const y=v=>h-3-v*(h-16);
   g.strokeStyle='#bbb';g.setLineDash([3,3]);g.beginPath();g.moveTo(0,y(D.threshold));g.lineTo(w,y(D.threshold));g.stroke();g.setLineDash([]);
   if(r.curve.length){g.strokeStyle='#6baed6';g.beginPath();const n=r.curve.length;
     for(let i=0;i<n;i++){const px=X((i/n)*(r.steps/r.sps||dur)),py=y(LV.indexOf(r.curve[i])/63);i?g.lineTo(px,py):g.moveTo(px,py);}g.stroke();}
-  for(const t of r.targets){g.strokeStyle=t.o==='missed'?C.missed:'#2ca02c';g.lineWidth=2;g.beginPath();g.moveTo(X(t.t),0);g.lineTo(X(t.t),h);g.stroke();g.lineWidth=1;}
+  for(const t of r.targets){g.strokeStyle=t.o==='missed'?C.missed:C.target;g.lineWidth=2;g.beginPath();g.moveTo(X(t.t),0);g.lineTo(X(t.t),h);g.stroke();g.lineWidth=1;}
   for(const f of r.fires){const x=X(f.t);g.fillStyle=C[f.o];g.beginPath();g.moveTo(x-4,1);g.lineTo(x+4,1);g.lineTo(x,11);g.fill();}
   cv._x=X;
 }
+// the seconds axis under a timeline: a tick and its label every r.tick seconds (view.tick_step)
+function axis(g,r,X,w,h){const ticks=[];g.strokeStyle='#999';g.fillStyle='#555';g.font='10px system-ui,sans-serif';
+  g.beginPath();g.moveTo(0,h+0.5);g.lineTo(w,h+0.5);g.stroke();
+  for(let k=0;k*r.tick<=r.dur+1e-9;k++){const t=k*r.tick,x=Math.round(X(t))+0.5,l=t+' s';ticks.push(t);
+    g.beginPath();g.moveTo(x,h);g.lineTo(x,h+3);g.stroke();g.fillText(l,Math.min(x+2,w-g.measureText(l).width-1),h+12);}
+  g.canvas.dataset.ticks=ticks.join(',');}
 const io=new IntersectionObserver(es=>{for(const e of es)if(e.isIntersecting){const cv=e.target;io.unobserve(cv);draw(cv,cv._r);}});
 function fireAt(cv,r,ev){const b=cv.getBoundingClientRect(),x=ev.clientX-b.left;let best=null,bd=6;
   for(const f of r.fires){const d=Math.abs(cv._x(f.t)-x);if(d<bd){bd=d;best=f;}}return best;}
@@ -494,7 +568,7 @@ function detail(r){
   let h='';
   for(const f of r.fires)h+='<div class="fire">'+(f.img?'<img src="'+f.img+'">':'')+'<span class="tag" style="background:'+C[f.o]+'">'+f.o.replace('_',' ')+'</span> '+
     '<b>'+f.t.toFixed(1)+' s</b>'+(f.c?' ['+esc(f.c)+']':'')+' '+esc(f.x)+(f.s!=null?' <i>(score '+f.s+')</i>':'')+'</div>';
-  for(const t of r.targets)h+='<div class="fire"><span class="tag" style="background:'+(t.o==='missed'?C.missed:'#2ca02c')+'">target '+esc(t.o)+'</span> <b>'+t.t.toFixed(1)+' s</b>'+
+  for(const t of r.targets)h+='<div class="fire"><span class="tag" style="background:'+(t.o==='missed'?C.missed:C.target)+'">target '+esc(t.o)+'</span> <b>'+t.t.toFixed(1)+' s</b>'+
     (t.w?' window '+t.w[0].toFixed(1)+'-'+t.w[1].toFixed(1)+' s':'')+(t.c?' ['+esc(t.c)+']':'')+' '+esc(t.x)+'</div>';
   if(r.no_thumbs)h+='<div>no thumbnails: '+esc(r.no_thumbs)+'</div>';
   const s=Object.entries(r.sample).filter(([k])=>k!=='id');

@@ -1007,3 +1007,32 @@ def test_a_crowd_of_slow_connections_does_not_starve_the_page(tiny_checkpoint, t
             proc.communicate(timeout=60)
         finally:
             proc.kill()
+
+
+@pytest.mark.slow  # the demo served to headless chromium
+def test_a_fresh_page_says_what_to_do_and_the_plot_has_an_axis(served, predicted, page):
+    """Opened fresh: the video box says to pick a record and press Run, the plot is not blank; once
+    a record streams, the hint goes, the plot has a seconds axis and its target is brown, not green."""
+    from eval.app.page import HINT
+    from eval.app.view import COLOURS, TARGET_COLOUR
+
+    demo, server = served
+    page.goto(server.url)
+    page.wait_for_function("document.querySelectorAll('#record option').length > 1")
+    assert page.is_visible("#hint") and page.inner_text("#hint") == HINT["records"]
+    drawn = "() => { const c = document.getElementById('curve'); return c.getContext('2d').getImageData(0, 0, c.width, c.height).data.some(v => v > 0); }"
+    assert page.evaluate(drawn)  # the empty plot's own words
+    assert page.get_attribute("#curve", "data-ticks") is None
+    page.select_option("#record", predicted["id"])
+    page.click("#go")
+    page.wait_for_selector("body[data-done]")
+    assert not page.is_visible("#hint")
+    [record] = [s for s in demo.streams.values() if s.id == predicted["id"]]
+    assert page.get_attribute("#curve", "data-ticks") == "0,5,10,15,20" and record.duration == 20
+    target = record.targets[0].time - record.clip_start
+    rgb = page.evaluate(
+        f"""() => {{ const c = document.getElementById('curve');
+        const px = c.getContext('2d').getImageData(Math.floor({target} / 20 * (c.width - 1)), 30, 1, 1).data;
+        return [px[0], px[1], px[2]]; }}"""
+    )
+    assert "#" + "".join(f"{c:02x}" for c in rgb) == TARGET_COLOUR != COLOURS["hit"]

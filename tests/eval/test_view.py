@@ -304,3 +304,56 @@ def test_predictions_of_records_changed_since_are_not_shown(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"file {tmp_path / 'records.jsonl'}" in err and "1 record(s) changed since" in err
     assert f"(first: {records[1]['id']})" in err
+
+
+def test_header_leads_with_the_headline_and_timelines_have_axes_and_target_colours(tmp_path, browser):
+    """The header: the headline metric with its clips, the per-task table, the two redundancy counts
+    named apart; each timeline: a seconds axis, targets in a colour no outcome has."""
+    from eval.app.view import COLOURS, TARGET_COLOUR, WORDS, tick_step
+
+    run = synthetic_run(tmp_path, 12, long_steps=300)
+    metrics = {
+        "protocol": "p3i",
+        "prs_b": 20.0,
+        "redundant_replies": 6,
+        "with_negatives": {"prs_u": 30.0, "prs_b": 31.4, "per_task": {"event_monitoring": {"prs_b": 31.4}}},
+        "per_task": {
+            "event_monitoring": {"prs_u": 12.5, "prs_b": 20.0, "prs_u_prime": 1.0, "prs_b_prime": 2.0}
+        },
+        "n": {"event_monitoring": 10},
+        "negatives": {"n": 4, "silent": 0.0},
+    }
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    assert main([f"out_dir={run}", "thumbnails=0"]) == 0
+    page, errors, _ = open_page(browser, run / "view.html")
+    assert errors == []
+    head = page.inner_text("#headline")
+    assert head.startswith("with_negatives/prs_b 31.4") and "PRS-B, each negative counted" in head
+    assert "13 clips: 9 with targets, 4 negatives; threshold 0.5" in head  # 1 in 5 synthetic rows has none
+    table = page.eval_on_selector_all("#per-task tr", "rs => rs.map(r => r.innerText.split('\\t'))")
+    assert table[0][:3] == ["task", "n", "with_negatives/prs_b"]
+    assert table[1][:5] == ["event_monitoring", "10", "31.4", "12.5", "20"]
+    assert table[2][0] == "negatives" and table[2][-1] == "0"
+    # the two redundancy counts carry two names
+    page.click("#every summary")
+    assert page.inner_text("[data-key='redundant_replies']") == WORDS["redundant_replies"] + " 6"
+    legend = page.inner_text("[data-outcome='redundant']")
+    assert legend.startswith("redundant (another reply to a target already answered, PRS-U matching)")
+    # a seconds axis under each timeline, ticks every tick_step seconds
+    ticks = dict(
+        page.eval_on_selector_all(
+            ".row", "rs => rs.map(r => [r.dataset.id, r.querySelector('canvas').dataset.ticks])"
+        )
+    )
+    assert ticks["syn-day"] == ",".join(str(k * tick_step(300)) for k in range(6)) == "0,60,120,180,240,300"
+    assert ticks["syn-0001"] == "0,5,10,15,20"
+    # a target's line is drawn in the target colour, not a hit's green
+    assert TARGET_COLOUR not in COLOURS.values()
+    rgb = page.evaluate(
+        """() => { const row = [...document.querySelectorAll('.row')].find(r => r.dataset.id === 'syn-0001');
+        const cv = row.querySelector('canvas'), t = cv._r.targets[0], d = window.devicePixelRatio || 1;
+        const px = cv.getContext('2d').getImageData(Math.floor(cv._x(t.t) * d), 30 * d, 1, 1).data;
+        return [px[0], px[1], px[2]]; }"""
+    )
+    assert "#" + "".join(f"{c:02x}" for c in rgb) == TARGET_COLOUR
+    page.close()

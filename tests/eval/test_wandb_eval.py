@@ -53,7 +53,9 @@ def test_offline_wandb_run_holds_metrics_table_and_timeline(
     assert config["step"] == 1234 and config["threshold"] == 0.47
     assert "sentinel-secret" not in json.dumps(config)  # the key's value is never logged (only its env name)
     tables = [json.loads(p.read_text()) for p in (run / "files" / "media" / "table").rglob("*.table.json")]
-    assert [t["columns"][:3] for t in tables if t["columns"][0] == "task"] == [["task", "n", "prs_u"]]
+    assert [t["columns"][:4] for t in tables if t["columns"][0] == "task"] == [
+        ["task", "n", "with_negatives/prs_b", "prs_u"]
+    ]
     # the viewer's rows (eval.app.view): one per stream, worst first, the timeline an image per row
     assert summary["eval/p3i/streams/_type"] == "table-file"
     [rows] = [t for t in tables if t["columns"] == TABLE_COLUMNS]
