@@ -171,7 +171,7 @@ class StreamingEngine:
         self.forward = StepForward(model, renderer, self.cfg)
         self.device = self.forward.device
         self.vision = FrameFeatures(model, renderer, self.cfg, self.forward.upload)
-        self.decide = Decider(renderer, self.cfg)
+        self.decide = Decider(renderer, self.cfg, self.device)
         #: Per step, in CPU seconds of the engine's thread (``time.thread_time``: what a busy machine
         #: does to the wall clock does not count): the whole step, the language model's forward, the
         #: vision call (processor + vision tower); the rest is the engine's own host work
@@ -249,7 +249,7 @@ class StreamingEngine:
             self.kv.columns[b].keep.add(k)
         n = len(self.rows)
         return self.decide.replies(
-            lambda chunks: self.forward(self.kv, chunks, [None] * n), n, firing, self._feed
+            lambda chunks: self.forward(self.kv, chunks, [None] * n, on_device=True), n, firing, self._feed
         )
 
     # hot path: one Python call per row per step, nothing beside the step's forward passes
