@@ -113,7 +113,11 @@ def frame_prep_figures(device: str = "cpu", frames: int = 16, repeats: int = 3, 
         "frame_prep_ms_per_frame": {m: f["ms"] for m, f in per_model.items()},
         "frame_prep_upload_bytes_per_frame": {m: f["bytes"] for m, f in per_model.items()},
         "frame_prep_float_resize_max_diff": round(per_model["qwen3_vl_4b"]["float_diff"], 4),
-        "frame_prep_setup": {"device": device, "frames_per_call": frames, "sizes": FRAME_SIZES},
+        "frame_prep_setup": {
+            "device": device,
+            "frames_per_call": frames,
+            "sizes": {m: list(s) for m, s in FRAME_SIZES.items()},
+        },
         "reply_draw_ms_per_row": draw_figures(vocab, 8, repeats),
     }
 
