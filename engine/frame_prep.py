@@ -101,14 +101,28 @@ def int16_weights(size_in: int, size_out: int) -> tuple[np.ndarray, np.ndarray, 
     return index, ints, precision
 
 
+@functools.cache
+def _device_weights(
+    size_in: int, size_out: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """:func:`int16_weights` on ``device``, uploaded once per size (a copy from pageable memory
+    makes the host wait for the device's queue)."""
+    index, ints, precision = int16_weights(size_in, size_out)
+    return torch.from_numpy(index).to(device), torch.from_numpy(ints).to(device, torch.int32), precision
+
+
+@functools.cache
+def _device_values(values: tuple[float, ...], device: torch.device) -> torch.Tensor:
+    """Per-channel float32 values as a ``(C, 1, 1)`` tensor on ``device``, uploaded once."""
+    return torch.tensor(values, dtype=torch.float32).view(-1, 1, 1).to(device)
+
+
 def _resample_last_axis(x: torch.Tensor, size_out: int) -> torch.Tensor:
     """One pass of the uint8 kernel along ``x``'s last axis: ``sum(w * pixel) + 2**(p-1)``,
     shifted right by ``p``, clamped to uint8."""
-    index, ints, precision = int16_weights(x.shape[-1], size_out)
-    index_t = torch.from_numpy(index).to(x.device)
-    ints_t = torch.from_numpy(ints).to(device=x.device, dtype=torch.int32)
+    index_t, ints_t, precision = _device_weights(x.shape[-1], size_out, x.device)
     acc = torch.full((*x.shape[:-1], size_out), 1 << (precision - 1), dtype=torch.int32, device=x.device)
-    for k in range(index.shape[1]):
+    for k in range(index_t.shape[1]):
         acc += x.index_select(-1, index_t[:, k]).to(torch.int32) * ints_t[:, k]
     return (acc >> precision).clamp_(0, 255).to(torch.uint8)
 
@@ -196,9 +210,8 @@ class FramePrep:
         x = frames.permute(0, 3, 1, 2).contiguous()
         if (h, w) != (height, width):
             x = _resize(x, h, w)
-        mean = torch.tensor(self.mean, dtype=torch.float32, device=x.device).view(-1, 1, 1)
-        std = torch.tensor(self.std, dtype=torch.float32, device=x.device).view(-1, 1, 1)
-        x = x.to(torch.float32).sub_(mean).div_(std)
+        x = x.to(torch.float32).sub_(_device_values(self.mean, x.device))
+        x = x.div_(_device_values(self.std, x.device))
         return self.patchify(x), [self.grid(height, width)] * n
 
     def patchify(self, x: torch.Tensor) -> torch.Tensor:
