@@ -2,6 +2,12 @@
 decision logits (``p = softmax(l_S, l_R)[R] >= threshold``, or drawn from that two-way
 distribution at ``temperature`` with ``sample=True``, for RL), and the reply of every row that
 fired decoded token by token until ``<|im_end|>`` or ``max_new_tokens``.
+
+Reply tokens are drawn where the logits are (:func:`draw_tokens`): a race of exponential clocks,
+``argmax(log_softmax(logits / T) - log E)`` with ``E ~ Exponential(1)`` from a generator on the
+logits' device, whose winner is distributed as the softmax (the Gumbel-max trick); greedy decoding
+takes the argmax. Each round of a reply reads back one token id and its log-prob per row, not the
+vocabulary's logits (151,936 floats a row in Qwen3-VL).
 """
 
 from __future__ import annotations
@@ -14,20 +20,47 @@ import torch
 from engine.render import TurnRenderer
 
 
+def draw_tokens(
+    logits: torch.Tensor, temperature: float, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row of ``logits`` (rows x vocabulary, on any device) and its log-prob, both on
+    that device: drawn from ``softmax(logits / temperature)`` with ``generator`` (on the same
+    device), or the argmax of ``log_softmax(logits)`` when ``generator`` is ``None``. Tokens at
+    ``-inf`` are never drawn. The log-prob is ``log_softmax`` at the token, at ``temperature``
+    when drawing."""
+    if generator is None:
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        tokens = logits.argmax(dim=-1)  # the logits' (their log_softmax may round two apart into a tie)
+    else:
+        logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+        clocks = torch.empty_like(logp).exponential_(generator=generator)
+        # a clock at exactly 0 (possible in float32) would win whatever its token's probability
+        tokens = (logp - clocks.clamp_min_(torch.finfo(clocks.dtype).tiny).log_()).argmax(dim=-1)
+    return tokens, logp.gather(-1, tokens[:, None])[:, 0]
+
+
 def decision_probability(logits: torch.Tensor, silence_id: int, response_id: int) -> torch.Tensor:
     """P(</Response>) from the two decision logits (last dim = vocabulary)."""
     pair = torch.stack([logits[..., silence_id], logits[..., response_id]], dim=-1).float()
     return torch.softmax(pair, dim=-1)[..., 1]
 
 
+#: Mixed into ``seed`` for the reply tokens' generator, so that it is not the decisions' stream
+#: (on the CPU both would be the same Mersenne twister from the same seed).
+TOKEN_SEED_MIX = 0x9E3779B97F4A7C15
+
+
 class Decider:
     """Decisions and reply tokens under the engine's config (``threshold``, ``sample``,
-    ``temperature``; ``seed`` seeds ``generator``, drawn from across the engine's runs)."""
+    ``temperature``; ``seed`` seeds the decisions' ``generator`` on the host and the reply tokens'
+    ``token_generator`` on ``device``, both drawn from across the engine's runs)."""
 
-    def __init__(self, renderer: TurnRenderer, cfg):
+    def __init__(self, renderer: TurnRenderer, cfg, device: torch.device | str = "cpu"):
         self.renderer = renderer
         self.cfg = cfg  # the engine's EngineConfig, read at each call
         self.generator = torch.Generator().manual_seed(cfg.seed)
+        self.token_generator = torch.Generator(device).manual_seed((cfg.seed ^ TOKEN_SEED_MIX) % 2**64)
+        self._banned: dict[torch.device, torch.Tensor] = {}
 
     def choose(
         self, pair: torch.Tensor
@@ -53,21 +86,29 @@ class Decider:
             chosen.append((response if fire else silence) - lse)
         return fired, p, chosen, logits_pair
 
+    def next_tokens(self, logits: torch.Tensor) -> list[tuple[int, float]]:
+        """Each row's next reply token among the text tokens (drawn with ``token_generator``, or
+        the argmax) and its log-prob, from logits on the device (rows x vocabulary): one read back
+        for every row."""
+        banned = self._banned.get(logits.device)
+        if banned is None:
+            banned = self._banned[logits.device] = torch.tensor(
+                self.renderer.banned_text_ids, device=logits.device
+            )
+        masked = logits.index_fill(-1, banned, float("-inf"))
+        generator = self.token_generator if self.cfg.sample else None
+        tokens, logp = draw_tokens(masked, self.cfg.temperature, generator)
+        ids, lps = torch.stack([tokens.double(), logp.double()]).tolist()
+        return [(int(t), lp) for t, lp in zip(ids, lps, strict=True)]
+
     def next_token(self, logits: torch.Tensor) -> tuple[int, float]:
-        """A reply's next token (drawn, or the argmax) among the text tokens, and its log-prob."""
-        logits = self.renderer.mask_text_logits(logits)
-        if self.cfg.sample:
-            logp = torch.log_softmax(logits / self.cfg.temperature, dim=-1)
-            tok = int(torch.multinomial(logp.exp(), 1, generator=self.generator))
-        else:
-            logp = torch.log_softmax(logits, dim=-1)
-            tok = int(logits.argmax())
-        return tok, float(logp[tok])
+        """:meth:`next_tokens` of one row of logits (the vocabulary's)."""
+        return self.next_tokens(logits[None])[0]
 
     # hot path: one call per firing step; its forward per reply token is what costs
     def replies(
         self,
-        forward: Callable[[list[list[int]]], torch.Tensor],
+        forward: Callable[[list[list[int]]], torch.Tensor],  # logits on the device
         rows: int,
         firing: list[int],
         feed: Callable[[int, list[int], list[bool], list[float]], None],
@@ -84,11 +125,12 @@ class Decider:
         live = set(firing)
         for _ in range(self.cfg.max_new_tokens + 1):
             out = forward([step_tokens[b][-1:] if b in live else [] for b in range(rows)])
+            drawn = self.next_tokens(out)  # every row's: a row's draw never depends on another's logits
             for b in list(live):
                 if len(texts[b]) == self.cfg.max_new_tokens:
                     live.discard(b)
                     continue
-                tok, lp = self.next_token(out[b])
+                tok, lp = drawn[b]
                 if tok == r.im_end_id:
                     live.discard(b)
                     im_end_logprob[b] = lp

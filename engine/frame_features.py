@@ -1,10 +1,15 @@
 """The streaming engine's vision side: each row's frames prepared when the row reaches them.
 
-``frame_chunk`` steps at a time, the processor (pixel values, grids) and the vision tower run on
-that chunk only, in one call for every frame array that needs its next chunk; an array shared by
+``frame_chunk`` steps at a time, the frames are prepared (pixel values, grids) and the vision tower
+runs on that chunk only, in one call for every frame array that needs its next chunk; an array shared by
 several rows (the same object, as in a GRPO group) is prepared once. The chunk a new one replaces
 is released: its features dropped and its pages handed back to the OS
 (``data_builders.frame_pages.release_frames``). Why: ``engine/streaming.py``'s docstring.
+
+With ``frame_prep="device"`` (the default) and a processor whose steps ``engine.frame_prep`` knows,
+a chunk goes to the model's device as uint8 and is resized, normalised and cut into patches there
+(:class:`~engine.frame_prep.FramePrep`: the processor's values bit for bit); otherwise (or with
+``frame_prep="host"``) the processor prepares it on the host and its float32 pixels are uploaded.
 """
 
 from __future__ import annotations
@@ -17,7 +22,11 @@ import numpy as np
 import torch
 
 from data_builders.frame_pages import release_frames
+from engine.frame_prep import FramePrep
 from engine.render import TurnRenderer
+
+#: Where a chunk's frames are prepared (``EngineConfig.frame_prep``).
+FRAME_PREP = ("device", "host")
 
 
 @dataclass
@@ -53,6 +62,19 @@ class FrameFeatures:
         self.chunks: dict[int, Chunk] = {}
         self.frames_encoded = 0
         self.seconds = 0.0
+        if cfg.frame_prep not in FRAME_PREP:
+            raise ValueError(f"frame_prep must be one of {', '.join(FRAME_PREP)}, got {cfg.frame_prep!r}")
+        image_processor = renderer.processor.image_processor
+        #: The device prep, or ``None``: the processor on the host (``frame_prep="host"``, or a
+        #: processor whose steps ``engine.frame_prep`` does not know).
+        self.prep = FramePrep.of(image_processor) if cfg.frame_prep == "device" else None
+
+    def pixels(self, frames: np.ndarray) -> tuple[torch.Tensor, list[tuple[int, int, int]]]:
+        """Pixel values (on the model's device) and grids of ``(N, H, W, 3)`` uint8 frames."""
+        if self.prep is None:
+            pv, grid = self.renderer.encode_frames(frames)
+            return self.upload(pv), [tuple(g) for g in grid.tolist()]
+        return self.prep(self.upload(torch.from_numpy(np.array(frames))))
 
     def prepare(self, k: int, arrays: Sequence[np.ndarray]) -> None:
         """Make step k's frame of each array ready. An array past its prepared chunk gets the next
@@ -69,18 +91,17 @@ class FrameFeatures:
         spans, pvs, grids = [], [], []
         for key, frames in need.items():
             end = min(k + self.cfg.frame_chunk, len(frames))
-            pv, grid = self.renderer.encode_frames(frames[k:end])
+            pv, grid = self.pixels(frames[k:end])
             spans.append((key, frames, end))
             pvs.append(pv)
-            grids.append(grid)
-        grid = torch.cat(grids)
-        out = self.model.model.get_image_features(self.upload(torch.cat(pvs)), self.upload(grid))
-        self.frames_encoded += int(grid.shape[0])
+            grids += grid
+        out = self.model.model.get_image_features(torch.cat(pvs), self.upload(torch.tensor(grids)))
+        self.frames_encoded += len(grids)
         i = 0
         for key, frames, end in spans:
             n = end - k
             self.release(frames)
-            grids_thw = [tuple(g) for g in grid[i : i + n].tolist()]
+            grids_thw = grids[i : i + n]
             self.chunks[key] = Chunk(
                 k,
                 end,

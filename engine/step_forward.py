@@ -181,11 +181,14 @@ class StepForward:
         grids: list[tuple[int, int, int] | None],
         image: Features | None = None,
         decision: bool = False,
+        on_device: bool = False,
     ) -> torch.Tensor:
         """Append right-padded chunks (one per row; empty = pad only) to ``kv``'s cache; returns the
         logits at each row's last real token (rows with no tokens: zeros): the vocabulary's, or
         with ``decision`` the decision pair's (:meth:`head`). Every host tensor goes to the device
-        by :meth:`upload`; the logits coming back are the step's one wait for the device."""
+        by :meth:`upload`; the logits coming back are the step's one wait for the device. With
+        ``on_device`` the float32 logits stay on the device, unread (rows with no tokens: whatever
+        the head gave at their pad), for a reply's tokens to be drawn there."""
         lengths = [len(c) for c in chunks]
         width = max(lengths)
         # through an int64 array.array: timed inside a step (its caches cooled by the forward), 4 us
@@ -216,7 +219,11 @@ class StepForward:
         else:
             ends = torch.tensor([b * width + max(n - 1, 0) for b, n in enumerate(lengths)])
             last = hidden.view(-1, hidden.shape[-1]).index_select(0, self.upload(ends))
-        logits = self.head(last, decision).float().cpu()
+        logits = self.head(last, decision).float()
+        if on_device:
+            self.seconds += time.thread_time() - t0
+            return logits
+        logits = logits.cpu()
         self.seconds += time.thread_time() - t0
         if 0 in lengths:
             logits[[b for b, n in enumerate(lengths) if n == 0]] = 0.0

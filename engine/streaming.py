@@ -33,13 +33,15 @@ Work per step is kept flat in the stream's length: memoized token ids, M-RoPE po
 chunk shape, a mask buffer on the device, an in-place KV cache (``engine.kv_cache``), attention over the
 grouped heads (``engine.attention``), a decision read from two rows of the LM head, and one
 device-to-host read per step (image features merged by ``engine.image_merge``, uploads through pinned
-memory). With ``compile`` the language model's forward runs through ``torch.compile``
+memory; a reply's tokens drawn on the device, one id and log-prob per row read back a token,
+``engine.decisions``). With ``compile`` the language model's forward runs through ``torch.compile``
 (:func:`engine.step_forward.compiled_forward`). ``step_timings`` records each step's CPU,
 language-model and vision time. Why each of these, and the measurements: docs/performance.md.
 
-Frames are prepared when a row reaches them: ``frame_chunk`` steps at a time, the processor
-(pixel values, grids) and the vision tower run on that chunk only (a live camera would use 1), so
-host memory holds one chunk of pixels and features, whatever the stream's length. Frames arrive
+Frames are prepared when a row reaches them: ``frame_chunk`` steps at a time, the frames are
+prepared (pixel values, grids: by default on the model's device from uint8, ``engine.frame_prep``;
+``frame_prep="host"``: the image processor) and the vision tower runs on that chunk only (a live
+camera would use 1), so host memory holds one chunk of pixels and features, whatever the stream's length. Frames arrive
 as arrays, possibly memory-mapped (a ``FrameCache`` hit): the engine reads each chunk once, then
 hands its pages back to the OS (``data_builders.frame_pages.release_frames``), so a long stream's
 frames do not pile up in the process either. Frames shared by several rows (the same array
@@ -93,6 +95,11 @@ class EngineConfig:
     seed: int = 0
     frame_chunk: int = 16
     """Frames encoded per vision call (1: strictly one frame per step, as a live camera gives them)."""
+    frame_prep: str = "device"
+    """Where frames are resized, normalised and cut into patches: ``device`` (uploaded as uint8,
+    prepared in torch on the model's device, ``engine.frame_prep``; the processor's values bit for
+    bit) or ``host`` (the image processor itself). ``device`` falls back to the host for an image
+    processor whose steps ``engine.frame_prep`` does not know."""
     compile: bool = False
     """Run the language model's forward through ``torch.compile`` (:func:`compiled_forward`): faster
     steps once its graphs are built, minutes for a 4B model's on first use in a process."""
@@ -165,7 +172,7 @@ class StreamingEngine:
         self.forward = StepForward(model, renderer, self.cfg)
         self.device = self.forward.device
         self.vision = FrameFeatures(model, renderer, self.cfg, self.forward.upload)
-        self.decide = Decider(renderer, self.cfg)
+        self.decide = Decider(renderer, self.cfg, self.device)
         #: Per step, in CPU seconds of the engine's thread (``time.thread_time``: what a busy machine
         #: does to the wall clock does not count): the whole step, the language model's forward, the
         #: vision call (processor + vision tower); the rest is the engine's own host work
@@ -243,7 +250,7 @@ class StreamingEngine:
             self.kv.columns[b].keep.add(k)
         n = len(self.rows)
         return self.decide.replies(
-            lambda chunks: self.forward(self.kv, chunks, [None] * n), n, firing, self._feed
+            lambda chunks: self.forward(self.kv, chunks, [None] * n, on_device=True), n, firing, self._feed
         )
 
     # hot path: one Python call per row per step, nothing beside the step's forward passes

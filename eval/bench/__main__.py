@@ -1,4 +1,4 @@
-"""``python -m eval.bench [engine|memory|gpu|profile|kv|recall|compile|long_stream] [options]``: engine by
+"""``python -m eval.bench [engine|memory|gpu|profile|kv|recall|compile|long_stream|ranks|frame_prep] [options]``: engine by
 default; one JSON object of figures on the last line."""
 
 import sys
@@ -18,6 +18,7 @@ SUBCOMMANDS = Registry(
         "compile": "eval.bench.compile:main",
         "long_stream": "eval.bench.long_stream:main",
         "ranks": "eval.bench.ranks:main",
+        "frame_prep": "eval.bench.frame_prep:main",
     },
 )
 

@@ -41,6 +41,9 @@ Prints one JSON object on its last line:
   runs of the same shares started together: 1 when the split, the barriers and the merge cost
   nothing (two processes on 2 shared cores run at 1.75x-1.9x one alone, whatever they are).
   ``--ranks none`` skips these figures.
+- ``frame_prep_max_diff``, ``frame_prep_ms_per_frame`` (``host`` / ``device``), ``reply_draw_ms_per_row``
+  and the rest of ``python -m eval.bench frame_prep``'s figures (``eval/bench/frame_prep.py``): the
+  frames prepared on the device against the image processor, and the reply draw, here on the CPU.
 
 Run times are this process's CPU seconds (``time.process_time``), medians over ``--repeats``
 interleaved repetitions after a warm-up: on a shared machine other processes stretch wall time
@@ -78,6 +81,7 @@ from engine.naive import NaiveStreamer
 from engine.probes import Probe, answer_probes
 from engine.render import TurnRenderer
 from engine.streaming import EngineConfig, StreamingEngine
+from eval.bench.frame_prep import frame_prep_figures
 from eval.bench.long_stream import long_stream_peaks
 from eval.bench.ranks import ranks_figures
 from infra.entry import quiet_libraries
@@ -247,6 +251,7 @@ def run_bench(
         | probe
         | long
         | over_ranks
+        | frame_prep_figures(repeats=repeats)
     )
 
 

@@ -40,6 +40,27 @@ def test_bench_prints_one_json_object_with_every_figure(capsys):
     assert result["eval_ranks_setup"] == {"ranks": 2, "records": 4, "steps": 12, "threads": 1}
     # the same shares streamed by 2 independent processes: a rate, and the job's rate over it
     assert result["eval_independent_records_per_s"] > 0 and result["eval_ranks_vs_independent"] > 0
+    # frames prepared in torch equal the processor's; both paths timed
+    assert result["frame_prep_max_diff"] == 0.0 and result["frame_prep_grids_equal"] is True
+    assert set(result["frame_prep_ms_per_frame"]) == {"tiny", "qwen3_vl_4b"}
+
+
+def test_frame_prep_bench_reports_the_difference_and_both_paths(capsys):
+    from eval.bench import frame_prep
+
+    result = frame_prep.main(["--frames", "2", "--repeats", "1", "--vocab", "4096"])
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == result
+    assert result["frame_prep_max_diff"] == 0.0 and result["frame_prep_grids_equal"] is True
+    for model, ms in result["frame_prep_ms_per_frame"].items():
+        assert set(ms) == {"host", "device"} and all(v > 0 for v in ms.values()), model
+    # uint8 frames up instead of float32 patches each repeated over 2 temporal slots: 8x fewer bytes
+    assert result["frame_prep_upload_bytes_per_frame"]["qwen3_vl_4b"] == {
+        "host": 320 * 608 * 3 * 2 * 4,
+        "device": 336 * 597 * 3,
+    }
+    # resizing in float32 (a GPU's uint8 kernel) would move pixel values by more than 1e-6
+    assert result["frame_prep_float_resize_max_diff"] > 1e-3
+    assert set(result["reply_draw_ms_per_row"]) == {"multinomial", "race"}
 
 
 def test_kv_bench_prints_both_appends_and_both_attentions(capsys):

@@ -14,6 +14,7 @@ from data_builders.config import RenderConfig
 from data_builders.frames import stream_frames
 from data_builders.records import Stream
 from data_builders.synthetic.toy import generate_toy
+from engine.frame_features import FrameFeatures
 from engine.kv_window import KVWindow
 from engine.naive import NaiveStreamer
 from engine.render import TurnRenderer
@@ -194,15 +195,15 @@ def test_sampling_is_seeded(setup):
 
 
 def test_frames_are_prepared_a_chunk_at_a_time(setup, monkeypatch):
-    """The processor and the vision tower see ``frame_chunk`` frames at a time, when the stream
+    """The frame prep and the vision tower see ``frame_chunk`` frames at a time, when the stream
     reaches them, never the whole stream up front; any chunk size gives the same decisions."""
     model, renderer, streams, frames = setup
     reference = StreamingEngine(model, renderer, EngineConfig(threshold=0.47, max_new_tokens=4)).run(
         streams[:2], frames[:2]
     )
     sizes = []
-    encode = renderer.encode_frames
-    monkeypatch.setattr(renderer, "encode_frames", lambda f: sizes.append(len(f)) or encode(f))
+    pixels = FrameFeatures.pixels
+    monkeypatch.setattr(FrameFeatures, "pixels", lambda self, f: sizes.append(len(f)) or pixels(self, f))
     engine = StreamingEngine(model, renderer, EngineConfig(threshold=0.47, max_new_tokens=4, frame_chunk=6))
     chunked = engine.run(streams[:2], frames[:2])
     assert sizes == [6] * 6 * 2 + [4] * 2  # 40 steps = 6 chunks of 6 + one of 4, per stream
@@ -210,6 +211,27 @@ def test_frames_are_prepared_a_chunk_at_a_time(setup, monkeypatch):
     for a, b in zip(reference, chunked):
         assert [s.text for s in a.steps] == [s.text for s in b.steps]
         assert _max_logit_diff(a, b) < 1e-4
+
+
+def test_frames_prepared_on_the_device_stream_as_the_processor_s(setup, monkeypatch):
+    """The default frame prep (uint8 frames up, prepared in torch) never calls the processor and
+    gives the same decisions and logits as the processor on the host (``frame_prep="host"``)."""
+    model, renderer, streams, frames = setup
+    calls = []
+    encode = renderer.encode_frames
+    monkeypatch.setattr(renderer, "encode_frames", lambda f: calls.append(len(f)) or encode(f))
+    host = StreamingEngine(model, renderer, EngineConfig(threshold=0.47, max_new_tokens=4, frame_prep="host"))
+    on_host = host.run(streams[:2], frames[:2])
+    assert host.vision.prep is None and sum(calls) == 80
+    calls.clear()
+    device = StreamingEngine(model, renderer, EngineConfig(threshold=0.47, max_new_tokens=4))
+    on_device = device.run(streams[:2], frames[:2])
+    assert device.vision.prep is not None and calls == [] and device.frames_encoded == 80
+    for a, b in zip(on_host, on_device):
+        assert [s.text for s in a.steps] == [s.text for s in b.steps]
+        assert _max_logit_diff(a, b) == 0.0
+    with pytest.raises(ValueError, match="frame_prep must be one of device, host, got 'gpu'"):
+        StreamingEngine(model, renderer, EngineConfig(frame_prep="gpu"))
 
 
 def test_memory_mapped_frames_stream_the_same_and_are_released(setup, tmp_path):
