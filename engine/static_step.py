@@ -48,7 +48,9 @@ def _attend(attn, x, cos, sin, kbuf, vbuf, cols, mask) -> torch.Tensor:
     vbuf.index_copy_(2, cols, v.to(vbuf.dtype))
     heads, group = q.shape[1], attn.num_key_value_groups
     folded = q.reshape(rows, heads // group, group * width, attn.head_dim)
-    out = torch.nn.functional.scaled_dot_product_attention(folded, kbuf, vbuf, attn_mask=mask, scale=attn.scaling)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        folded, kbuf, vbuf, attn_mask=mask, scale=attn.scaling
+    )
     out = out.reshape(rows, heads, width, attn.head_dim).transpose(1, 2).reshape(rows, width, -1)
     return attn.o_proj(out)
 
