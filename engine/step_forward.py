@@ -18,8 +18,10 @@ from engine.attention import streaming_attention
 from engine.frame_features import Features
 from engine.image_merge import deepstack_at, embed_with_images, flat_positions, placeholder_columns
 from engine.kv_cache import reserve_columns
+from engine.kv_static import StaticKV
 from engine.kv_window import KVWindow
 from engine.render import TurnRenderer
+from engine.static_step import StaticStep
 
 
 def _language_model_forward(lm: torch.nn.Module, **inputs):
@@ -84,6 +86,7 @@ class StepForward:
         #: chunk's width when every row's run is one block: the same few patterns every step.
         self._flat: dict[tuple, torch.Tensor] = {}
         self.seconds = 0.0
+        self.static = StaticStep(self, cfg)
 
     def upload(self, t: torch.Tensor) -> torch.Tensor:
         """A host tensor on the model's device. On a GPU through pinned memory without blocking: a
@@ -188,7 +191,11 @@ class StepForward:
         with ``decision`` the decision pair's (:meth:`head`). Every host tensor goes to the device
         by :meth:`upload`; the logits coming back are the step's one wait for the device. With
         ``on_device`` the float32 logits stay on the device, unread (rows with no tokens: whatever
-        the head gave at their pad), for a reply's tokens to be drawn there."""
+        the head gave at their pad), for a reply's tokens to be drawn there. On a
+        :class:`~engine.kv_static.StaticKV` (``step="static"``) the step runs over fixed shapes
+        (:class:`~engine.static_step.StaticStep`)."""
+        if isinstance(kv, StaticKV):
+            return self.static(kv, chunks, grids, image, decision, on_device)
         lengths = [len(c) for c in chunks]
         width = max(lengths)
         # through an int64 array.array: timed inside a step (its caches cooled by the forward), 4 us

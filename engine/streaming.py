@@ -72,6 +72,7 @@ from data_builders.records import Stream
 from data_builders.stream_steps import step_times
 from engine.decisions import Decider
 from engine.frame_features import FrameFeatures
+from engine.kv_static import StaticKV
 from engine.kv_window import KVWindow
 from engine.render import TurnRenderer, timestamp_text
 from engine.replies import Reply
@@ -102,7 +103,17 @@ class EngineConfig:
     processor whose steps ``engine.frame_prep`` does not know."""
     compile: bool = False
     """Run the language model's forward through ``torch.compile`` (:func:`compiled_forward`): faster
-    steps once its graphs are built, minutes for a 4B model's on first use in a process."""
+    steps once its graphs are built, minutes for a 4B model's on first use in a process. With
+    ``step="static"``: the static step functions, ``fullgraph=True`` (``engine.static_step``)."""
+    step: str = "eager"
+    """``eager``: the cache grows and the shapes of a step change with it (``engine.kv_window``);
+    ``static``: a fixed-capacity cache and steps padded to fixed pieces, one function of fixed
+    shapes per step (``engine.kv_static``, ``engine.static_step``; no branches: ``engine.probes``
+    needs ``eager``)."""
+    static_bucket: int | None = None
+    """``step="static"``: tokens per piece of a frame step (None: a frame's placeholders + 32, in 32s)."""
+    static_capacity: int | None = None
+    """``step="static"``: cache columns per row (None: two frame windows of pieces past the first step)."""
 
 
 @dataclass
@@ -167,6 +178,8 @@ class StreamingEngine:
         self.memory = memory  # optional: evidence(stream, step_time, frame=) -> str | None (engine.memory)
         self.renderer = renderer
         self.cfg = cfg or EngineConfig()
+        if self.cfg.step not in ("eager", "static"):
+            raise ValueError(f"step must be 'eager' or 'static', got {self.cfg.step!r}")
         if self.cfg.frame_window is not None and self.cfg.frame_window < 1:
             raise ValueError(f"frame_window must be at least 1 step, got {self.cfg.frame_window}")
         self.forward = StepForward(model, renderer, self.cfg)
@@ -201,7 +214,8 @@ class StreamingEngine:
         """A run's empty state: one row per stream, an empty cache and attention mask."""
         self.rows = [_Row(s, fr, StreamResult(s.id)) for s, fr in zip(streams, frames, strict=True)]
         self.vision.chunks = {}  # id(frame array) -> its prepared chunk
-        self.kv = KVWindow(self.model.config, len(streams), self.device, self.cfg.frame_window)
+        window = StaticKV if self.cfg.step == "static" else KVWindow
+        self.kv = window(self.model.config, len(streams), self.device, self.cfg.frame_window)
         self.forward.seconds = self.vision.seconds = 0.0
 
     # -- one step of a run: open every row's turn, decide, reply, close ------------------------

@@ -41,6 +41,10 @@ class EvalConfig(DataRootConfig):
     compile: bool = False
     """Run the language model's forward through ``torch.compile``: faster steps once its graphs are
     built (four, on first use in the process: minutes for a 4B model), for long evaluations."""
+    engine_step: str = "eager"
+    """The engine's step (``EngineConfig.step``): ``eager`` (a growing cache), or ``static`` (a
+    fixed-capacity cache and fixed-shape steps, compiled with ``compile=true`` as one graph each,
+    ``engine.static_step``; tested on CPU against the naive re-run, not yet measured on a GPU)."""
     batch_size: int = bounded(8, ge=1)
     """Streams run in lock step by the engine."""
     limit: int | None = bounded(None, ge=1)

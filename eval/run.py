@@ -280,6 +280,7 @@ def _run_streams(
         max_new_tokens=cfg.max_new_tokens,
         frame_window=cfg.frame_window,
         compile=cfg.compile,
+        step=cfg.engine_step,
     )
     n = 0
     rows = get_runner(cfg.benchmark.protocol).stream_rows(

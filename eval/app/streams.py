@@ -428,6 +428,7 @@ class Demo:
                 max_new_tokens=cfg.max_new_tokens,
                 frame_window=cfg.frame_window,
                 compile=cfg.compile,
+                step=cfg.engine_step,
                 frame_chunk=1 if live else EngineConfig.frame_chunk,
             ),
         )

@@ -1,5 +1,5 @@
-"""``python -m eval.bench [engine|memory|gpu|profile|kv|recall|compile|long_stream|ranks|frame_prep] [options]``: engine by
-default; one JSON object of figures on the last line."""
+"""``python -m eval.bench [engine|memory|gpu|profile|kv|recall|compile|static|long_stream|ranks|frame_prep] [options]``:
+engine by default; one JSON object of figures on the last line."""
 
 import sys
 
@@ -16,6 +16,7 @@ SUBCOMMANDS = Registry(
         "kv": "eval.bench.kv:main",
         "recall": "eval.bench.recall:main",
         "compile": "eval.bench.compile:main",
+        "static": "eval.bench.static:main",
         "long_stream": "eval.bench.long_stream:main",
         "ranks": "eval.bench.ranks:main",
         "frame_prep": "eval.bench.frame_prep:main",
