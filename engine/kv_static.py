@@ -118,15 +118,17 @@ class StaticKV(KVWindow):
             buf.copy_(buf.index_select(2, perm))
         self.mask_buf.copy_(self.mask_buf.index_select(1, perm))
         self.alive = self.alive[:, np.concatenate([index, rest])]
-        kept = np.cumsum(keep) - 1
-        # columns noted for the step about to be written (at or past n) move down with the rest
-        new_col = np.concatenate([kept, np.arange(n, n + self.capacity) - n + len(index)]).tolist()
+        kept, shift = (np.cumsum(keep) - 1).tolist(), len(index) - n
+
+        def moved(a: int, z: int) -> tuple[int, int]:
+            # columns noted for the step about to be written (at or past n, possibly past the
+            # capacity: a step wider than the room left) move down with the rest
+            return (kept[a] if a < n else a + shift), (kept[z - 1] + 1 if z <= n else z + shift)
+
         self.mask_len = len(index)
         for cols in self.columns:
-            cols.whole = {
-                s: [(new_col[a], new_col[z - 1] + 1) for a, z in spans] for s, spans in cols.whole.items()
-            }
-            cols.frame_span = {s: (new_col[a], new_col[z - 1] + 1) for s, (a, z) in cols.frame_span.items()}
+            cols.whole = {s: [moved(a, z) for a, z in spans] for s, spans in cols.whole.items()}
+            cols.frame_span = {s: moved(a, z) for s, (a, z) in cols.frame_span.items()}
 
     def nbytes(self) -> int:
         """Bytes of the key and value buffers."""

@@ -168,6 +168,8 @@ def _with_prompt(context: str | None, prompt: str) -> str:
 class _ProbeEngine(StreamingEngine):
     """The engine's cache, forwards and decoding, driven step by step for one stream of probes."""
 
+    BRANCHES = True  # the cache is marked and rewound around each probe (no static step)
+
     @torch.no_grad()
     def answer(
         self,

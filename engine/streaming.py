@@ -76,6 +76,7 @@ from engine.kv_static import StaticKV
 from engine.kv_window import KVWindow
 from engine.render import TurnRenderer, timestamp_text
 from engine.replies import Reply
+from engine.step_choice import resolve_step, say_once
 from engine.step_forward import StepForward
 from rewards.turns import parse_turn
 
@@ -109,7 +110,8 @@ class EngineConfig:
     """``eager``: the cache grows and the shapes of a step change with it (``engine.kv_window``);
     ``static``: a fixed-capacity cache and steps padded to fixed pieces, one function of fixed
     shapes per step (``engine.kv_static``, ``engine.static_step``; no branches: ``engine.probes``
-    needs ``eager``)."""
+    refuses it); ``auto`` (the default of ``eval.run``, the demo and GRPO): the compiled static step
+    where the run and the device gain from it, else eager (``engine.step_choice``)."""
     static_bucket: int | None = None
     """``step="static"``: tokens per piece of a frame step (None: a frame's placeholders + 32, in 32s)."""
     static_capacity: int | None = None
@@ -173,13 +175,17 @@ class StreamingEngine:
     (:class:`~engine.decisions.Decider`) and, during a run, ``kv``
     (:class:`~engine.kv_window.KVWindow`)."""
 
+    #: Whether the run branches its cache (``engine.probes``): ``step="auto"`` is then eager.
+    BRANCHES = False
+
     def __init__(self, model, renderer: TurnRenderer, cfg: EngineConfig | None = None, memory=None):
         self.model = model
         self.memory = memory  # optional: evidence(stream, step_time, frame=) -> str | None (engine.memory)
         self.renderer = renderer
-        self.cfg = cfg or EngineConfig()
-        if self.cfg.step not in ("eager", "static"):
-            raise ValueError(f"step must be 'eager' or 'static', got {self.cfg.step!r}")
+        self.cfg, choice = resolve_step(
+            cfg or EngineConfig(), next(model.parameters()).device, branches=self.BRANCHES
+        )
+        say_once(choice)
         if self.cfg.frame_window is not None and self.cfg.frame_window < 1:
             raise ValueError(f"frame_window must be at least 1 step, got {self.cfg.frame_window}")
         self.forward = StepForward(model, renderer, self.cfg)

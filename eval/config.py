@@ -41,8 +41,10 @@ class EvalConfig(DataRootConfig):
     compile: bool = False
     """Run the language model's forward through ``torch.compile``: faster steps once its graphs are
     built (four, on first use in the process: minutes for a 4B model), for long evaluations."""
-    engine_step: str = "eager"
-    """The engine's step (``EngineConfig.step``): ``eager`` (a growing cache), or ``static`` (a
+    engine_step: str = "auto"
+    """The engine's step (``EngineConfig.step``): ``auto`` (the compiled static step where it applies
+    and the device gains from it, else eager: on CPU eager, on a GPU static; with probes eager;
+    ``engine.step_choice``, the choice logged once), ``eager`` (a growing cache), or ``static`` (a
     fixed-capacity cache and fixed-shape steps, compiled with ``compile=true`` as one graph each,
     ``engine.static_step``; tested on CPU against the naive re-run, not yet measured on a GPU)."""
     batch_size: int = bounded(8, ge=1)

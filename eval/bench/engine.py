@@ -1,8 +1,8 @@
 """Streaming engine benchmark on the tiny model and toy streams (CPU), one run, ratios within it.
 
-    python -m eval.bench                       # ~5-9 min on 2 cores, by load (long stream, probes: half)
-    python -m eval.bench --steps 10,20 --window-at 20,60 --repeats 1 --long-steps none --probe-steps 40 --probes 4
-                                               (a quick check)
+    python -m eval.bench                       # ~6-12 min on 2 cores, by load (long stream, probes: half)
+    python -m eval.bench --steps 10,20 --window-at 20,60 --repeats 1 --long-steps none --probe-steps 40 --probes 4 \
+        --static-steps 40                      (a quick check)
     python -m eval.bench memory                (the long-horizon memory benchmark, eval/bench/memory.py)
     python -m eval.bench gpu --model conf/model/qwen3_vl_4b.yaml   (the accelerator benchmark, eval/bench/gpu.py)
 
@@ -41,6 +41,12 @@ Prints one JSON object on its last line:
   runs of the same shares started together: 1 when the split, the barriers and the merge cost
   nothing (two processes on 2 shared cores run at 1.75x-1.9x one alone, whatever they are).
   ``--ranks none`` skips these figures.
+- ``graph_breaks``, ``recompiles``, ``graphs``, ``syncs_per_silent_step`` (and the rest of
+  ``python -m eval.bench static``'s figures, ``eval/bench/static.py``): the compiled static step
+  (``EngineConfig.step="static"``) over a ``--static-steps``-step stream (600) with a
+  ``--static-window``-frame window (8), at batch 1 and ``--batch``, against the eager engine; its
+  silent steps' reads from the device (about a minute of this command once the compiled graphs
+  are in torch's on-disk cache, a few more the first time). ``--static-steps none`` skips them.
 - ``frame_prep_max_diff``, ``frame_prep_ms_per_frame`` (``host`` / ``device``), ``reply_draw_ms_per_row``
   and the rest of ``python -m eval.bench frame_prep``'s figures (``eval/bench/frame_prep.py``): the
   frames prepared on the device against the image processor, and the reply draw, here on the CPU.
@@ -60,6 +66,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import statistics
@@ -84,6 +91,7 @@ from engine.streaming import EngineConfig, StreamingEngine
 from eval.bench.frame_prep import frame_prep_figures
 from eval.bench.long_stream import long_stream_peaks
 from eval.bench.ranks import ranks_figures
+from eval.bench.static import static_figures
 from infra.entry import quiet_libraries
 
 TINY = CONF_DIR / "model" / "tiny.yaml"
@@ -210,6 +218,7 @@ def run_bench(
     long_steps: tuple[int, int] | None = (600, 7200),
     probes: tuple[int, int, int] = (600, 20, 8),
     ranks: tuple[int, int] | None = (16, 60),
+    static: tuple[int, int] | None = (600, 8),
 ) -> dict:
     quiet_libraries()
     tmp = Path(tempfile.mkdtemp(prefix="eval-bench-"))
@@ -233,6 +242,8 @@ def run_bench(
     probe = probe_figures(model, renderer, streams[0], frames[0], *probes)
     long = long_stream_peaks(*long_steps, window=window, checkpoint=ckpt) if long_steps else {}
     over_ranks = ranks_figures(ckpt, tmp, *ranks) if ranks else {}
+    side = math.isqrt(renderer.cfg.max_pixels)
+    compiled = static_figures(model, renderer, static[0], batch, static[1], 0.5, side) if static else {}
     return (
         {
             "engine_vs_naive": {k: round(v, 2) for k, v in speedup.items()},
@@ -251,6 +262,7 @@ def run_bench(
         | probe
         | long
         | over_ranks
+        | compiled
         | frame_prep_figures(repeats=repeats)
     )
 
@@ -275,7 +287,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--ranks", default="16,60", help="records,steps of the eval.run 2-ranks figure ('none': skip)"
     )
+    parser.add_argument(
+        "--static-steps",
+        default="600",
+        help="stream steps of the compiled static step's figures ('none': skip)",
+    )
+    parser.add_argument("--static-window", type=int, default=8, help="frame window of those streams")
     args = parser.parse_args(argv)
+    static = None if args.static_steps == "none" else (int(args.static_steps), args.static_window)
     ranks = None if args.ranks == "none" else tuple(int(x) for x in args.ranks.split(","))
     long_steps = None if args.long_steps == "none" else tuple(int(x) for x in args.long_steps.split(","))
     a, b = (int(x) for x in args.window_at.split(","))
@@ -291,6 +310,7 @@ def main(argv: list[str] | None = None) -> dict:
             long_steps,
             (args.probe_steps, args.probes, args.probe_tokens),
             ranks,
+            static,
         )
     finally:
         torch.set_num_threads(previous)

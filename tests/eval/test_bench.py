@@ -15,6 +15,7 @@ def test_bench_prints_one_json_object_with_every_figure(capsys):
         ["--steps", "8,24", "--window-at", "12,30", "--window", "6", "--batch", "3", "--repeats", "1"]
         + ["--long-steps", "none"]  # the long-stream figure: tests/eval/test_long_stream.py
         + ["--probe-steps", "40", "--probes", "4", "--probe-tokens", "4", "--ranks", "4,12"]
+        + ["--static-steps", "30", "--static-window", "4"]
     )
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == result
     assert set(result["engine_vs_naive"]) == {"8", "24"} and all(
@@ -40,6 +41,13 @@ def test_bench_prints_one_json_object_with_every_figure(capsys):
     assert result["eval_ranks_setup"] == {"ranks": 2, "records": 4, "steps": 12, "threads": 1}
     # the same shares streamed by 2 independent processes: a rate, and the job's rate over it
     assert result["eval_independent_records_per_s"] > 0 and result["eval_ranks_vs_independent"] > 0
+    # the compiled static step over a windowed stream at batch 1 and 3: no break, no recompile, one
+    # frame-step graph per batch (silent at 0.5), no device read in a silent step; the eager decisions
+    assert (result["graph_breaks"], result["recompiles"], result["syncs_per_silent_step"]) == (0, 0, 0)
+    assert result["graphs"] == 2 and result["eager_syncs_per_silent_step"] > 0
+    cases = result["static_cases"]
+    assert [(c["rows"], c["steps"]) for c in cases.values()] == [(1, 30), (3, 30)]
+    assert all(c["same_decisions"] and c["max_decision_logit_diff"] < 1e-4 for c in cases.values())
     # frames prepared in torch equal the processor's; both paths timed
     assert result["frame_prep_max_diff"] == 0.0 and result["frame_prep_grids_equal"] is True
     assert set(result["frame_prep_ms_per_frame"]) == {"tiny", "qwen3_vl_4b"}

@@ -46,12 +46,14 @@ def memory(model, processor, **kw) -> Memory:
     return Memory(cfg, get_embedder("hashing"), get_backend("rule"), FramePooler(model, processor))
 
 
-def test_engine_with_memory_matches_naive_with_memory(setup):
-    """At 0.47 the untrained tiny model fires on about half the steps: silent and response paths."""
+@pytest.mark.parametrize("step", ["eager", "static"])
+def test_engine_with_memory_matches_naive_with_memory(setup, step):
+    """At 0.47 the untrained tiny model fires on about half the steps: silent and response paths.
+    The static step too (its pieces take an evidence turn as more tokens of the step's chunk)."""
     model, processor, renderer, streams, frames = setup
     threshold = 0.47
     frames = [f[:8] for f in frames]  # 8 steps: evidence arrives at different steps in the two rows
-    cfg = EngineConfig(threshold=threshold, max_new_tokens=4)
+    cfg = EngineConfig(threshold=threshold, max_new_tokens=4, step=step)
     naive = [
         NaiveStreamer(model, renderer, threshold, 4, memory=memory(model, processor)).run(s, f)
         for s, f in zip(streams, frames, strict=True)

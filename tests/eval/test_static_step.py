@@ -5,6 +5,7 @@ to one graph per (kind, rows, piece, capacity) with no graph break and no recomp
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 import numpy as np
 import pytest
@@ -15,10 +16,13 @@ from data_builders.config import RenderConfig
 from data_builders.frames import stream_frames
 from data_builders.records import Stream
 from data_builders.synthetic.toy import generate_toy
+from engine import step_choice
 from engine.kv_static import StaticKV
 from engine.naive import NaiveStreamer
+from engine.probes import Probe, answer_probes
 from engine.render import TurnRenderer
 from engine.static_step import compiled_step
+from engine.step_choice import resolve_step
 from engine.streaming import EngineConfig, StreamingEngine
 from eval.bench.static import silent_reads
 
@@ -96,8 +100,55 @@ def test_a_silent_static_step_reads_nothing_back(setup):
 
 def test_an_unknown_step_is_refused(setup):
     model, renderer, _, _ = setup
-    with pytest.raises(ValueError, match="step must be 'eager' or 'static', got 'fast'"):
+    with pytest.raises(ValueError, match="step must be 'eager', 'static' or 'auto', got 'fast'"):
         StreamingEngine(model, renderer, EngineConfig(step="fast"))
+
+
+def test_auto_takes_the_compiled_static_step_on_an_accelerator_and_eager_on_cpu_or_with_probes():
+    """``step="auto"`` (eval.run's, the demo's and GRPO's default): static and compiled on a CUDA
+    device, eager on CPU (measured faster there: docs/performance.md) and for a run with branches;
+    an explicit step is kept, and ``static`` with branches refused."""
+    auto = EngineConfig(step="auto", threshold=0.3)
+    cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
+    cfg, said = resolve_step(auto, cuda)
+    assert (cfg.step, cfg.compile, cfg.threshold, said) == ("static", True, 0.3, "static (compiled)")
+    cfg, said = resolve_step(auto, cuda, branches=True)
+    assert (cfg.step, cfg.compile, said) == ("eager", False, "eager (probes need branches)")
+    cfg, said = resolve_step(auto, cpu)
+    assert (cfg.step, cfg.compile) == ("eager", False) and said.startswith("eager (faster than the static")
+    static = dataclasses.replace(auto, step="static")
+    assert resolve_step(static, cuda) == (static, "static")
+    with pytest.raises(ValueError, match="step='static' has no branches, which probes need"):
+        resolve_step(static, cpu, branches=True)
+
+
+def test_the_step_choice_is_logged_once_per_process_and_outcome(setup, caplog):
+    model, renderer, _, _ = setup
+    step_choice._said.clear()
+    with caplog.at_level(logging.INFO, logger="engine.step_choice"):
+        for _ in range(3):
+            StreamingEngine(model, renderer, EngineConfig(step="auto"))
+        StreamingEngine(model, renderer, EngineConfig(step="static"))
+    assert [r.getMessage() for r in caplog.records] == [
+        "engine step: eager (faster than the static step on cpu: docs/performance.md)",
+        "engine step: static",
+    ]
+
+
+def test_probes_run_eager_under_auto_and_refuse_the_static_step(setup):
+    """Probes branch the cache (``KVWindow.mark`` / ``rewind``), which the static cache lacks: with
+    ``auto`` they run eager and answer as with ``eager``; ``static`` is refused before any step."""
+    model, renderer, streams, frames = setup
+    probes = [Probe(5, "What is on screen?", "a"), Probe(9, "And now?", "b")]
+    cut = frames[0][:10]
+    eager = answer_probes(model, renderer, streams[0], cut, probes, max_new_tokens=3)
+    auto = answer_probes(
+        model, renderer, streams[0], cut, probes, max_new_tokens=3, cfg=EngineConfig(step="auto")
+    )
+    assert [a.text for a in auto] == [a.text for a in eager]
+    assert all(torch.equal(a.logits, b.logits) for a, b in zip(auto, eager, strict=True))
+    with pytest.raises(ValueError, match="step='static' has no branches"):
+        answer_probes(model, renderer, streams[0], cut, probes, cfg=EngineConfig(step="static"))
 
 
 @pytest.mark.slow  # compiles 4 graphs on CPU (about 3 min on a loaded 2-core machine)

@@ -140,6 +140,41 @@ def test_reward_orders_on_time_late_never_and_penalizes_repeats():
     assert group_advantages([on_time, late, never, late])[0] > 0
 
 
+def test_static_step_rollouts_sample_what_eager_rollouts_sample(setup):
+    """The same seed, sampled decisions and replies over a window that starts mid-clip (``first_steps``):
+    the static step draws the eager step's tokens, with log-probs within 1e-4."""
+    model, renderer, windows = setup
+    window = next(w for w in windows if w.targets and w.start > 0)
+    runs = {}
+    for step in ("eager", "static"):
+        rollouts, engine = rollout_group(model, renderer, window, 4, 1.0, 4, seed=3, step=step)
+        runs[step] = [r.result for r in rollouts]
+        assert type(engine.kv).__name__ == {"eager": "KVWindow", "static": "StaticKV"}[step]
+    assert any(s.fired for r in runs["eager"] for s in r.steps)
+    for a, b in zip(runs["eager"], runs["static"], strict=True):
+        assert a.tokens == b.tokens and [s.text for s in a.steps] == [s.text for s in b.steps]
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-4
+
+
+def test_the_loop_rolls_out_with_the_configured_engine_step(setup, tmp_path, caplog):
+    """``grpo.engine_step`` reaches the rollouts' engine (its choice logged), and an unknown one
+    fails before any rollout."""
+    from engine import step_choice
+    from train.grpo.config import GRPOStageConfig
+    from train.grpo.loop import GRPOLoop
+
+    model, renderer, windows = setup
+    with pytest.raises(ValueError, match="grpo.engine_step='fast': choose one of auto, eager, static"):
+        GRPOLoop(GRPOStageConfig(engine_step="fast"), model, None, renderer, None, windows, tmp_path)
+    cfg = GRPOStageConfig(engine_step="static", num_generations=2, max_new_tokens=2)
+    loop = GRPOLoop(cfg, model, None, renderer, None, windows, tmp_path)
+    step_choice._said.clear()
+    with caplog.at_level("INFO", logger="engine.step_choice"):
+        [(j, rollouts)] = loop._rollouts(windows[:1])
+    assert j == 0 and len(rollouts) == 2
+    assert [r.getMessage() for r in caplog.records] == ["engine step: static"]
+
+
 def test_sft_and_grpo_windows_share_the_clip_clock(setup):
     """One windowing rule: on a 40 s stream cut into 20-step windows, step 20 shows ``<20.0 seconds>``
     in its SFT window, in its GRPO rollout and at evaluation, and a target at 19.5 s lands on step 20

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.config import DataRootConfig
+from engine.step_choice import STEPS as ENGINE_STEPS
 from infra.schema import bounded, store_schema
 from train.stage_config import StageConfig
 
@@ -56,6 +57,10 @@ class GRPOStageConfig(StageConfig):
     """Roll out with the language model's forward compiled (``engine.streaming.EngineConfig.compile``):
     faster rollouts once its graphs are built, minutes for a 4B model's at the first update of a
     process. The updates themselves run eagerly."""
+    engine_step: str = "auto"
+    """The rollouts' engine step (``engine.streaming.EngineConfig.step``): ``auto`` (the compiled
+    static step where the device gains from it, else eager: ``engine.step_choice``), ``eager`` or
+    ``static`` (compiled with ``compile_rollouts=true``)."""
     learning_rate: float = bounded(5e-7, ge=0)
     epsilon: float = bounded(0.2, gt=0)
     """Ratio clipping of the GRPO objective: ``clip(r, 1 - epsilon, 1 + epsilon_high)`` (trl's name)."""
@@ -153,7 +158,8 @@ def reward_spec(reward: Any) -> dict[str, Any]:
 
 def check_choices(g: Any) -> None:
     """The ``grpo`` block's named choices, checked before anything heavy loads."""
-    for key, allowed in (("loss_type", LOSS_TYPES), ("scale_rewards", SCALE_REWARDS), ("credit", CREDITS)):
+    named = [("loss_type", LOSS_TYPES), ("scale_rewards", SCALE_REWARDS), ("credit", CREDITS)]
+    for key, allowed in [*named, ("engine_step", ENGINE_STEPS)]:
         value = getattr(g, key)
         if value not in allowed:
             raise ValueError(f"grpo.{key}={value!r}: choose one of {', '.join(allowed)}")

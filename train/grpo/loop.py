@@ -278,6 +278,7 @@ class GRPOLoop:
                     cfg.max_new_tokens,
                     seed,
                     compile=cfg.compile_rollouts,
+                    step=cfg.engine_step,
                 )
                 out.append((j, rollouts))
         return out

@@ -91,11 +91,18 @@ def rollout_group(
     max_new_tokens: int,
     seed: int,
     compile: bool = False,
+    step: str = "auto",
 ) -> tuple[list[Rollout], StreamingEngine]:
     """G sampled rollouts of one window, batched; the frame array is shared by every row. With
-    ``compile`` the engine's language model runs compiled (``EngineConfig.compile``)."""
+    ``compile`` the engine's language model runs compiled (``EngineConfig.compile``); ``step`` is
+    the engine's step (``EngineConfig.step``: ``auto``, ``eager`` or ``static``)."""
     cfg = EngineConfig(
-        sample=True, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, compile=compile
+        sample=True,
+        temperature=temperature,
+        max_new_tokens=max_new_tokens,
+        seed=seed,
+        compile=compile,
+        step=step,
     )
     engine = StreamingEngine(model, renderer, cfg)
     results = engine.run(
