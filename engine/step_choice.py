@@ -9,8 +9,8 @@ logits with it: any batch, rows of unequal length, a frame window, sampled decis
 rollouts), memory evidence turns (tests/eval/test_static_step.py, test_memory_engine.py).
 
 Per device type (:data:`AUTO_STATIC`): on CPU the eager step, measured faster on the tiny model
-(the static step uncompiled runs at 0.5-0.75x its speed, compiled at 0.65-1.0x after ~14 s of
-compiling per shape: docs/performance.md); on an accelerator the compiled static step, the shapes
+(the static step uncompiled runs at 0.4-0.75x its speed; compiled at its speed at batch 1 and
+0.4-0.65x at batch 8, after 4-14 s of compiling per shape: docs/performance.md); on an accelerator the compiled static step, the shapes
 fixed so that one graph per shape serves the whole run (not yet measured on a GPU).
 """
 
