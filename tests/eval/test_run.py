@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -16,7 +17,7 @@ import pytest
 from benchmarks.runners import get_runner
 from data_builders.record_io import load_streams, write_jsonl
 from data_builders.records import HistoryEntry, Target
-from engine import step_forward
+from engine import step_choice, step_forward
 from engine.step_forward import compiled_forward
 from engine.streaming import StepDecision, StreamResult
 from eval import score
@@ -98,6 +99,31 @@ def test_compiled_run_writes_the_eager_run_s_predictions(tiny_checkpoint, toy_di
     for eager, compiled in zip(rows["false"], rows["true"], strict=True):
         assert eager["fired"] == compiled["fired"] and eager["replies"] == compiled["replies"]
         assert max(abs(a - b) for a, b in zip(eager["p_response"], compiled["p_response"])) < 1e-5
+
+
+@pytest.mark.slow  # two evaluations end to end
+def test_the_default_step_is_chosen_logged_and_the_static_step_predicts_the_same(
+    tiny_checkpoint, toy_dir, tmp_path, caplog
+):
+    """``engine_step=auto`` (the default) takes the eager step on CPU and says so once; an
+    ``engine_step=static`` run writes the same predictions."""
+    step_choice._said.clear()
+    rows = {}
+    for step in ("auto", "static"):
+        out = tmp_path / step
+        argv = [f"out_dir={out}", f"threshold={FIRING}", "limit=3", "batch_size=2", f"engine_step={step}"]
+        with caplog.at_level(logging.INFO, logger="engine.step_choice"):
+            evaluate(load_config(overrides(tiny_checkpoint, toy_dir / "records.jsonl", tmp_path, *argv)))
+        rows[step] = PredictionLog(out / "predictions.jsonl").rows()
+    said = [r.getMessage() for r in caplog.records if r.name == "engine.step_choice"]
+    assert said == [
+        "engine step: eager (faster than the static step on cpu: docs/performance.md)",
+        "engine step: static",
+    ]
+    assert len(rows["static"]) == 3 and sum(sum(r["fired"]) for r in rows["static"]) > 0
+    for eager, static in zip(rows["auto"], rows["static"], strict=True):
+        assert eager["fired"] == static["fired"] and eager["replies"] == static["replies"]
+        assert max(abs(a - b) for a, b in zip(eager["p_response"], static["p_response"])) < 1e-5
 
 
 def test_egoserve_subtype_comes_from_the_leading_tag():
