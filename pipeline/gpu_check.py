@@ -540,10 +540,19 @@ def _last_line(text: str) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
-def spawn_part(name: str, device: str, cap: float, rerun_probes: int) -> dict:
-    """The part in a child process of its own session, killed whole past ``cap`` seconds."""
-    cmd = [sys.executable, "-m", "pipeline.gpu_check", "--part", name, "--device", device]
-    cmd += ["--rerun-probes", str(rerun_probes)]
+def spawn_part(
+    name: str,
+    device: str,
+    cap: float,
+    rerun_probes: int | None,
+    module: str = "pipeline.gpu_check",
+    extra: tuple[str, ...] = (),
+) -> dict:
+    """The part in a child process of its own session (``python -m <module> --part NAME``, then
+    ``extra``), killed whole past ``cap`` seconds."""
+    cmd = [sys.executable, "-m", module, "--part", name, "--device", device, *extra]
+    if rerun_probes is not None:
+        cmd += ["--rerun-probes", str(rerun_probes)]
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         partial = Path(tmp) / "partial.json"
@@ -642,6 +651,12 @@ def run_all(
 
 def _caps(pairs: list[str]) -> dict:
     """``--cap PART=SECONDS`` pairs as a dict; a bad pair exits 2 with the reason."""
+    return _caps_of(pairs, PARTS, "gpu-check")
+
+
+def _caps_of(pairs: list[str], parts, command: str) -> dict:
+    """``--cap PART=SECONDS`` pairs, PART one of ``parts``, as a dict; a bad pair exits 2 with the
+    reason, ``command`` naming the command that refuses it."""
     caps = {}
     for pair in pairs:
         name, _, value = pair.partition("=")
@@ -649,9 +664,9 @@ def _caps(pairs: list[str]) -> dict:
             seconds = float(value)
         except ValueError:
             seconds = 0.0
-        if name not in PARTS or not seconds > 0:
+        if name not in parts or not seconds > 0:
             print(
-                f"gpu-check: --cap {pair!r}: want PART=SECONDS, PART one of {', '.join(PARTS)}",
+                f"{command}: --cap {pair!r}: want PART=SECONDS, PART one of {', '.join(parts)}",
                 file=sys.stderr,
             )
             sys.exit(2)
