@@ -277,7 +277,9 @@ def _refuse(message: str) -> None:
 
 def main(argv: list[str] | None = None) -> dict | None:
     ap = argparse.ArgumentParser(prog="python -m pipeline.gpu_probe", description=__doc__.splitlines()[0])
-    ap.add_argument("--device", choices=sorted(SETTINGS), default=None, help="default: cuda when there is one")
+    ap.add_argument(
+        "--device", choices=sorted(SETTINGS), default=None, help="default: cuda when there is one"
+    )
     ap.add_argument("--parts", default=",".join(PARTS), help="comma-separated parts to run")
     ap.add_argument("--compile", action="store_true", help="the static step through torch.compile too")
     ap.add_argument("--cap", action="append", default=[], metavar="PART=SECONDS", help="a part's time cap")
