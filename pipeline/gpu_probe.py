@@ -88,7 +88,7 @@ def sampling_figures(device: str, vocab: int, rows: int, repeats: int) -> dict:
     import torch
 
     from engine.decisions import draw_tokens
-    from eval.bench.frame_prep import _clock
+    from eval.bench.frame_prep import clock
 
     dev = torch.device(device)
     logits = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(0)).to(dev)
@@ -104,7 +104,7 @@ def sampling_figures(device: str, vocab: int, rows: int, repeats: int) -> dict:
 
     host(), device_draw()  # warm-up
     return {
-        name: round(statistics.median(_clock(dev, fn) for _ in range(repeats)), 3)
+        name: round(statistics.median(clock(dev, fn) for _ in range(repeats)), 3)
         for name, fn in (("host", host), ("device", device_draw))
     }
 
@@ -112,10 +112,10 @@ def sampling_figures(device: str, vocab: int, rows: int, repeats: int) -> dict:
 def part_host_vs_device(device: str, s: dict, _compile: bool) -> dict:
     import torch
 
-    from eval.bench.frame_prep import _model_figures
+    from eval.bench.frame_prep import model_figures
 
     preset = Path(s["model"]).stem
-    frames = _model_figures(preset, torch.device(device), s["frames"], s["repeats"])
+    frames = model_figures(preset, torch.device(device), s["frames"], s["repeats"])
     note(frame_prep_ms_per_frame=frames["ms"], frame_prep_max_diff=frames["diff"])
     return {
         "frame_prep_ms_per_frame": frames["ms"],
@@ -180,7 +180,8 @@ def _split_step(model, opt, inputs: dict, labels, decision, loss_fn, sync) -> di
 def part_sft_split(device: str, s: dict, _compile: bool) -> dict:
     import torch
 
-    from eval.bench.gpu import _sync, toy_stream
+    from eval.bench.gpu import toy_stream
+    from pipeline.probe_steps import sync
     from train.sft.losses import loss_at_labels, selected_logits
 
     cfg = _recipe("sft", "p3i_4b_sft")
@@ -199,7 +200,7 @@ def part_sft_split(device: str, s: dict, _compile: bool) -> dict:
     labels, decision = batch.labels[None].to(device), batch.decision_mask[None].to(device)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.sft.learning_rate)
     model.train()
-    args = (model, opt, inputs, labels, decision, loss_fn, lambda: _sync(device))
+    args = (model, opt, inputs, labels, decision, loss_fn, lambda: sync(device))
     _split_step(*args)  # warm-up: kernels, and the optimizer's state allocated
     clock = _split_step(*args)
     return {

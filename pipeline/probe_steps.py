@@ -33,8 +33,14 @@ from torch.profiler import ProfilerActivity, profile
 
 from engine.step_forward import StepForward
 from engine.streaming import EngineConfig, StreamingEngine
-from eval.bench.gpu import _sync, toy_stream
+from eval.bench.gpu import toy_stream
 from eval.bench.profile import LAUNCHES, SYNCING
+
+
+def sync(device: str) -> None:
+    """Wait for the device's queued work (nothing to wait for on a CPU)."""
+    if device == "cuda":
+        torch.cuda.synchronize()
 
 
 @dataclasses.dataclass
@@ -62,11 +68,11 @@ class TimedForward(StepForward):
         if calls.step == calls.profile_step and kind not in calls.profiled:
             activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
             prof = profile(activities=activities)
-        _sync(calls.device)
+        sync(calls.device)
         with prof or nullcontext():
             t0 = time.perf_counter()
             out = super().__call__(kv, chunks, grids, image, decision, on_device)
-            _sync(calls.device)
+            sync(calls.device)
             ms = 1e3 * (time.perf_counter() - t0)
         if prof is not None:
             calls.profiled[kind] = profiled_figures(prof, cuda)
