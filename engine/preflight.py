@@ -193,10 +193,17 @@ def _device_memory_gb() -> float | None:
 
 def figure(value: float | None, kind: str, source: str, digits: int = 2) -> dict:
     """One figure of a plan: its value, ``measured`` or ``estimated``, and where it comes from; a
-    value that cannot be known from the config (no record counts) is null, kind ``unknown``."""
+    value that cannot be known from the config (no record counts) is null, kind ``unknown``. A value
+    too small for ``digits`` keeps three significant figures: a tiny model's minutes are not 0 hours.
+
+    >>> figure(0.000123456, "estimated", "")["value"], figure(12.3456, "estimated", "")["value"]
+    (0.000123, 12.35)
+    """
     if value is None:
         return {"value": None, "kind": "unknown", "source": source}
-    return {"value": round(float(value), digits), "kind": kind, "source": source}
+    value = float(value)
+    shown = round(value, digits) if round(value, digits) or not value else float(f"{value:.3g}")
+    return {"value": shown, "kind": kind, "source": source}
 
 
 def model_parameters(model_cfg: Any, lora: Any | None = None) -> dict[str, int]:
