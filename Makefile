@@ -7,8 +7,12 @@
 #                  (pipeline/pictures.py, headless chromium; after make demo)
 # make lint    -> ruff
 # make gpu-check [DEVICE=cpu] [OUT=DIR] -> pipeline/gpu_check.py: SFT, GRPO, engine, compile, probes,
-#                    eval.run on one GPU in 8 min (the tiny model on CPU in 3); JSON + markdown under OUT
-# make gpu-wheels -> the wheels gpu-check needs on a machine with torch but no registry, into .whl/
+#                    eval.run on one GPU in 6 min with the install (the tiny model on CPU in 3);
+#                    JSON + markdown under OUT
+# make gpu-probe [DEVICE=cpu] -> pipeline/gpu_probe.py: eager vs static (graph-replayed) frame and reply
+#                    steps, frame prep and sampling on host vs device, a GRPO rollout, an SFT step
+#                    split, on one GPU in 4 min with the install; one JSON line
+# make gpu-wheels -> the wheels gpu-check and gpu-probe need on a machine with torch but no registry, into .whl/
 SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV := .venv
@@ -25,7 +29,7 @@ export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
-.PHONY: setup browser test test-fast test-slurm demo pictures lint clean gpu-check gpu-wheels
+.PHONY: setup browser test test-fast test-slurm demo pictures lint clean gpu-check gpu-probe gpu-wheels
 
 setup: $(STAMP) browser
 
@@ -77,7 +81,7 @@ lint: setup
 clean:
 	rm -rf runs outputs multirun .pytest_cache
 
-# gpu-check runs from the working tree on a machine that has torch (the venv's python, else python3);
+# gpu-check and gpu-probe run from the working tree on a machine that has torch (the venv's python, else python3);
 # modules it lacks are installed from the wheels of .whl/ (make gpu-wheels) into .whl/site, which
 # PYTHONPATH puts before the system's packages (transformers 5.24 over an older one there).
 DEVICE ?=
@@ -86,14 +90,23 @@ CHECK_PY := $(if $(wildcard $(PY)),$(PY),python3)
 WHEEL_PINS := hydra-core==1.3.8 omegaconf==2.3.1 av==18.1.0 transformers==5.24.0
 WHEEL_PLATFORMS := $(foreach n,28 17,--platform manylinux_2_$(n)_x86_64) --platform manylinux2014_x86_64
 
-gpu-check:
+# $(call WITH_WHEELS,NAME,COMMAND): COMMAND, after the wheels of .whl/ are installed into .whl/site
+# when python -m pipeline.NAME --missing names modules this python lacks
+define WITH_WHEELS
 	@export PYTHONPATH=$(CURDIR):$(CURDIR)/.whl/site$${PYTHONPATH:+:$$PYTHONPATH}; \
-	missing=$$($(CHECK_PY) -m pipeline.gpu_check --missing); \
+	missing=$$($(CHECK_PY) -m pipeline.$(1) --missing); \
 	if [ -n "$$missing" ] && ls .whl/*.whl >/dev/null 2>&1; then \
-	  echo "gpu-check: installing $$missing from .whl/ into .whl/site"; \
+	  echo "$(1): installing $$missing from .whl/ into .whl/site"; \
 	  $(CHECK_PY) -m pip install -q --no-index --no-deps --no-compile --upgrade --target .whl/site .whl/*.whl || exit 2; \
 	fi; \
-	$(CHECK_PY) -m pipeline.gpu_check $(if $(DEVICE),--device $(DEVICE)) --out $(OUT)
+	$(2)
+endef
+
+gpu-check:
+	$(call WITH_WHEELS,gpu_check,$(CHECK_PY) -m pipeline.gpu_check $(if $(DEVICE),--device $(DEVICE)) --out $(OUT))
+
+gpu-probe:
+	$(call WITH_WHEELS,gpu_probe,$(CHECK_PY) -m pipeline.gpu_probe $(if $(DEVICE),--device $(DEVICE)))
 
 gpu-wheels:
 	mkdir -p .whl

@@ -73,7 +73,8 @@ def run_build(cfg: DictConfig, source: str) -> int:
     print(
         json.dumps(
             {
-                "source": source,
+                "source": ", ".join(sorted({r.source for r in report.records})) or source,
+                "builder": source,
                 "records": len(report.records),
                 "errors": len(report.errors),
                 "error_rate": round(report.error_rate, 6),

@@ -10,6 +10,10 @@ With ``frame_prep="device"`` (the default) and a processor whose steps ``engine.
 a chunk goes to the model's device as uint8 and is resized, normalised and cut into patches there
 (:class:`~engine.frame_prep.FramePrep`: the processor's values bit for bit); otherwise (or with
 ``frame_prep="host"``) the processor prepares it on the host and its float32 pixels are uploaded.
+
+The tower runs as ``EngineConfig.vision`` says: ``project`` (the default,
+:func:`engine.vision_tower.vision_features` with a plan per chunk's grids, no read from the device)
+or ``transformers`` (``get_image_features``, the grids uploaded at each call).
 """
 
 from __future__ import annotations
@@ -24,9 +28,12 @@ import torch
 from data_builders.frame_pages import release_frames
 from engine.frame_prep import FramePrep
 from engine.render import TurnRenderer
+from engine.vision_tower import VisionPlans, vision_features
 
 #: Where a chunk's frames are prepared (``EngineConfig.frame_prep``).
 FRAME_PREP = ("device", "host")
+#: How the vision tower runs (``EngineConfig.vision``).
+VISION = ("project", "transformers")
 
 
 @dataclass
@@ -64,6 +71,10 @@ class FrameFeatures:
         self.seconds = 0.0
         if cfg.frame_prep not in FRAME_PREP:
             raise ValueError(f"frame_prep must be one of {', '.join(FRAME_PREP)}, got {cfg.frame_prep!r}")
+        if cfg.vision not in VISION:
+            raise ValueError(f"vision must be one of {', '.join(VISION)}, got {cfg.vision!r}")
+        #: Plans of the project's tower call by chunk grids (``engine.vision_tower``).
+        self.plans = VisionPlans(model.model.visual)
         image_processor = renderer.processor.image_processor
         #: The device prep, or ``None``: the processor on the host (``frame_prep="host"``, or a
         #: processor whose steps ``engine.frame_prep`` does not know).
@@ -95,7 +106,7 @@ class FrameFeatures:
             spans.append((key, frames, end))
             pvs.append(pv)
             grids += grid
-        out = self.model.model.get_image_features(torch.cat(pvs), self.upload(torch.tensor(grids)))
+        out = self.encode(torch.cat(pvs), grids)
         self.frames_encoded += len(grids)
         i = 0
         for key, frames, end in spans:
@@ -112,6 +123,14 @@ class FrameFeatures:
             )
             i += n
         self.seconds += time.thread_time() - t0
+
+    def encode(self, pixel_values: torch.Tensor, grids: list[tuple[int, int, int]]):
+        """The vision tower on a call's pixel values: per image its features and each deepstack
+        layer's (``get_image_features``' layout), as ``EngineConfig.vision`` runs it."""
+        if self.cfg.vision == "transformers":
+            return self.model.model.get_image_features(pixel_values, self.upload(torch.tensor(grids)))
+        visual = self.model.model.visual
+        return vision_features(visual, pixel_values, self.plans(grids, pixel_values.device))
 
     def release(self, frames: np.ndarray) -> None:
         """Drop the prepared chunk of ``frames`` and hand its pages back."""

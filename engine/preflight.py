@@ -37,8 +37,20 @@ GIB = 1024**3
 #: gradient checkpointing, logits at every position in fp32.
 H200_SFT = {"tokens": 6701, "frames": 30, "peak_gib": 74.5, "tokens_per_s": 10100.0}
 #: The same step with gradient checkpointing and the loss at the labelled positions (make gpu-check,
-#: 2026-12-04): 8,401 tokens/s.
-H200_SFT_CHECKPOINTED_TOKENS_PER_S = 8401.0
+#: 2026-12-04): 8,401 tokens/s, 39.5 GiB peak (``torch.cuda.max_memory_allocated``), one process.
+H200_SFT_CHECKPOINTED = {"tokens": 6701, "peak_gib": 39.5, "tokens_per_s": 8401.0}
+H200_SFT_CHECKPOINTED_TOKENS_PER_S = H200_SFT_CHECKPOINTED["tokens_per_s"]
+#: The architecture those steps ran (conf/model/qwen3_vl_4b.yaml as :func:`model_parameters` builds it,
+#: vision frozen, merger trained): every model's activations and rate are calibrated on it.
+H200_MODEL = {
+    "total": 4437815808,
+    "trainable": 4131573248,
+    "layers": 36,
+    "hidden": 2560,
+    "intermediate": 9728,
+    "kv_width": 1024,
+    "vocab": 151936,
+}
 #: The H200 streaming step (make gpu-check, 2026-12-04): one silent stream, 138 ms per step over 60
 #: steps; eight batched streams run 5.6x the throughput of one.
 H200_STREAM = {"s_per_step": 0.138, "batch8_speedup": 5.6}
@@ -158,6 +170,9 @@ def require_fit(result: dict) -> dict:
 
 
 def _advice(result: dict) -> str:
+    fitting = [f"{a['try']} ({a['peak_gb']:.1f} GB)" for a in result.get("advice", []) if a["fits"]]
+    if fitting:
+        return "try " + " or ".join(fitting)
     return {
         "activations": "lower the per-device batch or window_steps, or turn gradient_checkpointing on",
         "kv_cache": "lower batch_size or set frame_window",
@@ -178,10 +193,17 @@ def _device_memory_gb() -> float | None:
 
 def figure(value: float | None, kind: str, source: str, digits: int = 2) -> dict:
     """One figure of a plan: its value, ``measured`` or ``estimated``, and where it comes from; a
-    value that cannot be known from the config (no record counts) is null, kind ``unknown``."""
+    value that cannot be known from the config (no record counts) is null, kind ``unknown``. A value
+    too small for ``digits`` keeps three significant figures: a tiny model's minutes are not 0 hours.
+
+    >>> figure(0.000123456, "estimated", "")["value"], figure(12.3456, "estimated", "")["value"]
+    (0.000123, 12.35)
+    """
     if value is None:
         return {"value": None, "kind": "unknown", "source": source}
-    return {"value": round(float(value), digits), "kind": kind, "source": source}
+    value = float(value)
+    shown = round(value, digits) if round(value, digits) or not value else float(f"{value:.3g}")
+    return {"value": shown, "kind": kind, "source": source}
 
 
 def model_parameters(model_cfg: Any, lora: Any | None = None) -> dict[str, int]:
@@ -248,12 +270,35 @@ def state_bytes(p: dict, zero: int, gpus: int) -> dict[str, float]:
     }
 
 
-def calibration(p: dict) -> float:
-    """Factor on the activation estimate that makes the H200 step's estimate its measured peak (same
-    architecture; one process, no ZeRO, no checkpointing, full logits)."""
-    states = sum(state_bytes(p, zero=0, gpus=1).values())
-    acts = activation_bytes_per_token(p, checkpointing=False, full_logits=True) * H200_SFT["tokens"]
-    return max((H200_SFT["peak_gib"] * GIB - states) / acts, 0.1)
+def calibration(checkpointing: bool) -> float:
+    """Factor on the width formula that makes the 4B's estimate its measured peak (one process, no
+    ZeRO): with gradient checkpointing the 39.5 GiB step (loss at the labelled positions), without it
+    the 74.5 GiB one (logits at every position). The same factor serves every model, so activations
+    per token grow with width and depth; it takes in whatever of the measured peak is not weights,
+    gradients or optimizer states (the optimizer step's temporaries too), as a cost per token."""
+    states = sum(state_bytes(H200_MODEL, zero=0, gpus=1).values())
+    if checkpointing:
+        peak, tokens = H200_SFT_CHECKPOINTED["peak_gib"], H200_SFT_CHECKPOINTED["tokens"]
+        formula = activation_bytes_per_token(H200_MODEL, checkpointing=True)
+    else:
+        peak, tokens = H200_SFT["peak_gib"], H200_SFT["tokens"]
+        formula = activation_bytes_per_token(H200_MODEL, checkpointing=False, full_logits=True)
+    return max((peak * GIB - states) / (formula * tokens), 0.1)
+
+
+def is_measured_model(p: dict) -> bool:
+    """Whether ``p`` is the architecture the H200 figures were measured on."""
+    return all(p[k] == v for k, v in H200_MODEL.items())
+
+
+def flops_scale(p: dict) -> tuple[float, str]:
+    """(the 4B's FLOPs per token over ``p``'s, words saying so): a training token costs about 6 x the
+    parameters it passes through (forward 2, backward 4), the same factor for every model."""
+    ratio = H200_MODEL["total"] / p["total"]
+    return (
+        ratio,
+        f"by FLOPs per token (6 x parameters: {H200_MODEL['total'] / 1e9:.2f}B / {p['total'] / 1e9:.2f}B)",
+    )
 
 
 def tokens_per_step(cfg: Any) -> float:
@@ -316,12 +361,14 @@ def _training_terms(p: dict, cfg: Any, tokens: float, checkpointing: bool, zero:
     states = state_bytes(p, zero, gpus)
     src = f"parameters on the meta device, ZeRO-{zero} over {gpus} GPUs"
     terms = {name: (b, "estimated", src) for name, b in states.items()}
-    per_token = activation_bytes_per_token(p, checkpointing) * calibration(p)
+    per_token = activation_bytes_per_token(p, checkpointing) * calibration(checkpointing)
+    measured = H200_SFT_CHECKPOINTED["peak_gib"] if checkpointing else H200_SFT["peak_gib"]
     terms["activations"] = (
         per_token * tokens,
         "estimated",
-        f"{per_token / 1e6:.3f} MB/token x {tokens:.0f} tokens (widths, gradient checkpointing "
-        f"{'on' if checkpointing else 'off'}, calibrated to the H200 step's 74.5 GiB, {PERF})",
+        f"{per_token / 1e6:.3f} MB/token x {tokens:.0f} tokens (layers x widths x bf16, gradient "
+        f"checkpointing {'on' if checkpointing else 'off'}, x a factor calibrated to the 4B's measured "
+        f"{measured} GiB step, {PERF})",
     )
     return terms
 
@@ -342,25 +389,41 @@ def _plan_sft(cfg: Any, p: dict, gpus: int, zero: int) -> dict:
         steps = math.ceil(
             math.ceil(math.ceil(records["value"] / per_pass) / max(accumulation, 1)) * t.num_epochs
         )
-    rate = H200_SFT_CHECKPOINTED_TOKENS_PER_S if t.gradient_checkpointing else H200_SFT["tokens_per_s"]
+    rate = _sft_rate(p, t.gradient_checkpointing)
     seconds = (
         None
         if steps is None
-        else steps * max(accumulation, 1) * per_pass * window["value"] * tokens_per_step(cfg) / rate / gpus
+        else steps
+        * max(accumulation, 1)
+        * per_pass
+        * window["value"]
+        * tokens_per_step(cfg)
+        / rate["value"]
+        / gpus
     )
     return {
         "terms": terms,
         "window_steps": window,
         "records": records,
         "steps": figure(steps, "estimated", "records, batch and accumulation as the Trainer steps", 0),
-        "tokens_per_s_per_gpu": figure(
-            rate,
-            "measured",
-            f"the H200 SFT step{' with gradient checkpointing' if t.gradient_checkpointing else ''} ({PERF})",
-            0,
-        ),
+        "tokens_per_s_per_gpu": rate,
         "seconds": seconds,
     }
+
+
+def _sft_rate(p: dict, checkpointing: bool) -> dict:
+    """Tokens per second per GPU: the 4B's measured H200 step; another model's scaled from it."""
+    rate = H200_SFT_CHECKPOINTED["tokens_per_s"] if checkpointing else H200_SFT["tokens_per_s"]
+    step = f"the 4B's H200 SFT step{' with gradient checkpointing' if checkpointing else ''} ({PERF})"
+    if is_measured_model(p):
+        return figure(rate, "measured", step, 0)
+    ratio, how = flops_scale(p)
+    return figure(
+        rate * ratio,
+        "estimated",
+        f"scaled from the 4B's measured {rate:,.0f} tokens/s on one H200 {how}; {step}",
+        0,
+    )
 
 
 def _plan_grpo(cfg: Any, p: dict, gpus: int, zero: int) -> dict:
@@ -375,6 +438,8 @@ def _plan_grpo(cfg: Any, p: dict, gpus: int, zero: int) -> dict:
     )
     # the measured window, scaled by its rollout steps (window x generations); measured when equal
     scale = window["value"] * g.num_generations / (H200_GRPO["window_steps"] * H200_GRPO["generations"])
+    ratio, how = flops_scale(p)
+    scale /= ratio
     window_s = scale * (H200_GRPO["rollout_s"] + H200_GRPO["update_s"])
     update_s = math.ceil(g.windows_per_step / gpus) * window_s
     return {
@@ -386,7 +451,8 @@ def _plan_grpo(cfg: Any, p: dict, gpus: int, zero: int) -> dict:
             "measured" if scale == 1 else "estimated",
             f"one rank's H200 GRPO update, {H200_GRPO['rollout_s']} s rollout + {H200_GRPO['update_s']} s "
             f"update per window of {H200_GRPO['window_steps']} steps x {H200_GRPO['generations']} ({PERF})"
-            + ("" if scale == 1 else f", x{scale:.3g} for this window and group"),
+            + ("" if scale == 1 else f", x{scale:.3g} for this window and group")
+            + ("" if is_measured_model(p) else f", scaled to this model {how}"),
             5,
         ),
         "seconds": g.max_steps * update_s,
@@ -428,11 +494,24 @@ def _plan_eval(cfg: Any, p: dict, gpus: int, zero: int) -> dict:
 PLANNERS = {"sft": _plan_sft, "grpo": _plan_grpo, "eval": _plan_eval}
 
 
+#: Wall-clock time of a run on several GPUs: its GPU-hours / GPUs / this (communication, stragglers,
+#: evaluation and checkpoint pauses). An assumption, not a measurement; one GPU loses nothing to it.
+SCALING_EFFICIENCY = 0.9
+
+
 def plan(stage: str, cfg: Any, *, gpu_memory_gb: float, gpus: int, zero: int | None = None) -> dict:
     """The memory and time plan of a stage's config on ``gpus`` GPUs of ``gpu_memory_gb`` GB each:
-    one JSON-able dict (``python -m pipeline.plan`` prints it)."""
+    one JSON-able dict (``python -m pipeline.plan`` prints it). One that does not fit carries
+    ``advice``: the changes that would lower its peak, each with the peak it would give."""
     zero = _zero_stage() if zero is None else zero
     p = model_parameters(cfg.model, cfg.get("lora"))
+    out = _assemble(stage, cfg, p, gpu_memory_gb, gpus, zero)
+    if not out["fits"]:
+        out["advice"] = advice(stage, cfg, p, gpu_memory_gb, gpus, zero)
+    return out
+
+
+def _assemble(stage: str, cfg: Any, p: dict, gpu_memory_gb: float, gpus: int, zero: int) -> dict:
     part = PLANNERS[stage](cfg, p, gpus, zero)
     memory, biggest, fits = _memory(part.pop("terms"), gpu_memory_gb)
     seconds = part.pop("seconds")
@@ -448,14 +527,83 @@ def plan(stage: str, cfg: Any, *, gpu_memory_gb: float, gpus: int, zero: int | N
         ),
         "memory_gb": memory,
         **part,
-        "gpu_hours": figure(
-            None if seconds is None else seconds * gpus / 3600,
-            "estimated",
-            "the steps at the rate above" if seconds is not None else "the records are not known",
-        ),
+        **_hours(seconds, gpus),
         "fits": fits,
         "biggest": biggest,
     }
+
+
+def _hours(seconds: float | None, gpus: int) -> dict:
+    """GPU-hours (the steps at the rate) and wall-clock hours on ``gpus`` GPUs."""
+    if seconds is None:
+        unknown = "the records are not known"
+        return {"gpu_hours": figure(None, "", unknown), "wall_hours": figure(None, "", unknown)}
+    efficiency = 1.0 if gpus == 1 else SCALING_EFFICIENCY
+    return {
+        "gpu_hours": figure(seconds * gpus / 3600, "estimated", "the steps at the rate above"),
+        "wall_hours": figure(
+            seconds / 3600 / efficiency,
+            "estimated",
+            f"gpu_hours / {gpus} GPUs / a scaling efficiency of {efficiency:g} (assumed: communication, "
+            "pauses; not measured)",
+        ),
+    }
+
+
+def advice(stage: str, cfg: Any, p: dict, gpu_memory_gb: float, gpus: int, zero: int) -> list[dict]:
+    """What to change so the plan fits: each change (``try``: the arguments of ``python -m
+    pipeline.plan`` or overrides of the stage) that lowers the peak, with the peak it gives; those
+    that fit first."""
+    here = _assemble(stage, cfg, p, gpu_memory_gb, gpus, zero)["memory_gb"]["peak"]["value"]
+    out = []
+    for args, c, n, z in _changes(stage, cfg, p, gpu_memory_gb, gpus, zero):
+        peak = _assemble(stage, c, p, gpu_memory_gb, n, z)["memory_gb"]["peak"]["value"]
+        if peak < here:
+            out.append({"try": " ".join(args), "peak_gb": peak, "fits": peak <= gpu_memory_gb})
+    return sorted(out, key=lambda a: (not a["fits"], a["peak_gb"]))
+
+
+def _changes(stage: str, cfg: Any, p: dict, gpu_memory_gb: float, gpus: int, zero: int) -> list:
+    """(arguments, config, gpus, zero) of each change worth trying."""
+    out = []
+    if stage == "eval":
+        if cfg.batch_size > 1:
+            out.append((["batch_size=1"], _with(cfg, "batch_size", 1), gpus, zero))
+        return out
+    t = cfg[stage]
+    if gpus == 1 and zero >= 1:  # DeepSpeed's fp32 master copy and moments, with nothing to share them
+        out.append((["zero=0"], cfg, gpus, 0))
+    if gpus > 1 and zero < 3:
+        out.append((["zero=3"], cfg, gpus, 3))
+    if not t.gradient_checkpointing:
+        key = f"{stage}.gradient_checkpointing"
+        out.append(([f"{key}=true"], _with(cfg, key, True), gpus, zero))
+    if stage == "sft" and t.per_device_batch_size > 1:
+        key = "sft.per_device_batch_size"
+        out.append(([f"{key}=1"], _with(cfg, key, 1), gpus, zero))
+    n = _fewest_gpus(stage, cfg, p, gpu_memory_gb, gpus)
+    if n is not None:
+        out.append(([f"gpus={n}", "zero=3"], cfg, n, 3))
+    return out
+
+
+def _fewest_gpus(stage: str, cfg: Any, p: dict, gpu_memory_gb: float, gpus: int) -> int | None:
+    """The fewest GPUs on which ZeRO-3 fits (more than ``gpus``: counted one by one to 16, then by
+    nodes of 8, to 4,096); None if none does."""
+    n = gpus + 1
+    while n <= 4096:
+        if _assemble(stage, cfg, p, gpu_memory_gb, n, 3)["fits"]:
+            return n
+        n += 1 if n < 16 else 8
+    return None
+
+
+def _with(cfg: Any, key: str, value: Any) -> Any:
+    from omegaconf import OmegaConf
+
+    changed = cfg.copy()
+    OmegaConf.update(changed, key, value, merge=False)
+    return changed
 
 
 def _zero_stage() -> int:

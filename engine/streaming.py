@@ -102,6 +102,10 @@ class EngineConfig:
     prepared in torch on the model's device, ``engine.frame_prep``; the processor's values bit for
     bit) or ``host`` (the image processor itself). ``device`` falls back to the host for an image
     processor whose steps ``engine.frame_prep`` does not know."""
+    vision: str = "project"
+    """How the vision tower runs: ``project`` (:func:`engine.vision_tower.vision_features`: its grid
+    tensors planned once per chunk shape, no read from the device, one attention call per block for
+    a chunk's same-size frames) or ``transformers`` (``get_image_features``; the same features)."""
     compile: bool = False
     """Run the language model's forward through ``torch.compile`` (:func:`compiled_forward`): faster
     steps once its graphs are built, minutes for a 4B model's on first use in a process. With

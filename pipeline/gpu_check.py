@@ -1,10 +1,11 @@
-"""One command that measures what a cluster allocation needs to know, on one GPU, in 8 minutes.
+"""One command that measures what a cluster allocation needs to know, on one GPU, in 6 minutes.
 
     make gpu-check                      # python -m pipeline.gpu_check --device cuda (the 4B, random weights)
     make gpu-check DEVICE=cpu           # the same code on the tiny model, under 3 minutes on 2 cores
 
 Six parts, each in its own subprocess with its own time cap (a CUDA out-of-memory error or a hang
-ends that part alone; the parts still to come run), all inside one overall deadline:
+ends that part alone; the parts still to come run), all inside one overall deadline of 5 minutes
+on a GPU (6 with ``make gpu-check``'s install of the carried wheels and the processes' starts):
 
 - ``sft``: the SFT step of ``experiment=p3i_4b_sft`` (its model, gradient checkpointing, learning
   rate and focal exponent, the vision tower frozen) on one 30-step window, the mixture's sample
@@ -18,16 +19,17 @@ ends that part alone; the parts still to come run), all inside one overall deadl
   reply length, learning rate, gradient checkpointing) over toy windows drawn in memory
   (``train.grpo.loop.GRPOLoop.update``): rollout seconds and update seconds.
 - ``engine``: the streaming engine, eager, silent (threshold above 1): steps/s of one stream,
-  stream-steps/s of 8 streams batched, where one silent and one firing step's time goes
+  stream-steps/s of 8 streams batched (30 steps each on a GPU), where one silent and one firing step's time goes
   (``engine_step_split``: ``eval.bench.profile.profile_stream`` at step ``profile_at``; on a GPU the
   device's busy time, kernel launches and synchronisations beside the host's time in the
   language model, the vision call, the head and the engine's own work), and the median step early
-  and late in a long stream with a 32-frame window (``eval.bench.gpu.window_figures``).
+  and late in a long stream (240 steps on a GPU) with a 32-frame window
+  (``eval.bench.gpu.window_figures``).
 - ``compiled``: one stream and 8 batched, eager vs compiled language model
   (``eval.bench.compile.bench_case``); ``compiled_vs_eager``: one stream's eager step time over its
   compiled one.
-- ``probes``: 20 probes over a 600-step stream (``engine.probes.answer_probes``), one branched
-  pass vs a re-run per probe on the cut video. The re-runs of ``--rerun-probes`` probes spread over
+- ``probes``: 12 probes over a 240-step stream (``engine.probes.answer_probes``; on CPU 20 over
+  120), one branched pass vs a re-run per probe on the cut video. The re-runs of ``--rerun-probes`` probes spread over
   the stream are timed, a quadratic in the probe's step fitted through them, and the other probes'
   re-runs read off it (``probe_rerun_timed`` says how many were timed; ``--rerun-probes 20`` times
   them all).
@@ -97,17 +99,18 @@ KEYS = {
 SETTINGS = {
     "cuda": {
         "model": "conf/model/qwen3_vl_4b.yaml",
-        "stream_steps": 60,
+        "stream_steps": 30,
         "profile_at": 20,
-        "window_steps": 480,
+        "window_steps": 240,
         "grpo_windows": 1,  # one rank's share: the recipe rolls its 6 windows out on 6 ranks
-        "compiled_steps": 24,
-        "probes": (600, 20, 8),  # stream steps, probes, reply tokens
-        "eval": {"render": "hd", "streams": 16, "seconds": 10},
-        # set by the H200 run of 2026-12-04 (docs/performance.md): sft 29 s, grpo 64 s, engine 102 s
-        # (then without its profiled steps: 22 steps, about 5 s at that speed, with the profiler's start)
-        "caps": {"sft": 40, "grpo": 75, "engine": 120, "compiled": 85, "probes": 100, "eval": 60},
-        "deadline": 480,
+        "compiled_steps": 16,
+        "probes": (240, 12, 8),  # stream steps, probes, reply tokens
+        "eval": {"render": "hd", "streams": 16, "seconds": 6},
+        # 6 minutes with the install (since 2026-12-06; 8 before): the H200 run of 2026-12-04
+        # (docs/performance.md) took sft 29 s, grpo 64 s, engine 102 s with 60 steps of one stream and
+        # a 480-step window, so the engine's streams are halved; the probes part keeps what it measured
+        "caps": {"sft": 35, "grpo": 65, "engine": 60, "compiled": 40, "probes": 55, "eval": 45},
+        "deadline": 300,
     },
     "cpu": {  # the same code, sized for 2 shared cores: the tiny model, shorter runs, toy frames
         "model": "conf/model/tiny.yaml",
@@ -540,10 +543,19 @@ def _last_line(text: str) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
-def spawn_part(name: str, device: str, cap: float, rerun_probes: int) -> dict:
-    """The part in a child process of its own session, killed whole past ``cap`` seconds."""
-    cmd = [sys.executable, "-m", "pipeline.gpu_check", "--part", name, "--device", device]
-    cmd += ["--rerun-probes", str(rerun_probes)]
+def spawn_part(
+    name: str,
+    device: str,
+    cap: float,
+    rerun_probes: int | None,
+    module: str = "pipeline.gpu_check",
+    extra: tuple[str, ...] = (),
+) -> dict:
+    """The part in a child process of its own session (``python -m <module> --part NAME``, then
+    ``extra``), killed whole past ``cap`` seconds."""
+    cmd = [sys.executable, "-m", module, "--part", name, "--device", device, *extra]
+    if rerun_probes is not None:
+        cmd += ["--rerun-probes", str(rerun_probes)]
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         partial = Path(tmp) / "partial.json"
@@ -642,6 +654,12 @@ def run_all(
 
 def _caps(pairs: list[str]) -> dict:
     """``--cap PART=SECONDS`` pairs as a dict; a bad pair exits 2 with the reason."""
+    return _caps_of(pairs, PARTS, "gpu-check")
+
+
+def _caps_of(pairs: list[str], parts, command: str) -> dict:
+    """``--cap PART=SECONDS`` pairs, PART one of ``parts``, as a dict; a bad pair exits 2 with the
+    reason, ``command`` naming the command that refuses it."""
     caps = {}
     for pair in pairs:
         name, _, value = pair.partition("=")
@@ -649,9 +667,9 @@ def _caps(pairs: list[str]) -> dict:
             seconds = float(value)
         except ValueError:
             seconds = 0.0
-        if name not in PARTS or not seconds > 0:
+        if name not in parts or not seconds > 0:
             print(
-                f"gpu-check: --cap {pair!r}: want PART=SECONDS, PART one of {', '.join(PARTS)}",
+                f"{command}: --cap {pair!r}: want PART=SECONDS, PART one of {', '.join(parts)}",
                 file=sys.stderr,
             )
             sys.exit(2)

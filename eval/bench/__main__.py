@@ -1,4 +1,4 @@
-"""``python -m eval.bench [engine|memory|gpu|profile|kv|recall|compile|static|long_stream|ranks|frame_prep] [options]``:
+"""``python -m eval.bench [engine|memory|gpu|profile|kv|recall|compile|static|long_stream|ranks|frame_prep|vision] [options]``:
 engine by default; one JSON object of figures on the last line."""
 
 import sys
@@ -20,6 +20,7 @@ SUBCOMMANDS = Registry(
         "long_stream": "eval.bench.long_stream:main",
         "ranks": "eval.bench.ranks:main",
         "frame_prep": "eval.bench.frame_prep:main",
+        "vision": "eval.bench.vision:main",
     },
 )
 

@@ -50,6 +50,10 @@ Prints one JSON object on its last line:
 - ``frame_prep_max_diff``, ``frame_prep_ms_per_frame`` (``host`` / ``device``), ``reply_draw_ms_per_row``
   and the rest of ``python -m eval.bench frame_prep``'s figures (``eval/bench/frame_prep.py``): the
   frames prepared on the device against the image processor, and the reply draw, here on the CPU.
+- ``syncs_per_vision_call`` (0: the engine's vision call reads nothing back from the device),
+  ``transformers_syncs_per_vision_call``, ``vision_sdpa_calls``, ``vision_call_ms`` and
+  ``vision_max_diff``: ``python -m eval.bench vision``'s figures (``eval/bench/vision.py``), a
+  16-frame chunk through the vision tower, transformers' call against the project's.
 
 Run times are this process's CPU seconds (``time.process_time``), medians over ``--repeats``
 interleaved repetitions after a warm-up: on a shared machine other processes stretch wall time
@@ -92,6 +96,7 @@ from eval.bench.frame_prep import frame_prep_figures
 from eval.bench.long_stream import long_stream_peaks
 from eval.bench.ranks import ranks_figures
 from eval.bench.static import static_figures
+from eval.bench.vision import vision_figures
 from infra.entry import quiet_libraries
 
 TINY = CONF_DIR / "model" / "tiny.yaml"
@@ -264,6 +269,7 @@ def run_bench(
         | over_ranks
         | compiled
         | frame_prep_figures(repeats=repeats)
+        | vision_figures(repeats=repeats)
     )
 
 

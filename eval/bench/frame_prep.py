@@ -40,7 +40,7 @@ from engine.frame_prep import FramePrep
 FRAME_SIZES = {"tiny": (64, 64), "qwen3_vl_4b": (336, 597)}
 
 
-def _clock(device: torch.device, fn) -> float:
+def clock(device: torch.device, fn) -> float:
     """Milliseconds of ``fn``: CPU time on a CPU, wall time (device synchronized) elsewhere."""
     if device.type == "cpu":
         t0 = time.process_time()
@@ -53,7 +53,7 @@ def _clock(device: torch.device, fn) -> float:
     return 1e3 * (time.perf_counter() - t0)
 
 
-def _model_figures(model: str, device: torch.device, n: int, repeats: int) -> dict:
+def model_figures(model: str, device: torch.device, n: int, repeats: int) -> dict:
     processor = Qwen2VLImageProcessor(**model_preset(model)["image_processor"])
     prep = FramePrep.of(processor)
     frames = np.random.default_rng(0).integers(0, 256, (n, *FRAME_SIZES[model], 3), dtype=np.uint8)
@@ -68,8 +68,8 @@ def _model_figures(model: str, device: torch.device, n: int, repeats: int) -> di
     (pv_host, grid), (pv_dev, grids) = host(), on_device()
     times = {"host": [], "device": []}
     for _ in range(repeats):
-        times["host"].append(_clock(device, host))
-        times["device"].append(_clock(device, on_device))
+        times["host"].append(clock(device, host))
+        times["device"].append(clock(device, on_device))
     images = torch.from_numpy(frames).permute(0, 3, 1, 2).float()
     h, w = prep.size(*FRAME_SIZES[model])
     floats = torch.nn.functional.interpolate(images, size=[h, w], mode="bicubic", antialias=True)
@@ -98,7 +98,7 @@ def draw_figures(vocab: int, rows: int, repeats: int) -> dict:
 
     cpu = torch.device("cpu")
     return {
-        name: round(statistics.median(_clock(cpu, fn) for _ in range(repeats)) / rows, 3)
+        name: round(statistics.median(clock(cpu, fn) for _ in range(repeats)) / rows, 3)
         for name, fn in (("multinomial", multinomial), ("race", race))
     }
 
@@ -106,7 +106,7 @@ def draw_figures(vocab: int, rows: int, repeats: int) -> dict:
 def frame_prep_figures(device: str = "cpu", frames: int = 16, repeats: int = 3, vocab: int = 151_936) -> dict:
     """The module docstring's figures."""
     dev = torch.device(device)
-    per_model = {m: _model_figures(m, dev, frames, repeats) for m in FRAME_SIZES}
+    per_model = {m: model_figures(m, dev, frames, repeats) for m in FRAME_SIZES}
     return {
         "frame_prep_max_diff": max(f["diff"] for f in per_model.values()),
         "frame_prep_grids_equal": all(f["grids_equal"] for f in per_model.values()),

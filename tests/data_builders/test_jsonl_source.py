@@ -51,7 +51,10 @@ def test_the_example_file_builds_into_five_records_with_the_documented_defaults(
         "build", "source=jsonl", f"annotations={ann}", "videos=videos", "out=data/built/mine", cwd=tmp_path
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    assert json.loads(out.stdout.splitlines()[-1])["records"] == 5
+    summary = json.loads(out.stdout.splitlines()[-1])
+    assert summary["records"] == 5
+    # the summary names the records' source, as they do (it said "jsonl" where they say "mine")
+    assert (summary["source"], summary["builder"]) == ("mine", "jsonl")
     by_id = {s.id: s for s in load_streams(tmp_path / "data/built/mine/records.jsonl")}
     assert sorted(by_id) == ["desk-1", "mine-1", "mine-2", "mine-3", "mine-5"]
     assert {s.source for s in by_id.values()} == {"mine"}  # named after the out folder

@@ -51,6 +51,9 @@ def test_bench_prints_one_json_object_with_every_figure(capsys):
     # frames prepared in torch equal the processor's; both paths timed
     assert result["frame_prep_max_diff"] == 0.0 and result["frame_prep_grids_equal"] is True
     assert set(result["frame_prep_ms_per_frame"]) == {"tiny", "qwen3_vl_4b"}
+    # the vision tower's call: nothing read back, the features transformers' own
+    assert result["syncs_per_vision_call"] == 0
+    assert all(d <= 1e-6 for d in result["vision_max_diff"].values())
 
 
 def test_frame_prep_bench_reports_the_difference_and_both_paths(capsys):

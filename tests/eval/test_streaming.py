@@ -234,6 +234,32 @@ def test_frames_prepared_on_the_device_stream_as_the_processor_s(setup, monkeypa
         StreamingEngine(model, renderer, EngineConfig(frame_prep="gpu"))
 
 
+def test_the_project_s_vision_call_streams_as_transformers_s(setup, monkeypatch):
+    """The default vision call (``engine.vision_tower``: a plan per chunk shape, one attention call
+    per block) gives the decisions and logits of transformers' ``get_image_features``, which it no
+    longer calls; one plan serves every full chunk of a run."""
+    model, renderer, streams, frames = setup
+    cfg = EngineConfig(threshold=0.47, max_new_tokens=4, frame_chunk=16)
+    old = StreamingEngine(model, renderer, dataclasses.replace(cfg, vision="transformers")).run(
+        streams[:2], frames[:2]
+    )
+    calls = []
+    features = model.model.get_image_features
+    monkeypatch.setattr(
+        model.model, "get_image_features", lambda *a, **k: calls.append(1) or features(*a, **k)
+    )
+    engine = StreamingEngine(model, renderer, cfg)
+    new = engine.run(streams[:2], frames[:2])
+    assert calls == [] and engine.frames_encoded == 80
+    # 40 steps of 2 streams in lock step: chunks of 2 x 16, 2 x 16, 2 x 8 frames: two grid lists
+    assert len(engine.vision.plans.plans) == 2
+    for a, b in zip(old, new):
+        assert [s.text for s in a.steps] == [s.text for s in b.steps]
+        assert _max_logit_diff(a, b) < 1e-6
+    with pytest.raises(ValueError, match="vision must be one of project, transformers, got 'hf'"):
+        StreamingEngine(model, renderer, EngineConfig(vision="hf"))
+
+
 def test_memory_mapped_frames_stream_the_same_and_are_released(setup, tmp_path):
     """Frames as a FrameCache hit arrives (memory-mapped, copy on write): the same decisions as
     in-memory frames, and once streamed their pages are no longer resident in the process."""

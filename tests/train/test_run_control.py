@@ -217,10 +217,11 @@ def test_a_fresh_start_keeps_its_own_start_checkpoint(tmp_path):
     assert set_aside_previous_run(tmp_path / "empty") is None
 
 
-def test_rerunning_a_finished_run_trains_nothing(toy_data, tmp_path):
+def test_rerunning_a_finished_run_trains_nothing(toy_data, tmp_path, caplog):
     """The same command again after a run finished (resume=auto): the Trainer, resumed at
     max_steps in the middle of an epoch, used to train one step more (checkpoint-2 of 1,
-    checkpoint-1 rotated away, final/ overwritten with other weights)."""
+    checkpoint-1 rotated away, final/ overwritten with other weights). A larger ``sft.max_steps``
+    trains on, and says so in one line (it extended the run silently)."""
     run = tmp_path / "run"
     cfg = compose_config(sft_overrides(toy_data, run, "sft.max_steps=1", "sft.save_steps=1"))
     final = train(cfg)
@@ -229,7 +230,11 @@ def test_rerunning_a_finished_run_trains_nothing(toy_data, tmp_path):
     assert [p.name for p in checkpoint_dirs(run)] == ["checkpoint-1"]
     assert (final / "model.safetensors").read_bytes() == weights
     more = compose_config(sft_overrides(toy_data, run, "sft.max_steps=2", "sft.save_steps=1"))
-    train(more)  # a larger budget trains on from checkpoint-1
+    caplog.clear()
+    with caplog.at_level("INFO", logger="train.sft"):
+        train(more)  # a larger budget trains on from checkpoint-1
+    said = [r.getMessage() for r in caplog.records if "finished run" in r.getMessage()]
+    assert said == [f"{run}: resuming the finished run at step 1 to train on to sft.max_steps=2"]
     assert complete_checkpoints(run)[-1].name == "checkpoint-2"
     assert (final / "model.safetensors").read_bytes() != weights
 

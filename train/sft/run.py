@@ -164,6 +164,13 @@ def train(cfg: DictConfig) -> Path:
                 f"sft.max_steps={t.max_steps}" if t.max_steps > 0 else f"sft.num_epochs={t.num_epochs:g}",
             )
             return out / "final"
+        if resume and _extends(out, resume, t.max_steps):
+            log.info(
+                "%s: resuming the finished run at step %d to train on to sft.max_steps=%d",
+                out,
+                checkpoint_step(resume),
+                t.max_steps,
+            )
         return _train(cfg, out, resume)
     finally:
         if lock is not None:
@@ -177,6 +184,14 @@ def _finished(out: Path, resume: str, max_steps: int) -> bool:
     step more."""
     step, planned = checkpoint_step(resume), _planned_steps(resume, max_steps)
     return None not in (step, planned) and step >= planned and (out / "final" / COMPLETE_MARKER).is_file()
+
+
+def _extends(out: Path, resume: str, max_steps: int) -> bool:
+    """Whether resuming trains on past a finished run: ``final/`` was saved at the step count the
+    checkpoint's run planned, and ``sft.max_steps`` is now larger."""
+    step, earlier = checkpoint_step(resume), _planned_steps(resume, -1)
+    finished = None not in (step, earlier) and step >= earlier and (out / "final" / "config.json").is_file()
+    return finished and max_steps > step
 
 
 def _planned_steps(resume: str, max_steps: int) -> int | None:
