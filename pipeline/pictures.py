@@ -84,7 +84,7 @@ def _shot(page, path: Path) -> int:
 def shoot_view(browser, out_dir: Path, path: Path) -> int:
     """Step 2: the viewer page's first screen as ``path``."""
     page = browser.new_page(viewport=VIEW_SIZE)
-    page.goto((out_dir / "view.html").as_uri())
+    page.goto((out_dir / "view.html").resolve().as_uri())
     page.wait_for_selector("body[data-ready='1']")
     page.wait_for_function(
         "[...document.querySelectorAll('.row canvas')].slice(0, 3).every(c => c.dataset.ticks)"

@@ -18,15 +18,18 @@ FIRING = 0.47  # the untrained tiny model fires on about half the steps at this 
 
 
 @pytest.mark.slow  # an evaluation, the viewer and the served demo in chromium (about a minute loaded)
-def test_pictures_of_a_checkpoint_are_written(tiny_checkpoint, toy_dir, tmp_path, capsys):
+def test_pictures_of_a_checkpoint_are_written(tiny_checkpoint, toy_dir, tmp_path, capsys, monkeypatch):
+    """The evaluation goes under a relative ``runs=`` as the command's default ``runs`` (the page is
+    opened by its absolute file URI)."""
     from PIL import Image
 
+    monkeypatch.chdir(tmp_path)
     out = tmp_path / "docs"
     argv = [
         f"checkpoint={tiny_checkpoint}",
         f"records={toy_dir / 'records.jsonl'}",
         f"out={out}",
-        f"runs={tmp_path / 'runs'}",
+        "runs=runs",
         f"paths.cache_dir={tmp_path / 'cache'}",
         "render.max_pixels=4096",
         "max_new_tokens=6",
@@ -36,7 +39,7 @@ def test_pictures_of_a_checkpoint_are_written(tiny_checkpoint, toy_dir, tmp_path
     assert main(argv) == 0
     figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     folder = Path(figures["evaluation"])
-    assert folder == tmp_path / "runs" / "pictures" / "ckpt" and (folder / "view.html").is_file()
+    assert folder.resolve() == tmp_path / "runs" / "pictures" / "ckpt" and (folder / "view.html").is_file()
     assert (figures["record"], figures["outcomes"]) == pick_record(folder)
     for name, size in (("view", (1100, 900)), ("app", (1100, 620))):
         png = out / f"{name}.png"
