@@ -8,7 +8,8 @@ viewer's header).
 - The counts are of the evaluated records: clips, those with targets, negatives (none).
 - An earlier evaluation is a folder with ``metrics.json`` and a ``gt.jsonl`` equal byte for byte to
   this one's (``eval.run`` writes the scored records' ground truth there), under
-  ``<runs>/eval/*/<benchmark folder>/`` or beside this folder; the newest such is the ``before``.
+  ``<runs>/eval/*/<benchmark>/`` (or ``<benchmark>@<settings>/``, ``eval.run``'s folder of other
+  settings) or beside this folder; the newest such is the ``before``.
 """
 
 from __future__ import annotations
@@ -77,14 +78,16 @@ def summary_line(name: str, bench: str, protocol: str, metrics: dict, streams: l
 
 def earlier(out: Path, runs_dir: Path) -> Path | None:
     """The newest other evaluation folder of the same records as ``out`` (its ``gt.jsonl`` equal to
-    ``out``'s), under ``<runs_dir>/eval/*/<out.name>/`` or beside ``out``; None if there is none."""
+    ``out``'s), under ``<runs_dir>/eval/*/<benchmark>[@<settings>]/`` or beside ``out``; None if there
+    is none."""
     mine = out / "gt.jsonl"
     if not mine.is_file():
         return None
     gt = mine.read_bytes()
-    found = set(Path(runs_dir, "eval").glob(f"*/{out.name}/metrics.json")) | set(
-        out.parent.glob("*/metrics.json")
-    )
+    bench = out.name.split("@", 1)[0]  # eval.run's folders of other settings: <benchmark>@<settings>
+    evals = Path(runs_dir, "eval")
+    found = {*evals.glob(f"*/{bench}/metrics.json"), *evals.glob(f"*/{bench}@*/metrics.json")}
+    found |= set(out.parent.glob("*/metrics.json"))
     same = [
         m.parent
         for m in found

@@ -711,7 +711,9 @@ def test_a_refused_webcam_frame_or_an_engine_failure_is_an_error_event(served, s
     def broken(*args):
         raise RuntimeError("out of memory on the vision tower")
 
-    monkeypatch.setattr(demo.renderer, "encode_frames", broken)
+    from engine.frame_features import FrameFeatures
+
+    monkeypatch.setattr(FrameFeatures, "encode", broken)  # the vision tower's call, on either frame path
     [start, (event, data, _)] = list(events(server, video=str(short_video), instruction=SAY))
     assert (start[0], event) == ("start", "error")
     assert data["message"] == "short.mp4: the engine failed (out of memory on the vision tower)"

@@ -64,7 +64,8 @@ def test_summary_line_counts_the_clips_and_compares_with_an_earlier_run(
     after, lines = _run(tmp_path, toy_dir, capsys, f"checkpoint={tiny_checkpoint}", f"threshold={FIRING}")
     now = after["with_negatives"]["prs_b"]
     assert lines[-2].startswith(f"ckpt on p3i: with_negatives/prs_b {now:.1f} ")
-    untrained = tmp_path / "runs" / "eval" / "tiny-untrained" / "p3i"
+    # records= and limit= name the folders (p3i@<sha12>: eval.run's folder of other settings)
+    (untrained,) = (tmp_path / "runs" / "eval" / "tiny-untrained").glob("p3i@*")
     assert lines[-1] == (
         f"before -> after, the same 6 records, with_negatives/prs_b: tiny-untrained {head:.1f} -> "
         f"ckpt {now:.1f} ({now - head:+.1f}; {untrained})"

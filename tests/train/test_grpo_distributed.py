@@ -24,7 +24,8 @@ from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.ranks]
-#: Four windows per update (two per rank), seed 8: every window of update 1 has signal.
+#: Four windows per update (two per rank), seed 16: every window of update 1 has signal (with the
+#: reply tokens drawn by the engine's own generator; seed 8 was the one before).
 SETTINGS = [
     "init=random",
     "grpo.windows_per_step=4",
@@ -35,7 +36,7 @@ SETTINGS = [
     "grpo.learning_rate=1e-3",
     "grpo.temperature=5.0",
     "grpo.num_threads=1",
-    "grpo.seed=8",
+    "grpo.seed=16",
     "grpo.loss_type=dapo",
     "grpo.scale_rewards=batch",
 ]
@@ -128,13 +129,17 @@ def test_two_processes_equal_one_process_under_zero2_and_zero3(toy, tmp_path):
         assert len(two) == len(one) == 2
         if compiled == "true":  # a frame step's graph and a reply token's, built at update 1 only
             assert [row["rollout_graphs"] for row in two] == [2, 2]
+        assert "loss" in one[0]  # update 1 trains; an update whose groups have no signal has no loss
         for a, b in zip(one, two, strict=True):
-            assert a["loss"] == pytest.approx(b["loss"], abs=1e-4) and abs(a["loss"]) > 1e-3
+            assert a.keys() - {"rollout_graphs"} == b.keys() - {"rollout_graphs"}
+            if "loss" in a:
+                assert a["loss"] == pytest.approx(b["loss"], abs=1e-4) and abs(a["loss"]) > 1e-3
             for key in a.keys() - {*TIMINGS, "loss"}:
                 assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
         diff = max_difference(weights(single / "final"), weights(run / "final"))
         assert diff < 1e-4
-        figures[stage] = {"loss": [b["loss"] - a["loss"] for a, b in zip(one, two)], "weights": diff}
+        losses = [b["loss"] - a["loss"] for a, b in zip(one, two) if "loss" in a]
+        figures[stage] = {"loss": losses, "weights": diff}
     print(f"weights moved {moved:.2e} from the start; 2 processes vs 1: {figures}")  # quoted in docs/grpo.md
 
 
