@@ -520,8 +520,9 @@ PARTS = {
 }
 
 
-def run_part(name: str, device: str, rerun_probes: int) -> dict:
-    """One part in this process: its figures and this process's peak memory."""
+def start_part(device: str) -> None:
+    """How a part's process starts (here and in ``pipeline.gpu_probe``): the libraries quiet and,
+    on CPU, one torch thread."""
     import torch
 
     from infra.entry import quiet_libraries
@@ -529,6 +530,11 @@ def run_part(name: str, device: str, rerun_probes: int) -> dict:
     quiet_libraries()
     if device == "cpu":
         torch.set_num_threads(1)
+
+
+def run_part(name: str, device: str, rerun_probes: int) -> dict:
+    """One part in this process: its figures and this process's peak memory."""
+    start_part(device)
     s = SETTINGS[device]
     args = (rerun_probes,) if name == "probes" else ()
     out = PARTS[name](device, s, *args)

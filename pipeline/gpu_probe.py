@@ -37,7 +37,16 @@ import sys
 import time
 from pathlib import Path
 
-from pipeline.gpu_check import _caps_of, _model, _peak_gib, _recipe, missing_modules, note, spawn_part
+from pipeline.gpu_check import (
+    _caps_of,
+    _model,
+    _peak_gib,
+    _recipe,
+    missing_modules,
+    note,
+    spawn_part,
+    start_part,
+)
 
 #: What each part measures, in the order they run: part -> its keys in the line.
 KEYS = {
@@ -223,13 +232,7 @@ PARTS = {
 
 def run_part(name: str, device: str, compile_: bool) -> dict:
     """One part in this process: its figures and this process's peak memory."""
-    import torch
-
-    from infra.entry import quiet_libraries
-
-    quiet_libraries()
-    if device == "cpu":
-        torch.set_num_threads(1)
+    start_part(device)
     return PARTS[name](device, SETTINGS[device], compile_) | {"peak_gib": _peak_gib(device)}
 
 
