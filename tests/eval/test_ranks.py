@@ -27,6 +27,19 @@ ROOT = Path(__file__).resolve().parents[2]
 FIRING = 0.47  # the untrained tiny model fires on about half the steps (tests/eval/test_run.py)
 
 
+@pytest.fixture
+def one_thread():
+    """The in-process reference runs on one thread, as the launched ranks do (OMP_NUM_THREADS=1):
+    float32 sums split over other thread counts differ in their last bits. An earlier test in the
+    same worker may have left torch on more (``sft.num_threads: 2`` in the toy experiments)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def test_split_depends_on_the_record_set_only_and_keeps_videos_together(toy_dir):
     streams = load_streams(toy_dir / "records.jsonl")
     shares = split(streams, 3)
@@ -168,7 +181,7 @@ def _launch(argv: list[str]) -> subprocess.CompletedProcess:
 @pytest.mark.ranks
 @pytest.mark.slow  # two real 2-process launches (~20 s each alone, more on a busy machine)
 def test_two_ranks_score_as_one_process_and_a_requeue_resumes_every_shard(
-    tiny_checkpoint, toy_dir, tmp_path, capsys
+    tiny_checkpoint, toy_dir, tmp_path, capsys, one_thread
 ):
     records = toy_dir / "records.jsonl"
     streams = load_streams(records)[:4]
