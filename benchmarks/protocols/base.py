@@ -33,7 +33,7 @@ from benchmarks.scoring import Paired, ScoreConfig, default_uses_judge, ground_t
 from benchmarks.scoring.options import settings_from_args
 from data_builders.records import RecordError, Stream
 from engine.replies import Reply
-from rewards.outcomes import FireOutcome, StreamOutcomes
+from metrics.outcomes import FireOutcome, StreamOutcomes
 
 if TYPE_CHECKING:
     from engine.render import TurnRenderer
@@ -234,7 +234,7 @@ class ProtocolRunner:
         self, streams: list[Stream], rows: Iterable[dict[str, Any]], bench: BenchmarkConfig
     ) -> dict[str, StreamOutcomes]:
         """Per record id, what each reply and each target came to under the protocol's scoring
-        (``rewards.outcomes``; drawn by ``eval.app.view``). Here: every reply ``unclassified``, no
+        (``metrics.outcomes``; drawn by ``eval.app.view``). Here: every reply ``unclassified``, no
         target word; P3I, ProPerMem and EgoServe override it with their scorers' readings."""
         return {
             g.id: StreamOutcomes(

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.memory.embedders import default_model_path
-from rewards.content import TargetLike
+from metrics.content import TargetLike
 
 
 class EmbeddingScorer:

@@ -67,7 +67,7 @@ from data_builders.registry import (
     seconds,
 )
 from data_builders.video import VideoInfo
-from rewards.ovo import FORWARD_TASKS, TASK_PART
+from metrics.ovo import FORWARD_TASKS, TASK_PART
 
 # The official prompts (``constant.py``), word for word, one line per string (trailing spaces included).
 CHOICE_PROMPT = "\n".join(

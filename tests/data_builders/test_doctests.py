@@ -12,6 +12,7 @@ MODULES = [
     "data_builders.video_index",
     "data_builders.stats",
     "data_builders.records",
+    "data_builders.turn_grammar",
     "data_builders.stream_steps",
     "data_builders.video",
     "data_builders.frame_codec",

@@ -105,7 +105,7 @@ class GRPOStageConfig(StageConfig):
 
 @dataclass
 class RewardConfig:
-    """The reward (``conf/reward/*.yaml``, built by ``rewards.grpo.build_reward``): the weight of each
+    """The reward (``conf/reward/*.yaml``, built by ``train.grpo.rewards.build_reward``): the weight of each
     registered reward and each one's options. Typed at the top, so ``reward.reward_weights.prs=abc`` and a
     misspelt ``+reward.weight.prs=2`` fail when the config is validated; each reward's factory checks
     its own options (``build_reward`` runs before the model loads)."""
@@ -146,7 +146,7 @@ store_schema("grpo", GRPOConfig)
 
 
 def reward_spec(reward: Any) -> dict[str, Any]:
-    """The ``reward`` block as a plain dict, as ``rewards.grpo.build_reward`` takes it.
+    """The ``reward`` block as a plain dict, as ``train.grpo.rewards.build_reward`` takes it.
 
     >>> reward_spec({"reward_weights": {"prs": 2.0}, "prs": {"variant": "u"}, "redundancy": {}, "format": {}})
     {'reward_weights': {'prs': 2.0}, 'prs': {'variant': 'u'}, 'redundancy': {}, 'format': {}}

@@ -12,11 +12,11 @@ to its function; the options are the keys of its block in ``conf/reward/*.yaml``
 
 - ``prs``: PRS-U or PRS-B (``variant``) of the rollout's valid responses against the targets, with
   ``alpha`` and a pure content scorer (``label``, ``any`` or ``exact``). This is
-  :func:`rewards.prs.prs_scores`, the function ``eval.score`` reports.
+  :func:`metrics.prs.prs_scores`, the function ``eval.score`` reports.
 - ``redundancy``: ``-penalty`` per redundant or invalid turn, on the listed tasks only (0 elsewhere).
   Redundant: a reply to a target that already has one (under the ``variant`` assignment); on a
   sample with no targets every reply is redundant (our choice: there is nothing to reply to).
-  Invalid: :func:`rewards.turns.parse_turn` says so (no decision token, empty response, unknown tag).
+  Invalid: :func:`data_builders.turn_grammar.parse_turn` says so (no decision token, empty response, unknown tag).
 - ``format``: the share of well-formed turns (0.0 for a rollout with no turns).
 
 :func:`build_reward` combines them with the weights of a ``conf/reward/*.yaml`` dict into a
@@ -40,10 +40,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from data_builders.turn_grammar import ParsedTurn, allowed_categories, parse_turn
 from infra.registry import Registry
-from rewards.content import ContentScorer, TargetLike, get_content_scorer
-from rewards.prs import DEFAULT_ALPHA, prs_scores, redundant_replies
-from rewards.turns import ParsedTurn, allowed_categories, parse_turn
+from metrics.content import ContentScorer, TargetLike, get_content_scorer
+from metrics.prs import DEFAULT_ALPHA, prs_scores, redundant_replies
 
 #: A rollout's turns, the rewards' input: one ``{"time", "text"}`` per decision step.
 Turns = Sequence[Mapping[str, Any]]
@@ -137,9 +137,9 @@ def format_reward(turns: Turns, targets: Sequence[TimedTarget], task: str | None
 REWARDS = Registry(
     "reward",
     {
-        "prs": "rewards.grpo:prs_reward",
-        "redundancy": "rewards.grpo:redundancy_reward",
-        "format": "rewards.grpo:format_reward",
+        "prs": "train.grpo.rewards:prs_reward",
+        "redundancy": "train.grpo.rewards:redundancy_reward",
+        "format": "train.grpo.rewards:format_reward",
     },
 )
 

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from data_builders.records import Target
-from rewards.grpo import REWARDS, build_reward, step_rewards
-from rewards.prs import prs_scores, redundant_replies
+from metrics.prs import prs_scores, redundant_replies
+from train.grpo.rewards import REWARDS, build_reward, step_rewards
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -154,7 +154,7 @@ def test_step_rewards_credit_the_first_reply_and_charge_repeats():
 # A reward nobody ships (docs/design.md, "Adding a benchmark, a reward or a data source"): the share
 # of turns that reply at or after ``after`` seconds.
 LATE = """
-from rewards.grpo import Scored
+from train.grpo.rewards import Scored
 
 
 def late_reward(turns, targets, task, *, after=0.0):
@@ -166,7 +166,7 @@ def late_reward(turns, targets, task, *, after=0.0):
 @pytest.fixture
 def late(tmp_path, monkeypatch):
     """``late_reward`` in a module on the path and its line in the table (``REWARDS.add``, what the
-    table's line in rewards/grpo.py does); unlisted afterwards."""
+    table's line in train/grpo/rewards.py does); unlisted afterwards."""
     (tmp_path / "late_reward_mod.py").write_text(LATE)
     monkeypatch.syspath_prepend(str(tmp_path))
     REWARDS.add("late", "late_reward_mod:late_reward")

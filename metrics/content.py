@@ -50,9 +50,9 @@ ScorerFactory = Callable[..., ContentScorer]
 
 #: The pure content scorers: name -> the factory ``(**config) -> scorer`` (``infra.registry``).
 PURE = {
-    "exact": "rewards.content:make_exact",
-    "label": "rewards.content:make_label",
-    "any": "rewards.content:make_any",
+    "exact": "metrics.content:make_exact",
+    "label": "metrics.content:make_label",
+    "any": "metrics.content:make_any",
 }
 CONTENT_SCORERS = Registry("pure content scorer", PURE)
 
