@@ -16,7 +16,7 @@ in ``benchmarks/protocols/__init__.py`` lists where each lives; callers get one 
 The base runner reads every fired turn as a reply (its leading ``[tag]``, if any, its category) and
 logs a generic per-task table; a protocol overrides what differs. Each prediction row also keeps
 the stream's per-step P(</Response>) and decisions (``p_response``, ``fired``), which the threshold
-sweep reuses (``eval.sweep``); ``eval.score`` ignores them.
+sweep reuses (``eval.threshold_sweep``); ``eval.score`` ignores them.
 """
 
 from __future__ import annotations

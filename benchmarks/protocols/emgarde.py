@@ -39,10 +39,10 @@ from typing import Any
 
 from data_builders.record_io import iter_jsonl
 from data_builders.records import RecordError
-from data_builders.registry import load_json, seconds
 from data_builders.sources.ovo import Item
 from data_builders.sources.ovo import read_release as read_ovo_release
 from data_builders.sources.streamingbench_proactive import ReleaseQuestion, entry_questions, read_question
+from data_builders.toolkit import load_json, seconds
 from metrics.ovo import FORWARD_TASKS, online_f1, online_question, online_truth_times, online_window
 from metrics.streamingbench_proactive import LAST_POLL_AFTER_GT_S, online_hits, online_rates
 

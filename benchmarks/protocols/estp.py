@@ -40,8 +40,8 @@ from typing import Any
 from benchmarks.protocols.base import OfficialFormat, Protocol
 from benchmarks.protocols.public import PublicRunner
 from data_builders.records import RecordError, Stream, Target
-from data_builders.registry import load_json, seconds
 from data_builders.sources.estp import ReleaseQA, iter_release, qa_name, read_release
+from data_builders.toolkit import load_json, seconds
 from engine.replies import Prediction, Reply
 from infra.files import atomic_writer
 from metrics.content import Unscorable

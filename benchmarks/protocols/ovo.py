@@ -49,9 +49,9 @@ from benchmarks.protocols.base import OfficialFormat, Protocol
 from benchmarks.protocols.emgarde import OVO_DEFINITION, score_ovo_online
 from benchmarks.protocols.public import PublicRunner, no_frame_window, probe_frames
 from data_builders.records import TIME_EPS, RecordError, Stream
-from data_builders.registry import load_json
 from data_builders.sources.ovo import Item, cut_step, item_id, read_release
 from data_builders.stream_steps import step_times, target_step
+from data_builders.toolkit import load_json
 from engine.replies import Prediction
 from infra.files import atomic_writer
 from metrics.ovo import PARTS, TASK_PART, TASKS, figures, probe_score

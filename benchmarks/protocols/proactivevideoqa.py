@@ -56,7 +56,6 @@ from benchmarks.protocols.public import PublicRunner
 from benchmarks.scoring.judge import Judge, config_from_args
 from data_builders.record_io import iter_jsonl, write_jsonl
 from data_builders.records import RecordError, Stream
-from data_builders.registry import RECORD_EXCEPTIONS, record_reason, seconds
 from data_builders.sources.proactivevideoqa import (
     BENCHMARK_TASKS,
     Question,
@@ -65,6 +64,7 @@ from data_builders.sources.proactivevideoqa import (
     release_files,
     release_items,
 )
+from data_builders.toolkit import RECORD_EXCEPTIONS, record_reason, seconds
 from engine.replies import Prediction
 from infra.files import write_text_atomic
 from metrics.proactivevideoqa import OMEGAS, judged_points, pauc, turn_pauc

@@ -42,7 +42,6 @@ from benchmarks.protocols.base import OfficialFormat, Protocol
 from benchmarks.protocols.emgarde import SB_DEFINITION, score_sb_online
 from benchmarks.protocols.public import PublicRunner, no_frame_window, probe_frames
 from data_builders.records import TIME_EPS, RecordError, Stream
-from data_builders.registry import load_json
 from data_builders.sources.streamingbench_proactive import (
     SOURCE,
     ReleaseQuestion,
@@ -50,6 +49,7 @@ from data_builders.sources.streamingbench_proactive import (
     read_question,
 )
 from data_builders.stream_steps import step_times
+from data_builders.toolkit import load_json
 from engine.replies import Prediction, Reply
 from infra.files import atomic_writer
 from metrics.streamingbench_proactive import Outcome, judge_answer, poll_of, poll_times, proactive_metrics

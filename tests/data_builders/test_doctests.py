@@ -8,7 +8,7 @@ import importlib
 import pytest
 
 MODULES = [
-    "data_builders.registry",
+    "data_builders.toolkit",
     "data_builders.video_index",
     "data_builders.stats",
     "data_builders.records",
