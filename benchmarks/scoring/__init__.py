@@ -40,7 +40,7 @@ from metrics.content import PURE, ContentScorer
 #: Every content scorer: name -> its factory ``(**config) -> scorer``; ``embedding`` and ``judge``
 #: (I/O) here, the pure ones in ``metrics.content.PURE``. A module holding an I/O scorer also holds
 #: ``config_from_args(settings)``, its config from the scoring settings.
-CONTENT = Registry(
+CONTENT_SCORERS = Registry(
     "content scorer",
     {
         "exact": PURE["exact"],
@@ -50,12 +50,11 @@ CONTENT = Registry(
         "any": PURE["any"],
     },
 )
-CONTENT_SCORERS = tuple(CONTENT.names())
 
 
 def get_content_scorer(name: str, **config: Any) -> ContentScorer:
     """Build the content scorer ``name`` (any of :data:`CONTENT_SCORERS`) with its config."""
-    return CONTENT.get(name)(**config)
+    return CONTENT_SCORERS.get(name)(**config)
 
 
 @dataclass
@@ -131,7 +130,7 @@ def pair(
 
 
 def build_content(settings: ScoreConfig) -> ContentScorer:
-    """The content scorer of ``settings`` (its module imported on first use: ``CONTENT``)."""
+    """The content scorer of ``settings`` (its module imported on first use: ``CONTENT_SCORERS``)."""
     if settings.content == "label":
         return get_content_scorer("label", fallback=_build_named(settings.open_content, settings))
     return _build_named(settings.content, settings)
@@ -139,7 +138,7 @@ def build_content(settings: ScoreConfig) -> ContentScorer:
 
 def _build_named(name: str, settings: ScoreConfig) -> ContentScorer:
     try:
-        factory = CONTENT.get(name)
+        factory = CONTENT_SCORERS.get(name)
         if factory.__module__ != "metrics.content":  # an I/O scorer: its config from the settings
             return factory(**sys.modules[factory.__module__].config_from_args(settings))
         return factory()

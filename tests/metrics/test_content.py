@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from metrics.content import CONTENT_SCORERS, TargetText, get_content_scorer
+from metrics.content import PURE_SCORERS, TargetText, pure_scorer
 
 
 def test_pure_scorers():
-    exact, label, anything = (get_content_scorer(n) for n in ("exact", "label", "any"))
+    exact, label, anything = (pure_scorer(n) for n in ("exact", "label", "any"))
     t = TargetText("The pan is hot.", label="Warning")
     assert exact("  the PAN is   hot. ", t) == 1.0
     assert exact("the pan is warm.", t) == 0.0
@@ -21,6 +21,6 @@ def test_pure_scorers():
 
 
 def test_unknown_scorer_names_the_known_ones():
-    assert {"exact", "label", "any"} <= set(CONTENT_SCORERS)
+    assert {"exact", "label", "any"} <= set(PURE_SCORERS)
     with pytest.raises(KeyError, match="exact"):
-        get_content_scorer("bleu")
+        pure_scorer("bleu")

@@ -42,7 +42,7 @@ from typing import Any, Protocol
 
 from data_builders.turn_grammar import ParsedTurn, allowed_categories, parse_turn
 from infra.registry import Registry
-from metrics.content import ContentScorer, TargetLike, get_content_scorer
+from metrics.content import ContentScorer, TargetLike, pure_scorer
 from metrics.prs import DEFAULT_ALPHA, prs_scores, redundant_replies
 
 #: A rollout's turns, the rewards' input: one ``{"time", "text"}`` per decision step.
@@ -79,7 +79,7 @@ def parse_rollout(turns: Turns, task: str | None) -> list[tuple[float, ParsedTur
 
 @functools.cache
 def _content_scorer(name: str, config: tuple[tuple[str, Any], ...]) -> ContentScorer:
-    return get_content_scorer(name, **dict(config))
+    return pure_scorer(name, **dict(config))
 
 
 def prs_reward(
