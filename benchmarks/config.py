@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infra.schema import bounded
-from rewards.prs import DEFAULT_ALPHA
+from metrics.prs import DEFAULT_ALPHA
 
 
 def _knob(default: Any, help: str | None, *, flag: str | None = None, **bounds: float) -> Any:

@@ -49,7 +49,8 @@ from typing import Any
 
 from data_builders.outputs import FAILED_DIR, BuildFailed, commit, staging_dir, write_files, write_outputs
 from data_builders.records import TIME_EPS, RecordError, Stream, Target
-from data_builders.registry import (
+from data_builders.sources import get_source
+from data_builders.toolkit import (
     RECORD_EXCEPTIONS,
     BuildInputs,
     ConversionError,
@@ -57,7 +58,6 @@ from data_builders.registry import (
     SourceSpec,
     record_reason,
 )
-from data_builders.sources import get_source
 from data_builders.video import PAST_END_SLACK_S, VideoError, VideoInfo, probe_video
 from data_builders.video_index import AmbiguousVideo, VideoIndex
 from infra.progress import Progress

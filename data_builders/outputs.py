@@ -20,8 +20,8 @@ from pathlib import Path
 
 from data_builders.record_io import write_jsonl, write_parquet
 from data_builders.records import Stream
-from data_builders.registry import ConversionError
 from data_builders.stats import compute_stats
+from data_builders.toolkit import ConversionError
 from infra.files import WriterLock, remove_dead_writes
 
 #: Where a build over ``max_error_rate`` leaves its files, inside ``out``.

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rewards.turns import RESPONSE, SILENCE
+from data_builders.turn_grammar import RESPONSE, SILENCE
 
 #: Task names known to the pipeline. P3IBench's five tasks, ProPerMem, EgoServe, and the training
 #: tasks built from captioning / QA sources (P3I's "PVQ" narration and "CRR" clue-then-respond).

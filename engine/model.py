@@ -28,9 +28,9 @@ from typing import Any
 
 import torch
 
+from data_builders.turn_grammar import RESPONSE, SILENCE
 from engine.checkpoints import check_loaded_weights, check_model_files
 from infra.files import waiting_lock, write_text_atomic
-from rewards.turns import RESPONSE, SILENCE
 
 log = logging.getLogger(__name__)
 #: The file a tiny checkpoint folder holds its config's fingerprint in, written last when it is built.

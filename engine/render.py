@@ -40,7 +40,7 @@ import torch
 from data_builders.config import RenderConfig
 from data_builders.records import Stream, Target
 from data_builders.stream_steps import step_times, target_step
-from rewards.turns import RESPONSE, SILENCE
+from data_builders.turn_grammar import RESPONSE, SILENCE
 
 SILENCE_CLASS, RESPONSE_CLASS = 0, 1
 #: Texts whose token ids ``TurnRenderer.encode`` keeps (timestamps, instructions, turn markers).

@@ -70,6 +70,7 @@ from data_builders.frames import stream_frames
 from data_builders.record_io import resolve_video
 from data_builders.records import Stream
 from data_builders.stream_steps import step_times
+from data_builders.turn_grammar import parse_turn
 from engine.decisions import Decider
 from engine.frame_features import FrameFeatures
 from engine.kv_static import StaticKV
@@ -78,7 +79,6 @@ from engine.render import TurnRenderer, timestamp_text
 from engine.replies import Reply
 from engine.step_choice import resolve_step, say_once
 from engine.step_forward import StepForward
-from rewards.turns import parse_turn
 
 BLANK_GREY = 128  # the value of every pixel of a blank-video control frame
 

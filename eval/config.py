@@ -67,7 +67,7 @@ class EvalConfig(DataRootConfig):
     """How a threshold sweep reuses other points' passes: ``exact`` reuses a record's recorded
     probabilities only where they give the same decisions at every step (so the whole trajectory is
     the one this threshold would produce) and re-runs the rest; ``reuse`` re-thresholds the
-    lowest-threshold pass for every record (approximate, see eval.sweep)."""
+    lowest-threshold pass for every record (approximate, see eval.threshold_sweep)."""
     timelines: int = bounded(4, ge=0)
     """Records whose timeline (fires vs target windows) is plotted and logged."""
     view: bool = True

@@ -2,7 +2,7 @@
 
     python -m eval.run checkpoint=runs/sft/checkpoint-500 benchmark=p3i data=toy split=test
     python -m eval.run checkpoint=null records=/tmp/toy/records.jsonl limit=8 logger=wandb
-    python -m eval.run checkpoint=DIR threshold=0.3,0.5,0.7 -m        (sweep, see eval.sweep)
+    python -m eval.run checkpoint=DIR threshold=0.3,0.5,0.7 -m        (sweep, see eval.threshold_sweep)
     accelerate launch --config_file conf/accelerate/ddp.yaml --num_processes 8 -m eval.run checkpoint=DIR ...
 
 1. Compose ``conf/eval.yaml`` (with a checkpoint, at the ``render`` block it was trained with:
@@ -98,7 +98,7 @@ from eval.ranks import (
 )
 from eval.store import PredictionLog, PredictionWriteError
 from eval.summary import compare_line, lead_with, summary_line
-from eval.sweep import point_dir, reuse_rows, sibling_passes, write_summary
+from eval.threshold_sweep import point_dir, reuse_rows, sibling_passes, write_summary
 from eval.timelines import plot_timelines
 from infra.entry import front_door, quiet_libraries
 from infra.files import LOCK_FILE, FolderWriteError, OutputLock, OutputLocked, write_text_atomic

@@ -13,7 +13,7 @@ Ground truth lines need only ``id``, ``task`` and ``targets``. Every ground-trut
 prediction (``--allow-missing`` scores a missing one as silence); a prediction id not in the ground
 truth is an error. A reply's leading ``[tag]`` is its category and is not part of the scored text.
 Content scoring (``--content``, default ``label``; ``--label-fallback`` scores targets without a
-label, default ``exact``) goes through the scorer registry ``benchmarks.scoring.CONTENT``; a pair the
+label, default ``exact``) goes through the scorer registry ``benchmarks.scoring.CONTENT_SCORERS``; a pair the
 scorer cannot score (an unparsable judge answer) leaves its sample out, and the count is reported
 under ``unscorable``. P3I samples without targets are reported under ``negatives`` (share silent),
 not in the task scores.

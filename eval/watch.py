@@ -58,9 +58,9 @@ from omegaconf import DictConfig, OmegaConf
 from engine.checkpoints import (
     COMPLETE_MARKER,
     add_render_to_command_line,
+    checkpoint_step,
     complete_checkpoints,
     fingerprint_dir,
-    named_step,
     render_overrides,
 )
 from engine.preflight import check_stage
@@ -107,14 +107,6 @@ class WatchConfig(EvalConfig):
 
 WATCH_KEYS = {f.name for f in fields(WatchConfig)} - {f.name for f in fields(EvalConfig)} | {"split"}
 store_schema("watch", WatchConfig, keys=[f.name for f in fields(WatchConfig) if f.name in WATCH_KEYS])
-
-
-def checkpoint_step(checkpoint: Path) -> int:
-    """The training step of ``checkpoint-<step>``."""
-    step = named_step(checkpoint)
-    if step is None:
-        raise ValueError(f"{checkpoint} is not a checkpoint-<step> dir")
-    return step
 
 
 def read_ledger(run_dir: Path) -> dict[str, dict]:

@@ -282,9 +282,9 @@ def part_grpo(device: str, s: dict) -> dict:
     import tempfile
 
     from eval.bench.gpu import toy_stream
-    from rewards.grpo import build_reward
     from train.grpo.config import reward_spec
     from train.grpo.loop import GRPOLoop
+    from train.grpo.rewards import build_reward
     from train.grpo.rollout import make_windows
 
     cfg = _recipe("grpo", "p3i_4b_grpo")

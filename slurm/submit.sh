@@ -10,7 +10,7 @@
 # --test-only (a busy cluster: a start time) submits. slurm/sft.sh and slurm/grpo.sh without a GPU
 # request (their headers ask for none) are refused before sbatch is asked, exit 2, naming the
 # flags; under plain sbatch such a job would queue, then stop in its log. Arguments are exactly sbatch's. The sweep
-# launcher (hydra/launcher=slurm: train.sweeps.SlurmRequestCheck) asks with --check before it
+# launcher (hydra/launcher=slurm: train.hydra_sweeps.SlurmRequestCheck) asks with --check before it
 # submits its points.
 set -euo pipefail
 check_only=0

@@ -24,7 +24,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("pipeline", "train", "eval", "benchmarks", "engine", "data_builders", "rewards", "infra")
+PACKAGES = (
+    "pipeline",
+    "train",
+    "eval",
+    "benchmarks",
+    "engine",
+    "data_builders",
+    "metrics",
+    "rewards",
+    "infra",
+)
 TOP = PACKAGES + ("conf", "slurm", "tests", "docs")
 ALT_TOP, ALT_PACKAGES = "|".join(TOP), "|".join(PACKAGES)
 PATH = re.compile(rf"(?<![\w./-])((?:{ALT_TOP})/[\w./*<>{{}}-]*[\w/*>}}])")

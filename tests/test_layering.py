@@ -1,5 +1,6 @@
-"""Imports go one way: pipeline -> train | eval -> benchmarks -> engine -> data_builders -> rewards -> infra
-(train and eval are peers: neither imports the other), and never in a circle.
+"""Imports go one way: pipeline -> train | eval -> benchmarks -> engine -> data_builders -> rewards ->
+metrics -> infra (train and eval are peers: neither imports the other; rewards holds only the speed
+benchmark of the metric core), and never in a circle.
 
 Every module of the packages is parsed (no import is executed), and each import of a project
 package, at module level or inside a function, must name the module's own layer or a lower one. A
@@ -36,7 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 #: two stages, ``eval`` and ``train``, share a layer: neither imports the other.
 LAYERS = (
     ("infra",),
-    ("rewards",),
+    ("metrics",),
+    ("rewards",),  # rewards/bench alone: the PRS core's speed benchmark, over metrics
     ("data_builders",),
     ("engine",),
     ("benchmarks",),
@@ -256,14 +258,14 @@ def test_the_check_fails_on_an_upward_import(tmp_path):
     root = _tree(tmp_path)
     (root / "eval" / "engine.py").write_text("import json\n\n\ndef f():\n    from train.stage import train\n")
     (root / "data_builders" / "x.py").write_text(
-        "import importlib\n\nimportlib.import_module('eval.watch')\nfrom rewards.prs import _timeline\n"
+        "import importlib\n\nimportlib.import_module('eval.watch')\nfrom metrics.prs import _timeline\n"
     )
-    (root / "rewards" / "y.py").write_text("from infra.files import atomic_writer\nimport data_builders.x\n")
+    (root / "metrics" / "y.py").write_text("from infra.files import atomic_writer\nimport data_builders.x\n")
     assert violations(root) == [
         "data_builders/x.py:3: data_builders imports eval.watch (a higher layer or its peer)",
-        "data_builders/x.py:4: imports private _timeline from rewards.prs",
+        "data_builders/x.py:4: imports private _timeline from metrics.prs",
         "eval/engine.py:5: eval imports train.stage (a higher layer or its peer)",
-        "rewards/y.py:2: rewards imports data_builders.x (a higher layer or its peer)",
+        "metrics/y.py:2: metrics imports data_builders.x (a higher layer or its peer)",
     ]
 
 
@@ -329,8 +331,8 @@ def test_the_check_follows_import_module_and_registry_tables(tmp_path):
         "eval.plugins -> eval.plugins.a (eval/plugins/__init__.py:5) -> eval.plugins (eval/plugins/a.py:1)",
         "eval.table -> eval.thing (eval/table.py:3) -> eval.table (eval/thing.py:1)",
     ]
-    (root / "rewards" / "up.py").write_text("WHERE = {'judge': 'eval.thing:THING'}\n")
-    assert violations(root) == ["rewards/up.py:1: rewards imports eval.thing (a higher layer or its peer)"]
+    (root / "metrics" / "up.py").write_text("WHERE = {'judge': 'eval.thing:THING'}\n")
+    assert violations(root) == ["metrics/up.py:1: metrics imports eval.thing (a higher layer or its peer)"]
 
 
 if __name__ == "__main__":

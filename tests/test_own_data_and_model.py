@@ -32,7 +32,17 @@ FAST = {
     ],
     "eval.run": [],
 }
-PROJECT = ("data_builders", "engine", "benchmarks", "eval", "train", "pipeline", "rewards", "infra")
+PROJECT = (
+    "data_builders",
+    "engine",
+    "benchmarks",
+    "eval",
+    "train",
+    "pipeline",
+    "metrics",
+    "rewards",
+    "infra",
+)
 
 
 def run(cmd: list[str], cwd: Path, project: bool = True) -> subprocess.CompletedProcess:

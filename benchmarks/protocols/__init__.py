@@ -4,7 +4,7 @@
     python -m eval.score --protocol streamingbench_proactive --gt questions_proactive.json --pred out.json
 
 ``benchmarks/protocols/<name>.py`` holds everything of protocol ``<name>`` but its pure metric functions
-(``rewards/<name>.py``, shared with the GRPO rewards) and its benchmark config
+(``metrics/<name>.py``, shared with the GRPO rewards) and its benchmark config
 (``conf/benchmark/<name>.yaml``): ``p3i``, ``egoserve`` and ``propermem`` (the project's stream
 records), ``estp``, ``ovo``, ``proactivevideoqa`` and ``streamingbench_proactive`` (the public
 benchmarks, also on their own release files). Each defines one object,

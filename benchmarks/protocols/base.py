@@ -16,7 +16,7 @@ in ``benchmarks/protocols/__init__.py`` lists where each lives; callers get one 
 The base runner reads every fired turn as a reply (its leading ``[tag]``, if any, its category) and
 logs a generic per-task table; a protocol overrides what differs. Each prediction row also keeps
 the stream's per-step P(</Response>) and decisions (``p_response``, ``fired``), which the threshold
-sweep reuses (``eval.sweep``); ``eval.score`` ignores them.
+sweep reuses (``eval.threshold_sweep``); ``eval.score`` ignores them.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from benchmarks.scoring import Paired, ScoreConfig, default_uses_judge, ground_t
 from benchmarks.scoring.options import settings_from_args
 from data_builders.records import RecordError, Stream
 from engine.replies import Reply
-from rewards.outcomes import FireOutcome, StreamOutcomes
+from metrics.outcomes import FireOutcome, StreamOutcomes
 
 if TYPE_CHECKING:
     from engine.render import TurnRenderer
@@ -234,7 +234,7 @@ class ProtocolRunner:
         self, streams: list[Stream], rows: Iterable[dict[str, Any]], bench: BenchmarkConfig
     ) -> dict[str, StreamOutcomes]:
         """Per record id, what each reply and each target came to under the protocol's scoring
-        (``rewards.outcomes``; drawn by ``eval.app.view``). Here: every reply ``unclassified``, no
+        (``metrics.outcomes``; drawn by ``eval.app.view``). Here: every reply ``unclassified``, no
         target word; P3I, ProPerMem and EgoServe override it with their scorers' readings."""
         return {
             g.id: StreamOutcomes(

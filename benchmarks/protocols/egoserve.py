@@ -1,4 +1,4 @@
-"""EgoServe: its runner and its scoring (rewards/egoserve.py; docs/egoserve.md, docs/protocols.md).
+"""EgoServe: its runner and its scoring (metrics/egoserve.py; docs/egoserve.md, docs/protocols.md).
 
     python -m eval.run benchmark=egoserve checkpoint=DIR records=/data/egoserve/holoassist
     python -m eval.score --protocol egoserve --gt EgoServe_release --pred predictions
@@ -26,8 +26,9 @@ from benchmarks.protocols.egoserve_files import EventGroup
 from benchmarks.protocols.egoserve_preds import Tally, events_from_replies
 from benchmarks.scoring import Paired, ScoreConfig
 from data_builders.records import RecordError
+from data_builders.turn_grammar import parse_turn
 from engine.replies import Reply
-from rewards.egoserve import (
+from metrics.egoserve import (
     DATASET_SUBTYPES,
     MAIN_TYPE,
     MAIN_TYPE_CHECKED,
@@ -39,8 +40,7 @@ from rewards.egoserve import (
     score_dataset,
     unit_outcomes,
 )
-from rewards.egoserve_rules import strict_subtype
-from rewards.turns import parse_turn
+from metrics.egoserve_rules import strict_subtype
 
 if TYPE_CHECKING:
     from benchmarks.config import BenchmarkConfig
@@ -67,7 +67,7 @@ class EgoServeRunner(ProtocolRunner):
         return cols, rows
 
     def outcomes(self, streams, rows, bench):
-        """Each reply's and service's outcome by :func:`rewards.egoserve.unit_outcomes`: the record
+        """Each reply's and service's outcome by :func:`metrics.egoserve.unit_outcomes`: the record
         is the unit, matched with its dataset's tolerance, subtypes and main-type rule."""
         settings = self.settings(bench)
         out = {}

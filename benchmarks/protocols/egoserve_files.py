@@ -43,8 +43,8 @@ from benchmarks.protocols.egoserve_preds import (
     load_json,
 )
 from data_builders.records import RecordError
-from rewards.egoserve import MAIN_TYPE, SECONDS_PER_DAY, ServiceEvent
-from rewards.egoserve_rules import (
+from metrics.egoserve import MAIN_TYPE, SECONDS_PER_DAY, ServiceEvent
+from metrics.egoserve_rules import (
     official_main_type,
     official_subtype,
     parse_day_window,

@@ -32,9 +32,10 @@ from typing import Any
 
 from data_builders.record_io import iter_jsonl
 from data_builders.records import RecordError, no_duplicate_keys
+from data_builders.turn_grammar import split_category
 from engine.replies import load_predictions
-from rewards.egoserve import SECONDS_PER_DAY, ServiceEvent
-from rewards.egoserve_rules import (
+from metrics.egoserve import SECONDS_PER_DAY, ServiceEvent
+from metrics.egoserve_rules import (
     official_main_type,
     official_subtype,
     parse_day_window,
@@ -42,7 +43,6 @@ from rewards.egoserve_rules import (
     parse_time_window,
     strict_subtype,
 )
-from rewards.turns import split_category
 
 OFFICIAL_SUFFIX = {
     "egolife": "-qwenvl_3_8b_instruct_restart",

@@ -5,8 +5,8 @@
         --gt questions_proactive.json --pred streamingbench_results.jsonl
 
 Followed: ``air-embodied-brain/Em-Garde/eval/ovo_bench/ovo_bench_eval_online.py`` and
-``Em-Garde/eval/streamingbench/streamingbench_eval_online.py`` (the metrics are :mod:`rewards.ovo`'s and
-:mod:`rewards.streamingbench_proactive`'s ``online_*`` functions). The prediction file is the JSON Lines
+``Em-Garde/eval/streamingbench/streamingbench_eval_online.py`` (the metrics are :mod:`metrics.ovo`'s and
+:mod:`metrics.streamingbench_proactive`'s ``online_*`` functions). The prediction file is the JSON Lines
 those scripts write, one line per question::
 
     {"id": k, "detections": [t, ...], "checked_detections": [{"time": t, "response": text}, ...],
@@ -39,12 +39,12 @@ from typing import Any
 
 from data_builders.record_io import iter_jsonl
 from data_builders.records import RecordError
-from data_builders.registry import load_json, seconds
 from data_builders.sources.ovo import Item
 from data_builders.sources.ovo import read_release as read_ovo_release
 from data_builders.sources.streamingbench_proactive import ReleaseQuestion, entry_questions, read_question
-from rewards.ovo import FORWARD_TASKS, online_f1, online_question, online_truth_times, online_window
-from rewards.streamingbench_proactive import LAST_POLL_AFTER_GT_S, online_hits, online_rates
+from data_builders.toolkit import load_json, seconds
+from metrics.ovo import FORWARD_TASKS, online_f1, online_question, online_truth_times, online_window
+from metrics.streamingbench_proactive import LAST_POLL_AFTER_GT_S, online_hits, online_rates
 
 OVO_DEFINITION = "air-embodied-brain/Em-Garde/eval/ovo_bench/ovo_bench_eval_online.py"
 SB_DEFINITION = "air-embodied-brain/Em-Garde/eval/streamingbench/streamingbench_eval_online.py"

@@ -4,7 +4,7 @@
         --judge-url http://127.0.0.1:8000/v1 --judge-model MODEL
     python -m eval.score --protocol estp --gt estp_bench_cq_v3.json --pred results/ --content any   (timing only)
 
-The metric is the paper's ESTP-F1 (``rewards.estp``; the official script ships only with the data,
+The metric is the paper's ESTP-F1 (``metrics.estp``; the official script ships only with the data,
 so none was run here). ``docs/protocols.md`` ("ESTP-Bench") lists every choice.
 
 Prediction format: what ``zhangyl4/EyeWO``'s ``eval_estp_batch.py`` writes (``benchmark.eval(data,
@@ -40,12 +40,12 @@ from typing import Any
 from benchmarks.protocols.base import OfficialFormat, Protocol
 from benchmarks.protocols.public import PublicRunner
 from data_builders.records import RecordError, Stream, Target
-from data_builders.registry import load_json, seconds
 from data_builders.sources.estp import ReleaseQA, iter_release, qa_name, read_release
+from data_builders.toolkit import load_json, seconds
 from engine.replies import Prediction, Reply
 from infra.files import atomic_writer
-from rewards.content import Unscorable
-from rewards.estp import (
+from metrics.content import Unscorable
+from metrics.estp import (
     Answer,
     QuestionScore,
     aggregate,
@@ -219,7 +219,7 @@ def score_files(gt: Path, pred: Path, options: argparse.Namespace) -> tuple[dict
 
 #: Whose reading the default mode follows: the project's own of the paper (the official scorer ships
 #: only with the data and was not run here).
-PROJECT_DEFINITION = "proactive-vlm rewards/estp.py (the paper's ESTP-F1 as this project reads it)"
+PROJECT_DEFINITION = "proactive-vlm metrics/estp.py (the paper's ESTP-F1 as this project reads it)"
 #: Where ``--mode guiego``'s definition comes from.
 GUIEGO_DEFINITION = (
     "CopeeeTang/GUI-Ego/proactive-project/experiments/estp_phase3/hypothesis_runner.py (compute_case_metrics)"
@@ -228,7 +228,7 @@ GUIEGO_DEFINITION = (
 
 def score_files_guiego(gt: Path, pred: Path, options: argparse.Namespace) -> tuple[dict, list[dict]]:
     """``eval.score --protocol estp --mode guiego``: a public third-party reading of ESTP-F1
-    (:func:`rewards.estp.binary_question`: timing only, each hit answer counted as 1, its interval
+    (:func:`metrics.estp.binary_question`: timing only, each hit answer counted as 1, its interval
     first rounded up to the 0.5 s grid), on the same files as the default mode. The per-task,
     category and ``ESTP-F1`` figures are aggregated as the default mode aggregates them;
     ``mean_over_questions`` is the plain mean of the questions' F1, the average GUI-Ego prints."""

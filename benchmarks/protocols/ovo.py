@@ -4,7 +4,7 @@
 
 Followed: ``JoeLeelyf/OVO-Bench`` ``score.py`` (reads every file of ``results/<model>/`` and
 concatenates their ``backward``, ``realtime`` and ``forward`` lists) and ``utils/OVOBenchScore.py``
-(``OVOBenchOfflineScore``; the rules are :mod:`rewards.ovo`'s). A prediction file is what the
+(``OVOBenchOfflineScore``; the rules are :mod:`metrics.ovo`'s). A prediction file is what the
 official harness writes (``utils/OVOBench.py``): ``{"backward": [...], "realtime": [...],
 "forward": [...]}``, a multiple-choice item ``{"id", "video", "task", "question", "response",
 "ground_truth"}`` and a forward item the release's item with ``test_info[i].response`` added. A
@@ -49,12 +49,12 @@ from benchmarks.protocols.base import OfficialFormat, Protocol
 from benchmarks.protocols.emgarde import OVO_DEFINITION, score_ovo_online
 from benchmarks.protocols.public import PublicRunner, no_frame_window, probe_frames
 from data_builders.records import TIME_EPS, RecordError, Stream
-from data_builders.registry import load_json
 from data_builders.sources.ovo import Item, cut_step, item_id, read_release
 from data_builders.stream_steps import step_times, target_step
+from data_builders.toolkit import load_json
 from engine.replies import Prediction
 from infra.files import atomic_writer
-from rewards.ovo import PARTS, TASK_PART, TASKS, figures, probe_score
+from metrics.ovo import PARTS, TASK_PART, TASKS, figures, probe_score
 
 log = logging.getLogger(__name__)
 

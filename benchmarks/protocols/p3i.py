@@ -1,4 +1,4 @@
-"""P3IBench: its runner and its scoring (PRS-U/B, rewards/prs.py; docs/protocols.md).
+"""P3IBench: its runner and its scoring (PRS-U/B, metrics/prs.py; docs/protocols.md).
 
     python -m eval.run benchmark=p3i checkpoint=DIR data=toy
     python -m eval.score --protocol p3i --gt gt.jsonl --pred pred.jsonl --content label
@@ -10,7 +10,7 @@
 - Scoring (``get_protocol("p3i").score(...)``): PRS-U/B and their primed forms per task (macro) and
   over samples (micro); samples without targets are reported under ``negatives`` (share silent),
   and ``with_negatives`` counts them in their task (1 when silent, else 0), which is how the toy
-  experiments judge learning. ``redundant_replies`` is :func:`rewards.prs.redundant_replies`, the
+  experiments judge learning. ``redundant_replies`` is :func:`metrics.prs.redundant_replies`, the
   count the GRPO redundancy penalty uses.
 """
 
@@ -26,9 +26,9 @@ from benchmarks.scoring import (
     reply_texts,
 )
 from data_builders.records import Target
-from rewards.content import Unscorable
-from rewards.outcomes import FireOutcome, StreamOutcomes
-from rewards.prs import PRSScores, aggregate_prs, fire_outcomes, prs_scores, redundant_replies
+from metrics.content import Unscorable
+from metrics.outcomes import FireOutcome, StreamOutcomes
+from metrics.prs import PRSScores, aggregate_prs, fire_outcomes, prs_scores, redundant_replies
 
 
 class P3IRunner(ProtocolRunner):
@@ -57,7 +57,7 @@ class P3IRunner(ProtocolRunner):
         return cols, rows
 
     def outcomes(self, streams, rows, bench):
-        """Each reply's and target's outcome under PRS-U (:func:`rewards.prs.fire_outcomes`), with
+        """Each reply's and target's outcome under PRS-U (:func:`metrics.prs.fire_outcomes`), with
         the benchmark's content scorer; a sample the scorer cannot score is ``unclassified``."""
         paired = paired_rows(streams, rows)
         settings = self.settings(bench)

@@ -21,7 +21,7 @@ records and the project's predictions. VLMEvalKit's port reads its own per-step 
 ``records`` of each row's JSON ``prediction``, a reply at its ``video_span`` end): a VLMEvalKit
 artefact, not the benchmark's.
 
-Scoring (the arithmetic in :mod:`rewards.proactivevideoqa`): each answer turn's in-span distinct
+Scoring (the arithmetic in :mod:`metrics.proactivevideoqa`): each answer turn's in-span distinct
 replies are judged cumulatively by the LLM judge (:data:`JUDGE_PROMPT`, this project's wording of
 the paper's 1-3 rubric; the answer is ``Score: <1-3>`` or a bare digit, :func:`parse_score`), and
 PAUC is reported x 100, rounded to 2 decimals as the port does, under the port's names
@@ -56,7 +56,6 @@ from benchmarks.protocols.public import PublicRunner
 from benchmarks.scoring.judge import Judge, config_from_args
 from data_builders.record_io import iter_jsonl, write_jsonl
 from data_builders.records import RecordError, Stream
-from data_builders.registry import RECORD_EXCEPTIONS, record_reason, seconds
 from data_builders.sources.proactivevideoqa import (
     BENCHMARK_TASKS,
     Question,
@@ -65,9 +64,10 @@ from data_builders.sources.proactivevideoqa import (
     release_files,
     release_items,
 )
+from data_builders.toolkit import RECORD_EXCEPTIONS, record_reason, seconds
 from engine.replies import Prediction
 from infra.files import write_text_atomic
-from rewards.proactivevideoqa import OMEGAS, judged_points, pauc, turn_pauc
+from metrics.proactivevideoqa import OMEGAS, judged_points, pauc, turn_pauc
 
 #: The official prediction file of a task in a prediction folder.
 PRED_FILE = "pred.jsonl"

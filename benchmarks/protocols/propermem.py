@@ -1,4 +1,4 @@
-"""ProPerMem: its runner and its scoring (rewards/propermem.py; docs/protocols.md).
+"""ProPerMem: its runner and its scoring (metrics/propermem.py; docs/protocols.md).
 
     python -m eval.run benchmark=propermem checkpoint=DIR records=/data/built/propermem
     python -m eval.score --protocol propermem --gt gt.jsonl --pred pred.jsonl --per-sample out.jsonl
@@ -25,9 +25,9 @@ from benchmarks.scoring import (
     reply_texts,
 )
 from data_builders.records import RecordError
-from rewards.content import Unscorable
-from rewards.outcomes import FireOutcome, StreamOutcomes
-from rewards.propermem import DEFAULT_TOLERANCE_S, clip_outcome, fire_outcomes, propermem_metrics
+from metrics.content import Unscorable
+from metrics.outcomes import FireOutcome, StreamOutcomes
+from metrics.propermem import DEFAULT_TOLERANCE_S, clip_outcome, fire_outcomes, propermem_metrics
 
 
 class ProPerMemRunner(ProtocolRunner):
@@ -52,7 +52,7 @@ class ProPerMemRunner(ProtocolRunner):
         return cols, rows
 
     def outcomes(self, streams, rows, bench):
-        """Each fire's outcome by :func:`rewards.propermem.fire_outcomes`, on the content scores
+        """Each fire's outcome by :func:`metrics.propermem.fire_outcomes`, on the content scores
         :func:`score_propermem` computes; a clip the scorer cannot score is ``unclassified``."""
         settings = self.settings(bench)
         tol = DEFAULT_TOLERANCE_S if settings.tolerance is None else settings.tolerance

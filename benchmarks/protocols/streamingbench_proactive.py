@@ -8,7 +8,7 @@ Followed: ``THUNLP-MT/StreamingBench``, ``src/data/count.py`` (task ``proactive`
 prediction file is the release list itself, each question carrying one entry per model,
 ``{"answered": poll time or false, "dialog_history": [{"role", "content", "time", "cost"}, ...]}``;
 the last turn of the history is the answer, at the (absolute, whole-second) time of its poll. The
-rules are in :mod:`rewards.streamingbench_proactive`; docs/protocols.md lists every choice.
+rules are in :mod:`metrics.streamingbench_proactive`; docs/protocols.md lists every choice.
 
 Reading: the prediction file's questions are paired with the release's by video, ``time_stamp`` and
 wording (so a file of a subset, or in another order, scores); each is scored against its own
@@ -42,7 +42,6 @@ from benchmarks.protocols.base import OfficialFormat, Protocol
 from benchmarks.protocols.emgarde import SB_DEFINITION, score_sb_online
 from benchmarks.protocols.public import PublicRunner, no_frame_window, probe_frames
 from data_builders.records import TIME_EPS, RecordError, Stream
-from data_builders.registry import load_json
 from data_builders.sources.streamingbench_proactive import (
     SOURCE,
     ReleaseQuestion,
@@ -50,9 +49,10 @@ from data_builders.sources.streamingbench_proactive import (
     read_question,
 )
 from data_builders.stream_steps import step_times
+from data_builders.toolkit import load_json
 from engine.replies import Prediction, Reply
 from infra.files import atomic_writer
-from rewards.streamingbench_proactive import Outcome, judge_answer, poll_of, poll_times, proactive_metrics
+from metrics.streamingbench_proactive import Outcome, judge_answer, poll_of, poll_times, proactive_metrics
 
 log = logging.getLogger(__name__)
 
@@ -492,7 +492,7 @@ def poll_step(stream: Stream, at: int, steps_per_second: float = 1.0) -> int:
 
 def poll_probes(stream: Stream, question: ReleaseQuestion, steps_per_second: float = 1.0) -> list:
     """``protocol_mode=official``: the harness's polls of one question as probes, one per poll
-    (``rewards.streamingbench_proactive.poll_times``), each asking :func:`poll_query` inside
+    (``metrics.streamingbench_proactive.poll_times``), each asking :func:`poll_query` inside
     :data:`PROMPT_TEMPLATE` on the step its clip ends on; a probe's key is ``("poll", time)``."""
     from engine.probes import Probe
 

@@ -7,7 +7,7 @@
 ``python -m eval.score`` (files), ``eval.run`` / ``eval.watch`` (a checkpoint's streams), GRPO's
 held-out evaluation and ``keep_best``, and the demo all score through their protocol's ``score``, so a number
 means the same thing wherever it is printed. The metric definitions (docs/protocols.md) live in
-``rewards/`` (pure functions shared with the GRPO rewards); this module holds what every protocol
+``metrics/`` (pure functions shared with the GRPO rewards); this module holds what every protocol
 shares: the settings, the pairing of samples and the content scorer.
 
 A protocol's scorer lives in its own module, ``benchmarks/protocols/<name>.py``, part of its
@@ -32,15 +32,15 @@ from typing import Any
 
 from benchmarks.config import ScoringConfig
 from data_builders.records import RecordError, Stream, Target
+from data_builders.turn_grammar import split_category
 from engine.replies import Reply
 from infra.registry import Registry
-from rewards.content import PURE, ContentScorer
-from rewards.turns import split_category
+from metrics.content import PURE, ContentScorer
 
 #: Every content scorer: name -> its factory ``(**config) -> scorer``; ``embedding`` and ``judge``
-#: (I/O) here, the pure ones in ``rewards.content.PURE``. A module holding an I/O scorer also holds
+#: (I/O) here, the pure ones in ``metrics.content.PURE``. A module holding an I/O scorer also holds
 #: ``config_from_args(settings)``, its config from the scoring settings.
-CONTENT = Registry(
+CONTENT_SCORERS = Registry(
     "content scorer",
     {
         "exact": PURE["exact"],
@@ -50,12 +50,11 @@ CONTENT = Registry(
         "any": PURE["any"],
     },
 )
-CONTENT_SCORERS = tuple(CONTENT.names())
 
 
 def get_content_scorer(name: str, **config: Any) -> ContentScorer:
     """Build the content scorer ``name`` (any of :data:`CONTENT_SCORERS`) with its config."""
-    return CONTENT.get(name)(**config)
+    return CONTENT_SCORERS.get(name)(**config)
 
 
 @dataclass
@@ -131,7 +130,7 @@ def pair(
 
 
 def build_content(settings: ScoreConfig) -> ContentScorer:
-    """The content scorer of ``settings`` (its module imported on first use: ``CONTENT``)."""
+    """The content scorer of ``settings`` (its module imported on first use: ``CONTENT_SCORERS``)."""
     if settings.content == "label":
         return get_content_scorer("label", fallback=_build_named(settings.open_content, settings))
     return _build_named(settings.content, settings)
@@ -139,8 +138,8 @@ def build_content(settings: ScoreConfig) -> ContentScorer:
 
 def _build_named(name: str, settings: ScoreConfig) -> ContentScorer:
     try:
-        factory = CONTENT.get(name)
-        if factory.__module__ != "rewards.content":  # an I/O scorer: its config from the settings
+        factory = CONTENT_SCORERS.get(name)
+        if factory.__module__ != "metrics.content":  # an I/O scorer: its config from the settings
             return factory(**sys.modules[factory.__module__].config_from_args(settings))
         return factory()
     except (KeyError, ValueError, OSError) as exc:

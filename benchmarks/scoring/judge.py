@@ -27,7 +27,7 @@ endpoint (``http``: the URL; ``local``: the folder, with its files' sizes and ti
 reply cap, :data:`CACHE_VERSION` and the prompt itself (so a change of rubric wording is a new key).
 A re-evaluation against the same judge sends no request; another endpoint or model is asked afresh.
 As a content scorer (``--content judge``), a pair's score is ``(Rationality - 1) / 4`` (at least 0);
-an unrated pair raises :class:`rewards.content.Unscorable`.
+an unrated pair raises :class:`metrics.content.Unscorable`.
 
     python -m eval.score --protocol egoserve --gt holoassist_service_annotations.json --pred preds/ \\
         --content judge --judge-url http://127.0.0.1:8000/v1 --judge-model my-judge --judge-timeout 30
@@ -45,7 +45,7 @@ from typing import Any
 
 from infra.chat_client import ChatError, ChatFatal
 from infra.registry import Registry
-from rewards.content import TargetLike, Unscorable
+from metrics.content import TargetLike, Unscorable
 
 _HEADER = """You rate a proactive assistant that watches a first-person video and offers help without being asked.
 An annotator wrote the reference service for the same moment.

@@ -13,7 +13,7 @@ from dataclasses import fields
 from benchmarks.config import ScoringConfig
 from benchmarks.protocols.egoserve_preds import RESPONSE_NAME
 from benchmarks.scoring import CONTENT_SCORERS, ScoreConfig
-from rewards.egoserve import TOLERANCE_S
+from metrics.egoserve import TOLERANCE_S
 
 DESCRIPTION = "Score predictions against ground truth with a benchmark's own metric (docs/protocols.md)."
 

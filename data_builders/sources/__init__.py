@@ -2,14 +2,14 @@
 
 Each module ``data_builders/sources/<name>.py`` defines its builder ``fn(inputs, options)``, its
 config dataclass and ``SPEC = SourceSpec(name, build=fn, config=<Name>SourceConfig)``
-(:class:`data_builders.registry.SourceSpec`); :data:`SOURCES` below lists each module, and
+(:class:`data_builders.toolkit.SourceSpec`); :data:`SOURCES` below lists each module, and
 :func:`get_source` imports it on first use (adding a source: docs/design.md, "Adding a benchmark, a
 reward or a data source"). The registry module imports no source: the sources import it.
 """
 
 from __future__ import annotations
 
-from data_builders.registry import SourceSpec
+from data_builders.toolkit import SourceSpec
 from infra.registry import Registry
 
 #: Every data source: name -> the module and the ``SourceSpec`` that defines it.

@@ -53,7 +53,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from data_builders.records import RecordError, Stream, Target
-from data_builders.registry import (
+from data_builders.sources.recipe_order import RecipeOrder, recipe_orders
+from data_builders.toolkit import (
     BuildInputs,
     ConversionError,
     Pending,
@@ -68,7 +69,6 @@ from data_builders.registry import (
     require,
     seconds,
 )
-from data_builders.sources.recipe_order import RecipeOrder, recipe_orders
 from data_builders.video import VideoInfo
 
 log = logging.getLogger("data_builders")

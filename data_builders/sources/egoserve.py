@@ -49,7 +49,7 @@ from functools import partial
 from pathlib import Path
 
 from data_builders.records import RecordError, Stream, Target
-from data_builders.registry import (
+from data_builders.toolkit import (
     RECORD_EXCEPTIONS,
     BuildInputs,
     ConversionError,

@@ -19,7 +19,7 @@ video; the clip is a part of it). One stream per qa: instruction = its first que
 every question in ``meta["questions"]`` and the later ones in ``meta["user_turns"]`` (given to the
 model at their times: ``engine.render.TurnRenderer.later_turns``); targets = the assistant turns, each with ``window =
 [start_time, end_time]`` and due at the paper's optimal time (the window's start for the tasks
-answered on sight, else its midpoint: ``rewards.estp.optimal_time``). ``meta`` keeps what the
+answered on sight, else its midpoint: ``metrics.estp.optimal_time``). ``meta`` keeps what the
 official prediction file needs (``video_uid``, ``clip_uid``, ``qa_index``: the qa's place in its
 clip's list), the benchmark's task type (``benchmark_task``) and the qa as the file holds it
 (``release``: ``eval.run`` writes the ground truth of the qa it evaluated from it). A qa of an unknown task type, a
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from data_builders.records import RecordError, Stream, Target
-from data_builders.registry import (
+from data_builders.toolkit import (
     BuildInputs,
     ConversionError,
     Pending,
@@ -45,7 +45,7 @@ from data_builders.registry import (
     require,
     seconds,
 )
-from rewards.estp import TASK_TYPES, optimal_time
+from metrics.estp import TASK_TYPES, optimal_time
 
 
 @dataclass
@@ -82,7 +82,7 @@ class ReleaseQA:
     index: int
     task_type: str
     task: str
-    """The paper's short name of ``task_type`` (``rewards.estp.TASK_TYPES``)."""
+    """The paper's short name of ``task_type`` (``metrics.estp.TASK_TYPES``)."""
     clip_start: float
     clip_end: float
     questions: tuple[Question, ...]

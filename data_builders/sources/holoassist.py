@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 from data_builders.records import RecordError, Stream, Target
-from data_builders.registry import (
+from data_builders.toolkit import (
     BuildInputs,
     ConversionError,
     Pending,

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from data_builders.records import TIME_EPS, RecordError, Stream, Target, check_number, check_task
-from data_builders.registry import (
+from data_builders.toolkit import (
     BuildInputs,
     ConversionError,
     Pending,

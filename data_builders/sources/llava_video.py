@@ -35,7 +35,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from data_builders.records import RecordError, Stream, Target
-from data_builders.registry import (
+from data_builders.stream_steps import step_times
+from data_builders.toolkit import (
     BuildInputs,
     ConversionError,
     Pending,
@@ -46,7 +47,6 @@ from data_builders.registry import (
     load_json,
     require,
 )
-from data_builders.stream_steps import step_times
 from data_builders.video import VideoInfo
 
 MEDIA_TAG = re.compile(r"<(image|video)>\s*")

@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from data_builders.records import TIME_EPS, RecordError, Stream, Target
-from data_builders.registry import (
+from data_builders.toolkit import (
     BuildInputs,
     ConversionError,
     Pending,
@@ -67,7 +67,7 @@ from data_builders.registry import (
     seconds,
 )
 from data_builders.video import VideoInfo
-from rewards.ovo import FORWARD_TASKS, TASK_PART
+from metrics.ovo import FORWARD_TASKS, TASK_PART
 
 # The official prompts (``constant.py``), word for word, one line per string (trailing spaces included).
 CHOICE_PROMPT = "\n".join(

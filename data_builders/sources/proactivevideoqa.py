@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from data_builders.records import RecordError, Stream, Target
-from data_builders.registry import (
+from data_builders.toolkit import (
     BuildInputs,
     ConversionError,
     Pending,

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from data_builders.records import HistoryEntry, RecordError, Stream, Target
-from data_builders.registry import (
+from data_builders.toolkit import (
     BuildInputs,
     ConversionError,
     Pending,

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from data_builders.records import RecordError, Stream, Target
-from data_builders.registry import (
+from data_builders.toolkit import (
     BuildInputs,
     ConversionError,
     Pending,

@@ -8,7 +8,7 @@ segments ``{"time": "[0:00:00 - 0:00:30]", "video_path": "./videos/sample_17_pro
 "video_categories", "questions": [{"task_type": "Proactive Output", "question", "time_stamp":
 "00:00:20", "ground_truth_time_stamp": "00:00:29", "ground_truth_output": "3", "required_ability"},
 ...]}`` (one or two questions each). Times are ``H:MM:SS`` or ``HH:MM:SS`` on the video file's clock
-(``rewards.streamingbench_proactive.parse_clock``; anything else is refused, naming the field);
+(``metrics.streamingbench_proactive.parse_clock``; anything else is refused, naming the field);
 the segment's ``time`` is not read by the harness (a question may lie outside it) and is only kept.
 
 One stream per question, built as the harness runs it: the harness cuts the video from the
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from data_builders.records import RecordError, Stream, Target
-from data_builders.registry import (
+from data_builders.toolkit import (
     BuildInputs,
     ConversionError,
     Pending,
@@ -41,7 +41,7 @@ from data_builders.registry import (
     load_json,
 )
 from data_builders.video import VideoInfo
-from rewards.streamingbench_proactive import LAST_POLL_AFTER_GT_S, parse_clock
+from metrics.streamingbench_proactive import LAST_POLL_AFTER_GT_S, parse_clock
 
 SOURCE = "streamingbench_proactive"
 #: The task types of the Proactive Output release; another one is an error, never a silent guess.

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from data_builders.registry import BuildInputs, Pending, SourceSpec, check_options
 from data_builders.synthetic.toy import generate_toy
+from data_builders.toolkit import BuildInputs, Pending, SourceSpec, check_options
 
 
 @dataclass

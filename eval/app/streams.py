@@ -415,8 +415,8 @@ class Demo:
         returns the steps run so far."""
         import torch
 
+        from data_builders.turn_grammar import parse_turn
         from engine.streaming import EngineConfig, StreamingEngine
-        from rewards.turns import parse_turn
 
         live = isinstance(frames, LiveFrames)
         cfg = self.cfg

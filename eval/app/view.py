@@ -18,10 +18,10 @@ evaluation's run, a timeline image per row. The page needs no server and nothing
   fires coloured by outcome (a hit green), and P(</Response>) as a curve against the threshold. Each timeline is one canvas drawn when it scrolls into view, never an element per
   step, so a 28,800-step EgoServe day draws like a 20-step clip: the curve is kept as the maximum
   over at most :data:`CURVE_BINS` bins, one character each.
-- The outcomes (hit, early, late, redundant, false alarm, wrong, missed target: ``rewards.outcomes``)
+- The outcomes (hit, early, late, redundant, false alarm, wrong, missed target: ``metrics.outcomes``)
   are the scorers' own: :meth:`benchmarks.protocols.base.ProtocolRunner.outcomes` of the run's protocol (P3I:
-  ``rewards.prs.fire_outcomes``, ProPerMem: ``rewards.propermem.fire_outcomes``, EgoServe:
-  ``rewards.egoserve.unit_outcomes``; the public benchmarks' fires are ``unclassified``). This
+  ``metrics.prs.fire_outcomes``, ProPerMem: ``metrics.propermem.fire_outcomes``, EgoServe:
+  ``metrics.egoserve.unit_outcomes``; the public benchmarks' fires are ``unclassified``). This
   module holds no timing rule.
 - Hover a fire for its time, outcome and reply; click a row for every reply with its thumbnail
   (the frame at the fire, at most ``thumbnails`` per stream, spread over its fires) and the
@@ -58,7 +58,7 @@ from eval.store import PredictionLog
 from eval.summary import counts, headline
 from infra.files import atomic_writer, id_file_name, write_text_atomic
 from infra.schema import load_literal, validate
-from rewards.outcomes import FIRE_OUTCOMES, StreamOutcomes
+from metrics.outcomes import FIRE_OUTCOMES, StreamOutcomes
 
 #: Most curve bins per stream (the maximum P(</Response>) of each bin), and characters per reply.
 CURVE_BINS = 600
@@ -84,7 +84,7 @@ TARGET_COLOUR = "#8c564b"
 WINDOW_COLOUR = "#efe2d5"
 #: What the legend and the header call what the two redundancy counts are, so they are not read as
 #: one: the legend's ``redundant`` is an outcome under the PRS-U matching; ``redundant_replies`` is
-#: the scorer's PRS-B count (``rewards.prs.redundant_replies``), which holds a negative's replies too.
+#: the scorer's PRS-B count (``metrics.prs.redundant_replies``), which holds a negative's replies too.
 WORDS = {
     "redundant": "redundant (another reply to a target already answered, PRS-U matching)",
     "false_alarm": "false alarm (a reply on a clip without targets)",

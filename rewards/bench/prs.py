@@ -1,7 +1,7 @@
 """Throughput of the PRS core: ``python -m rewards.bench [prs] [--samples N]``.
 
 Scores N synthetic samples (10 targets and 20 replies each, times uniform in a 120 s clip, seeded)
-with :func:`rewards.prs.prs_scores`, which yields both variants (and their primed forms) in one
+with :func:`metrics.prs.prs_scores`, which yields both variants (and their primed forms) in one
 pass. ``prs_samples_per_s`` uses timing-only content (``any``); ``prs_samples_per_s_content``
 passes a content callable reading a precomputed reply x target matrix (the cost of a scorer
 lookup). Prints one JSON object as the last line of stdout.
@@ -18,7 +18,7 @@ import json
 import random
 import time
 
-from rewards.prs import prs_scores
+from metrics.prs import prs_scores
 
 
 def make_samples(

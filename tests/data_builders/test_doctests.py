@@ -8,10 +8,11 @@ import importlib
 import pytest
 
 MODULES = [
-    "data_builders.registry",
+    "data_builders.toolkit",
     "data_builders.video_index",
     "data_builders.stats",
     "data_builders.records",
+    "data_builders.turn_grammar",
     "data_builders.stream_steps",
     "data_builders.video",
     "data_builders.frame_codec",

@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 
 from data_builders.records import Stream, Target
-from data_builders.registry import Pending, SourceSpec, clip_end_from, each_record, read_text, seconds
+from data_builders.toolkit import Pending, SourceSpec, clip_end_from, each_record, read_text, seconds
 
 
 @dataclass

@@ -15,8 +15,8 @@ from data_builders.build import build_source
 from data_builders.mixture import MixtureConfig, SourceShare, build_mixture
 from data_builders.record_io import load_streams, write_jsonl
 from data_builders.records import HistoryEntry, RecordError, Stream
-from data_builders.registry import load_json
 from data_builders.synthetic.toy import generate_toy
+from data_builders.toolkit import load_json
 from infra.files import json_lines
 
 

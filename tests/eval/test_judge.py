@@ -12,8 +12,8 @@ import pytest
 from benchmarks.scoring import get_content_scorer
 from benchmarks.scoring.judge import Judge, parse_rating
 from infra.chat_client import ChatClient, ChatError, ChatFatal, ChatUnavailable
-from rewards.content import TargetText, Unscorable
-from rewards.egoserve import ServiceEvent
+from metrics.content import TargetText, Unscorable
+from metrics.egoserve import ServiceEvent
 
 
 def scripted(script: dict[str, list[str]]):

@@ -17,7 +17,6 @@ import pytest
 
 from benchmarks.protocols.ovo import CHOICE_FIELDS, probe_answers, probe_plan, write_predictions
 from data_builders.records import RecordError, Stream
-from data_builders.registry import Tally
 from data_builders.sources.ovo import (
     CHOICE_PROMPT,
     CRR_PROMPT,
@@ -28,6 +27,7 @@ from data_builders.sources.ovo import (
     parse_item,
     read_release,
 )
+from data_builders.toolkit import Tally
 from engine.replies import Prediction, Reply
 from eval.score import main
 

@@ -305,7 +305,7 @@ def test_estp_both_readings_worked_by_hand(tmp_path, capsys):
     code, ours, err = score(capsys, *base)
     assert code == 0, err
     assert ours["ESTP-F1"] == pytest.approx(100 * 0.4522059, abs=1e-4)
-    assert ours["definition"].startswith("proactive-vlm rewards/estp.py")
+    assert ours["definition"].startswith("proactive-vlm metrics/estp.py")
     code, theirs, err = score(capsys, *base, "--mode", "guiego")
     assert code == 0, err
     assert theirs["mode"] == "guiego" and theirs["definition"].startswith(

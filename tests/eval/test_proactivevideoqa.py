@@ -17,7 +17,7 @@ from data_builders.records import Stream
 from data_builders.sources.proactivevideoqa import parse_question, stream_of
 from engine.replies import Prediction, Reply
 from eval import score
-from rewards.proactivevideoqa import NO_REPLY_PAUC, drop_late_regressions, turn_area, turn_pauc
+from metrics.proactivevideoqa import NO_REPLY_PAUC, drop_late_regressions, turn_area, turn_pauc
 
 RELEASE = Path(__file__).resolve().parents[1] / "data_builders" / "fixtures" / "proactivevideoqa"
 

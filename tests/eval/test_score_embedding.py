@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from benchmarks.scoring import get_content_scorer
 from engine.memory.embedders import default_model_path
-from rewards.content import TargetText
+from metrics.content import TargetText
 
 
 def test_embedding_scorer_ranks_paraphrase_above_unrelated():

@@ -13,7 +13,6 @@ from data_builders.records import Stream, Target
 from data_builders.stream_steps import target_step
 from engine.render import RESPONSE_CLASS, TurnRenderer
 from engine.streaming import EngineConfig, StreamingEngine
-from rewards.grpo import build_reward, step_rewards
 from train.grpo.config import LOSS_TYPES
 from train.grpo.loss import (
     LOSS_WEIGHTS,
@@ -24,6 +23,7 @@ from train.grpo.loss import (
     token_logprobs,
     token_weights,
 )
+from train.grpo.rewards import build_reward, step_rewards
 from train.grpo.rollout import (
     batch_std,
     decision_advantages,

@@ -1,5 +1,5 @@
 """GRPO refuses what cannot be right before anything heavy loads: no start point, a reward weight that
-is not a number, a misspelt reward key."""
+is not a number, a misspelt reward key, a reward option misspelt or of the wrong type."""
 
 from __future__ import annotations
 
@@ -47,7 +47,14 @@ def _grpo(tmp: Path, *overrides: str) -> tuple[str, str, float]:
             ("init=random", "+reward.weight.prs=2"),
             "train.grpo: unknown key reward.weight (did you mean reward.reward_weights?)",
         ),
-        (("init=random", "+reward.redundancy.lamda=0.1"), "unknown redundancy options: ['lamda']"),
+        (
+            ("init=random", "+reward.redundancy.lamda=0.1"),
+            "reward 'redundancy': unknown option 'lamda' (its options: penalty, tasks, variant)",
+        ),
+        (
+            ("init=random", "reward.redundancy.penalty=high"),
+            "reward 'redundancy': option 'penalty' must be float, got 'high'",
+        ),
         (("init=random", "grpo.num_generations=1"), "grpo.num_generations=1: must be at least 2"),
     ],
     ids=[
@@ -55,6 +62,7 @@ def _grpo(tmp: Path, *overrides: str) -> tuple[str, str, float]:
         "weight-not-a-number",
         "misspelt-key",
         "misspelt-option",
+        "option-of-a-wrong-type",
         "group-of-one",
     ],
 )

@@ -84,8 +84,8 @@ def compiled_figures(model, renderer, pool, group: int, eager_tokens: list) -> d
 
 def update_split(model, processor, renderer, pool, group: int, run_dir: Path) -> dict:
     """One GRPO update over the pool: its seconds and shares of rollout, reward and policy update."""
-    from rewards.grpo import build_reward
     from train.grpo.loop import GRPOLoop
+    from train.grpo.rewards import build_reward
 
     loop_cfg = GRPOStageConfig(
         learning_rate=1e-4,

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from typing import Any
 
 from engine.config import DataRootConfig
 from engine.step_choice import STEPS as ENGINE_STEPS
 from infra.schema import bounded, store_schema
+from train.grpo.rewards import REWARDS
 from train.stage_config import StageConfig
 
 #: ``grpo.loss_type`` values (the per-token weights of each are ``train.grpo.loss.LOSS_WEIGHTS``).
@@ -103,21 +104,23 @@ class GRPOStageConfig(StageConfig):
     rank 0 evaluates the held-out split or writes a checkpoint."""
 
 
-@dataclass
-class RewardConfig:
-    """The reward (``conf/reward/*.yaml``, built by ``rewards.grpo.build_reward``): the weight of each
-    registered reward and each one's options. Typed at the top, so ``reward.reward_weights.prs=abc`` and a
-    misspelt ``+reward.weight.prs=2`` fail when the config is validated; each reward's factory checks
-    its own options (``build_reward`` runs before the model loads)."""
+def _reward_config() -> type:
+    """The ``reward`` block's schema: ``reward_weights`` and one options block per reward of
+    ``train.grpo.rewards.REWARDS``, so a registered reward's block needs no line here."""
+    weights = ("reward_weights", dict[str, float], field(default_factory=lambda: {"prs": 1.0}))
+    blocks = [(name, dict[str, Any], field(default_factory=dict)) for name in REWARDS]
+    schema = make_dataclass("RewardConfig", [weights, *blocks])
+    schema.__module__ = __name__
+    schema.__doc__ = """The reward (``conf/reward/*.yaml``, built by ``train.grpo.rewards.build_reward``): the
+    weight of each registered reward (``reward_weights``: trl's, keyed by name; zero weights are still
+    logged) and each one's options block. Typed at the top, so ``reward.reward_weights.prs=abc`` and a
+    misspelt ``+reward.weight.prs=2`` fail when the config is validated; a block's options are the
+    reward function's keyword-only parameters, checked against its signature (names and types,
+    ``train.grpo.rewards.check_options``) when ``build_reward`` runs, before the model loads."""
+    return schema
 
-    reward_weights: dict[str, float] = field(default_factory=lambda: {"prs": 1.0})
-    """Weight of each reward by name (``prs``, ``redundancy``, ``format``; trl's ``reward_weights``,
-    keyed by name); zero weights are still logged."""
-    prs: dict[str, Any] = field(default_factory=dict)
-    """``variant`` (u or b), ``alpha``, ``content``."""
-    redundancy: dict[str, Any] = field(default_factory=dict)
-    """``penalty``, ``tasks``, ``variant``."""
-    format: dict[str, Any] = field(default_factory=dict)
+
+RewardConfig = _reward_config()
 
 
 @dataclass
@@ -146,7 +149,7 @@ store_schema("grpo", GRPOConfig)
 
 
 def reward_spec(reward: Any) -> dict[str, Any]:
-    """The ``reward`` block as a plain dict, as ``rewards.grpo.build_reward`` takes it.
+    """The ``reward`` block as a plain dict, as ``train.grpo.rewards.build_reward`` takes it.
 
     >>> reward_spec({"reward_weights": {"prs": 2.0}, "prs": {"variant": "u"}, "redundancy": {}, "format": {}})
     {'reward_weights': {'prs': 2.0}, 'prs': {'variant': 'u'}, 'redundancy': {}, 'format': {}}

@@ -2,7 +2,7 @@
 
 Each update: the next ``windows_per_step`` windows of a seeded shuffle are drawn (one pass over the
 windows per epoch; a resumed run draws the same ones), each gets ``num_generations`` sampled streaming rollouts (each window with its own seed),
-the configured weighted reward (``rewards.grpo.build_reward``), advantages centred within the group
+the configured weighted reward (``train.grpo.rewards.build_reward``), advantages centred within the group
 (``scale_rewards``), and one loss forward with the window's frames; the update's loss weights each
 generated token by ``loss_type``, gradients are clipped, and the optimizer steps. A group whose
 advantages are all zero gives no gradient and is counted (``zero_std_groups``).
@@ -14,7 +14,7 @@ docs/grpo.md). Every logged row is the same on every rank; rank 0 writes it.
 
 Credit (``credit``): ``sequence`` gives every token of a rollout its rollout's advantage (GRPO as
 published); ``decision`` splits each rollout's reward into per-step rewards that sum to it
-(``rewards.grpo.step_rewards``) and normalizes each step's discounted return (``gamma``) against
+(``train.grpo.rewards.step_rewards``) and normalizes each step's discounted return (``gamma``) against
 the group's at the same step (``train.grpo.rollout.decision_advantages``). Under sequence credit an
 over-firing policy learns to fire less everywhere, its first, right reply included, and collapses
 to silence; decision credit charges each repeat at its own step and credits the first reply.
@@ -54,7 +54,6 @@ from engine.step_forward import compiled_graphs
 from infra.ranks import all_reduce, barrier, broadcast, gather, shard
 from infra.run_control import Preempted, RunControl
 from infra.tracking import flatten
-from rewards.grpo import step_rewards
 from train.grpo.config import NONFINITE_MESSAGE, check_choices
 from train.grpo.loss import (
     PolicyBatch,
@@ -66,6 +65,7 @@ from train.grpo.loss import (
     token_weights,
 )
 from train.grpo.parallel import Single
+from train.grpo.rewards import step_rewards
 from train.grpo.rollout import (
     Rollout,
     Window,

@@ -45,12 +45,12 @@ class Rollout:
 
     @property
     def turns(self) -> list[dict]:
-        """One ``{"time", "text"}`` per decision step (``rewards.grpo.Turns``)."""
+        """One ``{"time", "text"}`` per decision step (``train.grpo.rewards.Turns``)."""
         return [{"time": s.time, "text": s.text} for s in self.result.steps]
 
     @property
     def reward_input(self) -> tuple[list[dict], list[Target], str]:
-        """What a reward of ``rewards.grpo`` takes: the turns, the window's targets, the task."""
+        """What a reward of ``train.grpo.rewards`` takes: the turns, the window's targets, the task."""
         return self.turns, self.window.targets, self.window.stream.task
 
 
@@ -161,7 +161,7 @@ def batch_std(count: float, total: float, squares: float) -> float:
 def decision_advantages(
     step_rewards: list[list[float]], gamma: float, eps: float = 1e-4, std: float | None = None
 ) -> list[list[float]]:
-    """Per-decision advantages of a group from its per-step rewards (``rewards.grpo.step_rewards``).
+    """Per-decision advantages of a group from its per-step rewards (``train.grpo.rewards.step_rewards``).
 
     The G rollouts of a window see the same frames at the same steps, so a decision is compared with
     the group's decisions at the same step: return ``G_j = sum_{i>=j} gamma^(i-j) r_i``, minus the

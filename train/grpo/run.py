@@ -56,8 +56,9 @@ from infra.ranks import barrier, is_rank_zero
 from infra.run_control import NonFiniteLoss, Preempted, RunControl
 from infra.schema import CONF_DIR, compose, validate
 from infra.tracking import LoggerConfig, make_logger
-from rewards.grpo import build_reward
 from train.grpo.config import NONFINITE_MESSAGE, GRPOConfig, check_choices, reward_spec
+from train.grpo.rewards import build_reward
+from train.hydra_sweeps import sweep_identity
 from train.run_dir import (
     leave_launch,
     resolve_resume,
@@ -67,7 +68,6 @@ from train.run_dir import (
     write_run_info,
 )
 from train.stage_config import run_control
-from train.sweeps import sweep_identity
 
 log = logging.getLogger("train.grpo")
 

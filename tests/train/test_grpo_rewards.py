@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -12,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from data_builders.records import Target
-from rewards.grpo import REWARDS, build_reward, step_rewards
-from rewards.prs import prs_scores, redundant_replies
+from metrics.prs import prs_scores, redundant_replies
+from train.grpo.rewards import REWARDS, build_reward, step_rewards
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -109,7 +112,7 @@ def test_conf_yamls_build_and_weights_combine():
 def test_unknown_reward_name_fails():
     with pytest.raises(KeyError, match="unknown reward"):
         build_reward({"reward_weights": {"prs": 1.0, "brevity": 1.0}})
-    with pytest.raises(TypeError, match=r"unknown redundancy options: \[.lamda.\]"):
+    with pytest.raises(ValueError, match=r"reward 'redundancy': unknown option 'lamda'"):
         build_reward({"reward_weights": {"redundancy": 1.0}, "redundancy": {"lamda": 0.2}})
     with pytest.raises(ValueError, match="variant must be 'u' or 'b'"):
         build_reward({"reward_weights": {"prs": 1.0}, "prs": {"variant": "x"}})
@@ -154,10 +157,10 @@ def test_step_rewards_credit_the_first_reply_and_charge_repeats():
 # A reward nobody ships (docs/design.md, "Adding a benchmark, a reward or a data source"): the share
 # of turns that reply at or after ``after`` seconds.
 LATE = """
-from rewards.grpo import Scored
+from train.grpo.rewards import Scored
 
 
-def late_reward(turns, targets, task, *, after=0.0):
+def late_reward(turns, targets, task, *, after: float = 0.0) -> Scored:
     late = sum(t["time"] >= after and t["text"].startswith("</Response>") for t in turns)
     return Scored(late / len(turns) if turns else 0.0, {"late": late})
 """
@@ -166,7 +169,7 @@ def late_reward(turns, targets, task, *, after=0.0):
 @pytest.fixture
 def late(tmp_path, monkeypatch):
     """``late_reward`` in a module on the path and its line in the table (``REWARDS.add``, what the
-    table's line in rewards/grpo.py does); unlisted afterwards."""
+    table's line in train/grpo/rewards.py does); unlisted afterwards."""
     (tmp_path / "late_reward_mod.py").write_text(LATE)
     monkeypatch.syspath_prepend(str(tmp_path))
     REWARDS.add("late", "late_reward_mod:late_reward")
@@ -180,7 +183,60 @@ def test_a_new_reward_is_one_function_and_one_table_line(late):
     reward = build_reward({"reward_weights": {"late": 3.0, "format": 1.0}, "late": {"after": 10.0}})
     scored = reward(rollout, TARGETS, "accident_warning")
     assert scored.value == pytest.approx(3.0 * 2 / 30 + 1.0 * 1.0)
-    with pytest.raises(TypeError, match=r"unknown late options: \['before'\]"):
+    with pytest.raises(ValueError, match=r"^reward 'late': unknown option 'before' \(its options: after\)$"):
         build_reward({"reward_weights": {"late": 1.0}, "late": {"before": 1.0}})
+    with pytest.raises(ValueError, match=r"^reward 'late': option 'after' must be float, got 'soon'$"):
+        build_reward({"reward_weights": {"late": 1.0}, "late": {"after": "soon"}})
     with pytest.raises(KeyError, match=r"unknown reward\(s\) \['lately'\]"):
         build_reward({"reward_weights": {"lately": 1.0}})
+
+
+#: In a fresh interpreter: ``late_reward``'s line added to the table before the config schema is
+#: read (as a line in train/grpo/rewards.py would be), the grpo root composed with its YAML from a
+#: second config folder, checked as ``python -m train.grpo`` checks it, and the reward computed once.
+CHECK = """
+import json, sys
+from train.grpo.rewards import REWARDS
+REWARDS.add("late", "late_reward_mod:late_reward")
+from infra.schema import compose
+from train.grpo.config import GRPOConfig
+from train.grpo.run import check_config
+try:
+    cfg = compose("grpo", ["init=random", "reward=late", *sys.argv[1:]], GRPOConfig)
+    reward = check_config(cfg)
+except ValueError as exc:
+    print(json.dumps({"error": str(exc)}))
+else:
+    turns = [{"time": float(s), "text": "</Response> Warning!" if s in (3, 12, 25) else "</Silence>"} for s in range(30)]
+    print(json.dumps({"value": reward(turns, [], "accident_warning").value, "late": dict(cfg.reward.late)}))
+"""
+
+
+def test_a_new_reward_is_one_function_and_one_yaml_file(tmp_path):
+    """A reward nobody ships, added as docs/design.md says: its function (with its table line) and
+    ``conf/reward/late.yaml``. Its option is typed by the signature: set from the YAML, checked by
+    name and type with a one-line error naming the reward."""
+    (tmp_path / "late_reward_mod.py").write_text(LATE)
+    (tmp_path / "conf" / "reward").mkdir(parents=True)
+    (tmp_path / "conf" / "reward" / "late.yaml").write_text(
+        "reward_weights:\n  prs: 0.0\n  late: 3.0\n  format: 1.0\nlate:\n  after: 10.0\n"
+    )
+
+    def check(*overrides):
+        env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}"}
+        argv = [sys.executable, "-c", CHECK, f"hydra.searchpath=[file://{tmp_path / 'conf'}]", *overrides]
+        out = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    assert check() == {"value": pytest.approx(3.0 * 2 / 30 + 1.0), "late": {"after": 10.0}}
+    assert check("reward.late.after=20") == {
+        "value": pytest.approx(3.0 * 1 / 30 + 1.0),
+        "late": {"after": 20},
+    }
+    assert check("reward.late.after=soon") == {
+        "error": "reward: reward 'late': option 'after' must be float, got 'soon'"
+    }
+    assert check("+reward.late.before=1") == {
+        "error": "reward: reward 'late': unknown option 'before' (its options: after)"
+    }

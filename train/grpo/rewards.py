@@ -8,15 +8,18 @@ A reward is a pure function of one rollout::
 ``targets`` are the window's targets as the records hold them (``data_builders.records.Target``
 fits :class:`TimedTarget`: its ``time`` is already the window's centre where the record gave only
 a window); ``task`` is the stream's task. :data:`REWARDS` maps each name of ``reward.reward_weights``
-to its function; the options are the keys of its block in ``conf/reward/*.yaml``.
+to its function. A reward's options are its keyword-only parameters: their names, annotated types
+and defaults are what its block in ``conf/reward/*.yaml`` may set (:func:`check_options`), so a new
+reward is one function with its line in :data:`REWARDS` and one YAML file (docs/design.md).
 
 - ``prs``: PRS-U or PRS-B (``variant``) of the rollout's valid responses against the targets, with
-  ``alpha`` and a pure content scorer (``label``, ``any`` or ``exact``). This is
-  :func:`rewards.prs.prs_scores`, the function ``eval.score`` reports.
+  ``alpha`` and a pure content scorer (``label``, ``any`` or ``exact``; ``label`` scores a target
+  without a label with ``fallback``). This is
+  :func:`metrics.prs.prs_scores`, the function ``eval.score`` reports.
 - ``redundancy``: ``-penalty`` per redundant or invalid turn, on the listed tasks only (0 elsewhere).
   Redundant: a reply to a target that already has one (under the ``variant`` assignment); on a
   sample with no targets every reply is redundant (our choice: there is nothing to reply to).
-  Invalid: :func:`rewards.turns.parse_turn` says so (no decision token, empty response, unknown tag).
+  Invalid: :func:`data_builders.turn_grammar.parse_turn` says so (no decision token, empty response, unknown tag).
 - ``format``: the share of well-formed turns (0.0 for a rollout with no turns).
 
 :func:`build_reward` combines them with the weights of a ``conf/reward/*.yaml`` dict into a
@@ -36,14 +39,16 @@ from __future__ import annotations
 
 import functools
 import inspect
+import types
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from data_builders.turn_grammar import ParsedTurn, allowed_categories, parse_turn
 from infra.registry import Registry
-from rewards.content import ContentScorer, TargetLike, get_content_scorer
-from rewards.prs import DEFAULT_ALPHA, prs_scores, redundant_replies
-from rewards.turns import ParsedTurn, allowed_categories, parse_turn
+from metrics.content import ContentScorer, TargetLike, pure_scorer
+from metrics.prs import DEFAULT_ALPHA, prs_scores, redundant_replies
 
 #: A rollout's turns, the rewards' input: one ``{"time", "text"}`` per decision step.
 Turns = Sequence[Mapping[str, Any]]
@@ -78,8 +83,8 @@ def parse_rollout(turns: Turns, task: str | None) -> list[tuple[float, ParsedTur
 
 
 @functools.cache
-def _content_scorer(name: str, config: tuple[tuple[str, Any], ...]) -> ContentScorer:
-    return get_content_scorer(name, **dict(config))
+def _content_scorer(name: str, fallback: str) -> ContentScorer:
+    return pure_scorer(name, fallback=fallback)
 
 
 def prs_reward(
@@ -90,13 +95,12 @@ def prs_reward(
     variant: str = "b",
     alpha: float = DEFAULT_ALPHA,
     content: str = "label",
-    **content_config: Any,
+    fallback: str = "exact",
 ) -> Scored:
-    """PRS of a rollout's valid replies (see the module docstring); ``content_config`` goes to the
-    content scorer (e.g. ``fallback`` of ``label``)."""
+    """PRS of a rollout's valid replies (see the module docstring)."""
     if variant not in ("u", "b"):
         raise ValueError(f"prs variant must be 'u' or 'b', got {variant!r}")
-    scorer = _content_scorer(content, tuple(sorted(content_config.items())))
+    scorer = _content_scorer(content, fallback)
     replies = [(t, p.text) for t, p in parse_rollout(turns, task) if p.kind == "response"]
     s = prs_scores(
         [float(t.time) for t in targets],
@@ -137,9 +141,9 @@ def format_reward(turns: Turns, targets: Sequence[TimedTarget], task: str | None
 REWARDS = Registry(
     "reward",
     {
-        "prs": "rewards.grpo:prs_reward",
-        "redundancy": "rewards.grpo:redundancy_reward",
-        "format": "rewards.grpo:format_reward",
+        "prs": "train.grpo.rewards:prs_reward",
+        "redundancy": "train.grpo.rewards:redundancy_reward",
+        "format": "train.grpo.rewards:format_reward",
     },
 )
 
@@ -208,13 +212,71 @@ def build_reward(config: Mapping[str, Any]) -> WeightedReward:
         raise KeyError(f"unknown reward(s) {sorted(unknown)} (known: {sorted(REWARDS)})")
     components = {}
     for name, weight in weights.items():
-        options = dict(config.get(name) or {})
-        params = inspect.signature(REWARDS.get(name)).parameters.values()
-        known = {p.name for p in params if p.kind is p.KEYWORD_ONLY}
-        unknown_options = sorted(set(options) - known)
-        if unknown_options and not any(p.kind is p.VAR_KEYWORD for p in params):
-            raise TypeError(f"unknown {name} options: {unknown_options}")
-        bound = functools.partial(REWARDS.get(name), **options)
+        if isinstance(weight, bool) or not isinstance(weight, int | float):
+            raise ValueError(f"reward {name!r}: its weight must be a number, got {weight!r}")
+        bound = functools.partial(REWARDS.get(name), **check_options(name, config.get(name) or {}))
         bound([], [], None)  # the options' values checked (a variant, a content scorer's name)
         components[name] = (float(weight), bound)
     return WeightedReward(components)
+
+
+def reward_options(name: str) -> dict[str, inspect.Parameter]:
+    """The options of the reward ``name``: its function's keyword-only parameters, each with its
+    annotation resolved to a type (``inspect.Parameter.annotation``) and its default.
+
+    >>> {k: (p.annotation, p.default) for k, p in reward_options("redundancy").items() if k != "tasks"}
+    {'penalty': (<class 'float'>, 0.2), 'variant': (<class 'str'>, 'b')}
+    """
+    fn = REWARDS.get(name)
+    hints = typing.get_type_hints(fn)
+    params = inspect.signature(fn).parameters.values()
+    return {p.name: p.replace(annotation=hints.get(p.name, Any)) for p in params if p.kind is p.KEYWORD_ONLY}
+
+
+def check_options(name: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` of the reward ``name`` checked against its signature: every name one of its
+    options, every value of its option's type (an int is a float; a list or tuple a sequence of its
+    items' type). A bad one raises ``ValueError`` in one line naming the reward.
+
+    >>> check_options("redundancy", {"penalty": "high"})
+    Traceback (most recent call last):
+    ...
+    ValueError: reward 'redundancy': option 'penalty' must be float, got 'high'
+    """
+    known = reward_options(name)
+    for key, value in options.items():
+        if key not in known:
+            raise ValueError(
+                f"reward {name!r}: unknown option {key!r} (its options: {', '.join(known) or 'none'})"
+            )
+        hint = known[key].annotation
+        if not _fits(value, hint):
+            raise ValueError(f"reward {name!r}: option {key!r} must be {_type_name(hint)}, got {value!r}")
+    return dict(options)
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether ``value`` (plain config data) is of the annotated type ``hint``."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if origin is not None and issubclass(origin, Sequence) and origin is not str:
+        item = args[0] if args else Any
+        return isinstance(value, list | tuple) and all(_fits(v, item) for v in value)
+    return isinstance(value, origin or hint)
+
+
+def _type_name(hint: Any) -> str:
+    return (
+        hint.__name__
+        if isinstance(hint, type)
+        else str(hint).replace("typing.", "").replace("collections.abc.", "")
+    )

@@ -33,7 +33,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from rewards.outcomes import FireOutcome, StreamOutcomes
+from metrics.outcomes import FireOutcome, StreamOutcomes
 
 #: Matching tolerance (seconds) per dataset.
 TOLERANCE_S: dict[str, float] = {"egolife": 60.0, "holoassist": 10.0, "captaincook4d": 25.0}
@@ -255,7 +255,7 @@ def unit_outcomes(
     subtypes: Sequence[str] = SUBTYPES,
     check_main: bool = False,
 ) -> StreamOutcomes:
-    """Each prediction's outcome (``rewards.outcomes``) and each ground truth's, in the callers'
+    """Each prediction's outcome (``metrics.outcomes``) and each ground truth's, in the callers'
     orders, from the matching :func:`score_dataset` counts (per unit and subtype, :func:`match_greedy`):
 
     - a matched prediction is a ``hit`` of its ground truth (inside its window or within the

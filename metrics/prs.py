@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from math import exp, fsum
 from typing import NamedTuple
 
-from rewards.outcomes import FireOutcome, StreamOutcomes
+from metrics.outcomes import FireOutcome, StreamOutcomes
 
 #: Default timing decay (1/s) of the pair score.
 DEFAULT_ALPHA = 0.05
@@ -183,7 +183,7 @@ def redundant_replies(target_times: Sequence[float], reply_times: Sequence[float
     """Replies beyond the first to each target, under the PRS-B (``variant="b"``, the evaluator's
     count) or PRS-U assignment, and every reply of a sample without targets: what a model says more
     than once, or says for nothing. The one count behind both the evaluator's ``redundant_replies``
-    and the GRPO redundancy penalty (``rewards.grpo``).
+    and the GRPO redundancy penalty (``train.grpo.rewards``).
 
     >>> redundant_replies([10.0, 30.0], [9.0, 10.0, 11.0, 31.0]), redundant_replies([], [4.0, 5.0])
     (2, 2)
@@ -208,7 +208,7 @@ def fire_outcomes(
     alpha: float = DEFAULT_ALPHA,
 ) -> StreamOutcomes:
     """Each reply's outcome under the PRS-U (causal) assignment, and each target's
-    (``rewards.outcomes``):
+    (``metrics.outcomes``):
 
     - no targets: every reply is a ``false_alarm``; a reply before every target is ``early`` (its
       pair score is 0, though it counts at the first target);

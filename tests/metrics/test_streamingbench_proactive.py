@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rewards.streamingbench_proactive import (
+from metrics.streamingbench_proactive import (
     Outcome,
     judge_answer,
     parse_clock,

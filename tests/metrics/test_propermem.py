@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rewards.propermem import classify_fire, clip_outcome, propermem_metrics
+from metrics.propermem import classify_fire, clip_outcome, propermem_metrics
 
 W = (30.0, 40.0)
 

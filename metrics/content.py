@@ -2,22 +2,23 @@
 
 The pure scorers live here: ``exact`` (whitespace- and case-normalized equality), ``label`` (the
 target's normalized label occurs in the normalized reply, as a substring) and ``any`` (always 1,
-timing-only), listed in :data:`PURE` and found by :func:`get_content_scorer` (what the GRPO rewards
+timing-only), listed in :data:`PURE_SCORERS` and built by :func:`pure_scorer` (what the GRPO rewards
 use). The I/O-bearing ``embedding`` and ``judge`` scorers live in ``eval/`` (``benchmarks.scoring.embedding``,
 ``benchmarks.scoring.judge``), so this package stays free of I/O: the registry of all five is
-``benchmarks.scoring.CONTENT``, whose table adds their two lines to :data:`PURE`.
+``benchmarks.scoring.CONTENT_SCORERS``, whose table adds their two lines to :data:`PURE`; build any of
+the five with ``benchmarks.scoring.get_content_scorer``.
 
 ``label`` on a target without a label falls back to another scorer (our choice; default ``exact``,
 set ``fallback=`` to e.g. ``embedding`` in evaluation).
 
-A registry maps a name to a factory ``(**config) -> scorer``; :func:`get_content_scorer` builds one.
+A registry maps a name to a factory ``(**config) -> scorer``; :func:`pure_scorer` builds a pure one.
 A scorer that cannot score a pair (e.g. an unparsable judge answer) raises :class:`Unscorable`;
 callers count it and leave the sample out, never turn it into a score.
 
->>> label = get_content_scorer("label")
+>>> label = pure_scorer("label")
 >>> label("  WARNING: car ahead ", TargetText("Car ahead.", label="Warning"))
 1.0
->>> get_content_scorer("exact")("The  cat", TargetText("the cat"))
+>>> pure_scorer("exact")("The  cat", TargetText("the cat"))
 1.0
 """
 
@@ -50,25 +51,25 @@ ScorerFactory = Callable[..., ContentScorer]
 
 #: The pure content scorers: name -> the factory ``(**config) -> scorer`` (``infra.registry``).
 PURE = {
-    "exact": "rewards.content:make_exact",
-    "label": "rewards.content:make_label",
-    "any": "rewards.content:make_any",
+    "exact": "metrics.content:make_exact",
+    "label": "metrics.content:make_label",
+    "any": "metrics.content:make_any",
 }
-CONTENT_SCORERS = Registry("pure content scorer", PURE)
+PURE_SCORERS = Registry("pure content scorer", PURE)
 
 
 class Unscorable(RuntimeError):
     """A scorer could not produce a score for this pair (counted and reported by the caller)."""
 
 
-def get_content_scorer(name: str, **config: Any) -> ContentScorer:
+def pure_scorer(name: str, **config: Any) -> ContentScorer:
     """Build the pure scorer ``name`` with its config (unknown names raise KeyError; ``embedding``
-    and ``judge`` are ``benchmarks.scoring.get_content_scorer``'s).
+    and ``judge`` are built by ``benchmarks.scoring.get_content_scorer``).
 
-    >>> get_content_scorer("any")("whatever", TargetText("x"))
+    >>> pure_scorer("any")("whatever", TargetText("x"))
     1.0
     """
-    return CONTENT_SCORERS.get(name)(**config)
+    return PURE_SCORERS.get(name)(**config)
 
 
 def normalize_text(text: str) -> str:
@@ -105,7 +106,7 @@ def make_label(fallback: str | ContentScorer = "exact", **fallback_config: Any) 
     >>> s("no label here", TargetText("x")), s("all clear", TargetText("x", label="Warning"))
     (1.0, 0.0)
     """
-    other = get_content_scorer(fallback, **fallback_config) if isinstance(fallback, str) else fallback
+    other = pure_scorer(fallback, **fallback_config) if isinstance(fallback, str) else fallback
 
     def label_score(reply: str, target: TargetLike) -> float:
         if target.label is None:

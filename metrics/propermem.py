@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Literal, NamedTuple
 
-from rewards.outcomes import FireOutcome, StreamOutcomes
+from metrics.outcomes import FireOutcome, StreamOutcomes
 
 #: Tolerance (s) after the window end, and the content score a fire needs to be good.
 DEFAULT_TOLERANCE_S = 2.0
@@ -85,7 +85,7 @@ def fire_outcomes(
     tolerance: float = DEFAULT_TOLERANCE_S,
     good_content: float = GOOD_CONTENT,
 ) -> StreamOutcomes:
-    """Each fire's outcome (``rewards.outcomes``) by the rules of :func:`clip_outcome`: on a
+    """Each fire's outcome (``metrics.outcomes``) by the rules of :func:`clip_outcome`: on a
     negative clip every fire is a ``false_alarm``; else :func:`classify_fire` says ``early`` or
     ``late``, and a fire in the window is ``hit`` when it is the first good one, ``redundant`` when
     it is a later good one, ``wrong`` when its content scores under ``good_content``. The trigger

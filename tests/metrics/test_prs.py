@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rewards.prs import (
+from metrics.prs import (
     PRSScores,
     aggregate_prs,
     assign_bidirectional,

@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from rewards.egoserve import (
+from metrics.egoserve import (
     DATASET_SUBTYPES,
     ServiceEvent,
     SubtypeCounts,
@@ -17,7 +17,7 @@ from rewards.egoserve import (
     prf,
     score_dataset,
 )
-from rewards.egoserve_rules import (
+from metrics.egoserve_rules import (
     official_main_type,
     official_subtype,
     parse_day_window,

@@ -1,8 +1,8 @@
 """What each fire and each target came to, as a protocol's scorer sees it (the evaluation viewer,
 ``eval.app.view``, draws these; it holds no timing rule of its own).
 
-A protocol's rules live in its module (:func:`rewards.prs.fire_outcomes`,
-:func:`rewards.propermem.fire_outcomes`, :func:`rewards.egoserve.unit_outcomes`); each returns a
+A protocol's rules live in its module (:func:`metrics.prs.fire_outcomes`,
+:func:`metrics.propermem.fire_outcomes`, :func:`metrics.egoserve.unit_outcomes`); each returns a
 :class:`StreamOutcomes`: one :class:`FireOutcome` per reply, in the caller's order, and one word per
 target: the outcome of the reply credited to it (``hit``, or ``late`` / ``wrong`` where the protocol
 credits such a reply), or ``missed``.

@@ -1,4 +1,4 @@
-"""ESTP-F1 (rewards.estp): the paper's tolerances, optimal times and averaging, by hand and against
+"""ESTP-F1 (metrics.estp): the paper's tolerances, optimal times and averaging, by hand and against
 an independent transcription of its formulas on seeded random questions."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from rewards.estp import Answer, aggregate, answer_from_content, optimal_time, score_question, time_score
+from metrics.estp import Answer, aggregate, answer_from_content, optimal_time, score_question, time_score
 
 
 def test_tolerance_edges_optimal_times_and_averaging():

@@ -1,4 +1,4 @@
-"""Every rewards module's ``>>>`` examples run clean."""
+"""The ``>>>`` examples of every metrics module, and of the modules built on them, run clean."""
 
 from __future__ import annotations
 
@@ -8,17 +8,16 @@ import importlib
 import pytest
 
 MODULES = [
-    "rewards.turns",
-    "rewards.prs",
-    "rewards.egoserve",
-    "rewards.egoserve_rules",
-    "rewards.propermem",
-    "rewards.ovo",
-    "rewards.estp",
-    "rewards.proactivevideoqa",
-    "rewards.streamingbench_proactive",
-    "rewards.content",
-    "rewards.grpo",
+    "metrics.prs",
+    "metrics.egoserve",
+    "metrics.egoserve_rules",
+    "metrics.propermem",
+    "metrics.ovo",
+    "metrics.estp",
+    "metrics.proactivevideoqa",
+    "metrics.streamingbench_proactive",
+    "metrics.content",
+    "train.grpo.rewards",
     "rewards.bench.prs",
     "benchmarks.scoring.judge",
     "benchmarks.protocols.proactivevideoqa",

@@ -115,7 +115,7 @@ def match_score(answer: float, timeliness: float) -> float:
 
 
 def answer_from_content(c: float) -> float:
-    """A content score in [0, 1] (``rewards.content``) on the paper's answer scale [1, 5]: 1 + 4c.
+    """A content score in [0, 1] (``metrics.content``) on the paper's answer scale [1, 5]: 1 + 4c.
 
     It inverts the project's judge scorer, ``(rating - 1) / 4``, so ``--content judge`` gives the
     judge's own rating, and ``--content any`` (timing only) the top score 5.

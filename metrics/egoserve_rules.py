@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rewards.egoserve import DATASET_SUBTYPES, SECONDS_PER_DAY, SUBTYPES
+from metrics.egoserve import DATASET_SUBTYPES, SECONDS_PER_DAY, SUBTYPES
 
 _HMS = r"\d{1,2}:\d{2}:\d{2}(?:\.\d+)?"
 _DAY_WINDOW = re.compile(rf"DAY(\d+)\s*[-\s]\s*({_HMS})\s*-\s*({_HMS})")

@@ -7,12 +7,12 @@ import random
 
 import pytest
 
-from rewards.egoserve import DATASET_SUBTYPES, SUBTYPES, ServiceEvent, score_dataset, unit_outcomes
-from rewards.outcomes import FIRE_OUTCOMES, TARGET_OUTCOMES
-from rewards.propermem import clip_outcome
-from rewards.propermem import fire_outcomes as propermem_outcomes
-from rewards.prs import fire_outcomes as prs_outcomes
-from rewards.prs import target_scores
+from metrics.egoserve import DATASET_SUBTYPES, SUBTYPES, ServiceEvent, score_dataset, unit_outcomes
+from metrics.outcomes import FIRE_OUTCOMES, TARGET_OUTCOMES
+from metrics.propermem import clip_outcome
+from metrics.propermem import fire_outcomes as propermem_outcomes
+from metrics.prs import fire_outcomes as prs_outcomes
+from metrics.prs import target_scores
 
 
 @pytest.mark.parametrize("seed", range(40))
