@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("pipeline", "train", "eval", "benchmarks", "engine", "data_builders", "rewards", "infra")
+PACKAGES = ("perf", "pipeline", "train", "eval", "benchmarks", "engine", "data_builders", "rewards", "infra")
 TOP = PACKAGES + ("conf", "slurm", "tests", "docs")
 ALT_TOP, ALT_PACKAGES = "|".join(TOP), "|".join(PACKAGES)
 PATH = re.compile(rf"(?<![\w./-])((?:{ALT_TOP})/[\w./*<>{{}}-]*[\w/*>}}])")
@@ -215,7 +215,7 @@ def test_the_module_map_check_finds_a_missing_path_and_an_unlisted_folder(tmp_pa
 #: ``python -m <project module> [subcommand] args`` in the README and the docs, up to the end of the
 #: code span, a comment, a table cell or the line.
 COMMAND = re.compile(rf"python -m ((?:{ALT_PACKAGES})(?:\.\w+)*)([^`#|\n]*)")
-#: A first argument that picks a subcommand (``data_builders build``, ``eval.bench gpu``).
+#: A first argument that picks a subcommand (``data_builders build``, ``perf gpu``).
 SUBCOMMAND = re.compile(r"[a-z][a-z_]*")
 
 

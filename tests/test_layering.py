@@ -1,4 +1,4 @@
-"""Imports go one way: pipeline -> train | eval -> benchmarks -> engine -> data_builders -> rewards -> infra
+"""Imports go one way: perf -> pipeline -> train | eval -> benchmarks -> engine -> data_builders -> rewards -> infra
 (train and eval are peers: neither imports the other), and never in a circle.
 
 Every module of the packages is parsed (no import is executed), and each import of a project
@@ -42,6 +42,7 @@ LAYERS = (
     ("benchmarks",),
     ("eval", "train"),
     ("pipeline",),
+    ("perf",),  # the measurements and the GPU check: tools over the library, imported by none of it
 )
 LEVEL = {package: level for level, group in enumerate(LAYERS) for package in group}
 #: A ``"module:attr"`` string of a registry table.

@@ -19,7 +19,7 @@ MODULES = [
     "rewards.streamingbench_proactive",
     "rewards.content",
     "rewards.grpo",
-    "rewards.bench.prs",
+    "perf.prs",
     "benchmarks.scoring.judge",
     "benchmarks.protocols.proactivevideoqa",
 ]
