@@ -32,14 +32,29 @@ from infra.ranks import Ranks
 from infra.tracking import check_logger
 
 GIB = 1024**3
-#: The one measured real-model training step (docs/performance.md, "One H200"): Qwen3-VL-4B, one
-#: 30-frame window of 6,701 tokens at 448 x 448, AdamW on a bf16 model in one process (no ZeRO), no
-#: gradient checkpointing, logits at every position in fp32.
-H200_SFT = {"tokens": 6701, "frames": 30, "peak_gib": 74.5, "tokens_per_s": 10100.0}
-#: The same step with gradient checkpointing and the loss at the labelled positions (make gpu-check,
-#: 2026-12-04): 8,401 tokens/s, 39.5 GiB peak (``torch.cuda.max_memory_allocated``), one process.
-H200_SFT_CHECKPOINTED = {"tokens": 6701, "peak_gib": 39.5, "tokens_per_s": 8401.0}
-H200_SFT_CHECKPOINTED_TOKENS_PER_S = H200_SFT_CHECKPOINTED["tokens_per_s"]
+#: The measured figures the plan calibrates on (each with its unit, date, device and source command;
+#: ``docs/performance.md`` quotes them, ``tests/test_measured.py`` holds the two together).
+MEASURED_FILE = Path(__file__).with_name("measured.json")
+
+
+def measured(name: str, path: Path = MEASURED_FILE) -> dict[str, float]:
+    """The figures of measurement ``name`` in ``path`` (``engine/measured.json``): figure -> value."""
+    entry = json.loads(path.read_text(encoding="utf-8"))[name]
+    return {key: figure["value"] for key, figure in entry["figures"].items()}
+
+
+def measured_where(name: str, path: Path = MEASURED_FILE) -> str:
+    """Where measurement ``name`` comes from, for a figure's source: device, date and command."""
+    entry = json.loads(path.read_text(encoding="utf-8"))[name]
+    return f"{entry['device']}, {entry['date']}, {entry['source']}; engine/measured.json"
+
+
+#: The one measured real-model training step: Qwen3-VL-4B, one 30-frame window of 6,701 tokens at
+#: 448 x 448, AdamW on a bf16 model in one process (no ZeRO), no gradient checkpointing, logits at
+#: every position in fp32.
+H200_SFT = measured("sft_step")
+#: The same step with gradient checkpointing and the loss at the labelled positions.
+H200_SFT_CHECKPOINTED = measured("sft_step_checkpointed")
 #: The architecture those steps ran (conf/model/qwen3_vl_4b.yaml as :func:`model_parameters` builds it,
 #: vision frozen, merger trained): every model's activations and rate are calibrated on it.
 H200_MODEL = {
@@ -51,13 +66,12 @@ H200_MODEL = {
     "kv_width": 1024,
     "vocab": 151936,
 }
-#: The H200 streaming step (make gpu-check, 2026-12-04): one silent stream, 138 ms per step over 60
-#: steps; eight batched streams run 5.6x the throughput of one.
-H200_STREAM = {"s_per_step": 0.138, "batch8_speedup": 5.6}
-#: One rank's GRPO update on the H200 (make gpu-check, 2026-12-04): one window of 20 steps x 4
-#: rollouts, replies up to 32 tokens, gradient checkpointing: rollout and loss-plus-step seconds.
-H200_GRPO = {"window_steps": 20, "generations": 4, "rollout_s": 31.8, "update_s": 18.1}
-PERF = "docs/performance.md, One H200"
+#: The streaming step: one silent stream's milliseconds a step, and eight batched streams'
+#: throughput over one's.
+H200_STREAM = measured("stream_step")
+#: One rank's GRPO update: one window of 20 steps x 4 rollouts, replies up to 32 tokens, gradient
+#: checkpointing: rollout and loss-plus-step seconds.
+H200_GRPO = measured("grpo_update")
 #: Headroom kept free of the plan's terms (allocator fragmentation, CUDA context, communication buffers).
 RESERVE_GB = 4.0
 
@@ -324,7 +338,7 @@ def longest_window(cfg: Any, window_steps: int | None, split: str) -> dict:
     return figure(
         H200_SFT["frames"],
         "estimated",
-        f"no stats.json under data.dir: the H200 step's {H200_SFT['frames']}-step window ({PERF}); "
+        f"no stats.json under data.dir: the H200 step's {H200_SFT['frames']}-step window ({measured_where('sft_step')}); "
         "plan.longest_window_steps=N for longer clips",
         0,
     )
@@ -368,7 +382,7 @@ def _training_terms(p: dict, cfg: Any, tokens: float, checkpointing: bool, zero:
         "estimated",
         f"{per_token / 1e6:.3f} MB/token x {tokens:.0f} tokens (layers x widths x bf16, gradient "
         f"checkpointing {'on' if checkpointing else 'off'}, x a factor calibrated to the 4B's measured "
-        f"{measured} GiB step, {PERF})",
+        f"{measured} GiB step, {measured_where('sft_step_checkpointed' if checkpointing else 'sft_step')})",
     )
     return terms
 
@@ -414,7 +428,8 @@ def _plan_sft(cfg: Any, p: dict, gpus: int, zero: int) -> dict:
 def _sft_rate(p: dict, checkpointing: bool) -> dict:
     """Tokens per second per GPU: the 4B's measured H200 step; another model's scaled from it."""
     rate = H200_SFT_CHECKPOINTED["tokens_per_s"] if checkpointing else H200_SFT["tokens_per_s"]
-    step = f"the 4B's H200 SFT step{' with gradient checkpointing' if checkpointing else ''} ({PERF})"
+    step = f"the 4B's H200 SFT step{' with gradient checkpointing' if checkpointing else ''} ("
+    step += f"{measured_where('sft_step_checkpointed' if checkpointing else 'sft_step')})"
     if is_measured_model(p):
         return figure(rate, "measured", step, 0)
     ratio, how = flops_scale(p)
@@ -450,7 +465,7 @@ def _plan_grpo(cfg: Any, p: dict, gpus: int, zero: int) -> dict:
             1 / update_s,
             "measured" if scale == 1 else "estimated",
             f"one rank's H200 GRPO update, {H200_GRPO['rollout_s']} s rollout + {H200_GRPO['update_s']} s "
-            f"update per window of {H200_GRPO['window_steps']} steps x {H200_GRPO['generations']} ({PERF})"
+            f"update per window of {H200_GRPO['window_steps']} steps x {H200_GRPO['generations']} ({measured_where('grpo_update')})"
             + ("" if scale == 1 else f", x{scale:.3g} for this window and group")
             + ("" if is_measured_model(p) else f", scaled to this model {how}"),
             5,
@@ -479,13 +494,16 @@ def _plan_eval(cfg: Any, p: dict, gpus: int, zero: int) -> dict:
         _records(cfg, cfg.split) if cfg.records is None else figure(None, "unknown", "records= (not counted)")
     )
     speedup = 1 + (H200_STREAM["batch8_speedup"] - 1) * (min(cfg.batch_size, 8) - 1) / 7
-    rate = speedup / H200_STREAM["s_per_step"]
+    rate = speedup / (H200_STREAM["ms_per_step"] / 1000)
     return {
         "terms": terms,
         "window_steps": window,
         "records": records,
         "steps_per_s": figure(
-            rate, "estimated", f"stream steps per GPU: the H200 streaming step, batched ({PERF})", 2
+            rate,
+            "estimated",
+            f"stream steps per GPU: the H200 streaming step, batched ({measured_where('stream_step')})",
+            2,
         ),
         "seconds": None if records["value"] is None else records["value"] * window["value"] / rate / gpus,
     }
