@@ -57,7 +57,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from engine.checkpoints import (
     COMPLETE_MARKER,
-    add_render_to_command_line,
+    CheckpointError,
     complete_checkpoints,
     fingerprint_dir,
     named_step,
@@ -66,7 +66,7 @@ from engine.checkpoints import (
 from engine.preflight import check_stage
 from eval.config import EvalConfig
 from eval.provenance import decides, digest
-from infra.entry import front_door, refuse
+from infra.entry import front_door, refuse, rewrite_argv
 from infra.files import write_text_atomic
 from infra.progress import console
 from infra.schema import CONF_DIR, bounded, compose, literal, load_literal, store_schema, validate
@@ -379,7 +379,7 @@ def main() -> None:
             wait_for_run_dir(Path(cfg.run_dir), run_dir_wait(cfg), cfg.poll_s)
         except (FileNotFoundError, ValueError) as exc:
             refuse("eval.watch", str(exc))
-    add_render_to_command_line("eval.watch", key="run_dir")
+    rewrite_argv("eval.watch", functools.partial(render_overrides, key="run_dir"), CheckpointError)
     _main()
 
 

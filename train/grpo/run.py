@@ -23,6 +23,7 @@ import importlib
 import json
 import logging
 import sys
+from functools import partial
 from pathlib import Path
 
 import hydra
@@ -41,7 +42,7 @@ from data_builders.records import RecordError
 from data_builders.splits import split_records
 from engine.checkpoints import (
     COMPLETE_MARKER,
-    add_render_to_command_line,
+    CheckpointError,
     check_checkpoint,
     check_render,
     model_dir,
@@ -49,7 +50,7 @@ from engine.checkpoints import (
     write_render,
 )
 from engine.preflight import check_stage
-from infra.entry import front_door, quiet_libraries
+from infra.entry import front_door, quiet_libraries, rewrite_argv
 from infra.files import OutputLock, OutputLocked
 from infra.progress import console
 from infra.ranks import barrier, is_rank_zero
@@ -388,7 +389,7 @@ def main() -> None:
     """The command line, with the ``init`` checkpoint's render block added as overrides
     (``engine.checkpoints.render_overrides``: the frames it was trained on; an explicit
     ``render`` override wins, with a warning)."""
-    add_render_to_command_line("train.grpo", key="init")
+    rewrite_argv("train.grpo", partial(render_overrides, key="init"), CheckpointError)
     front_door("train.grpo", "grpo", GRPOConfig, check=_check_start)
     _main()
 
