@@ -34,6 +34,8 @@ from engine.model import count_parameters, load_model_and_processor
 from engine.naive import NaiveStreamer
 from engine.render import TurnRenderer
 from engine.streaming import EngineConfig, StreamingEngine
+from train.sft.config import LossConfig
+from train.sft.losses import loss_at_labels, selected_logits
 
 
 def _sync(device: str) -> None:
@@ -68,6 +70,15 @@ def toy_stream(index: int, steps: int, size: int) -> tuple[Stream, np.ndarray]:
     return stream, frames
 
 
+def sft_loss(model, inputs: dict, labels, decision, *, renderer: TurnRenderer, gamma: float):
+    """The SFT trainer's loss (``train.sft.losses``): the logits of the labelled positions only,
+    the focal loss of exponent ``gamma`` on the decision tokens and cross-entropy on the reply's."""
+    ids = (renderer.silence_id, renderer.response_id)
+    return loss_at_labels(
+        *selected_logits(model, inputs, labels, decision), decision_ids=ids, gamma=gamma
+    ).loss
+
+
 def bench_sft(
     model,
     renderer: TurnRenderer,
@@ -75,19 +86,16 @@ def bench_sft(
     steps: int,
     size: int,
     repeats: int,
-    loss_fn=None,
+    gamma: float = LossConfig().gamma,
     lr: float = 1e-5,
 ) -> dict:
-    """Median seconds of an SFT step (forward, loss, backward, AdamW) on one ``steps``-frame toy window.
-    ``loss_fn(model, inputs, labels, decision_mask)``: the step's loss (default: the model's own
-    next-token loss over every labelled position)."""
+    """Median seconds of an SFT step (forward, :func:`sft_loss`, backward, AdamW) on one
+    ``steps``-frame toy window; ``loss`` is the last step's."""
     stream, frames = toy_stream(0, steps, size)
     batch = renderer.render(stream, frames)
     inputs = {k: v.to(device) for k, v in batch.as_model_inputs().items()}
     labels = batch.labels[None].to(device)
     decision = batch.decision_mask[None].to(device)
-    if loss_fn is None:
-        loss_fn = lambda m, x, y, d: m(**x, labels=y).loss  # noqa: E731
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr)
     model.train()
@@ -96,7 +104,7 @@ def bench_sft(
     for i in range(repeats + 1):
         _sync(device)
         t0 = time.perf_counter()
-        loss = loss_fn(model, inputs, labels, decision)
+        loss = sft_loss(model, inputs, labels, decision, renderer=renderer, gamma=gamma)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)

@@ -225,21 +225,13 @@ def sft_flops(model, tokens: int, patches: int) -> float:
 
 def part_sft(device: str, s: dict) -> dict:
     from perf.gpu import bench_sft
-    from train.sft.losses import loss_at_labels, selected_logits
 
     cfg = _recipe("sft", "p3i_4b_sft")
     steps = cfg.sft.window_steps or SFT_WINDOW_STEPS
     model, renderer, about, size = _model(device, s)
     if cfg.sft.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    ids = (renderer.silence_id, renderer.response_id)
-
-    def loss_fn(m, inputs, labels, decision):
-        return loss_at_labels(
-            *selected_logits(m, inputs, labels, decision), decision_ids=ids, gamma=cfg.loss.gamma
-        ).loss
-
-    out = bench_sft(model, renderer, device, steps, size, 3, loss_fn, lr=cfg.sft.learning_rate)
+    out = bench_sft(model, renderer, device, steps, size, 3, gamma=cfg.loss.gamma, lr=cfg.sft.learning_rate)
     peak, source = device_peak_flops(device)
     flops = sft_flops(model, out["tokens"], out["patches"])
     return {

@@ -31,6 +31,7 @@ part: give it a larger ``--cap engine_steps=``). Milliseconds are the device syn
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -189,21 +190,14 @@ def _split_step(model, opt, inputs: dict, labels, decision, loss_fn, sync) -> di
 def part_sft_split(device: str, s: dict, _compile: bool) -> dict:
     import torch
 
-    from perf.gpu import toy_stream
+    from perf.gpu import sft_loss, toy_stream
     from perf.probe_steps import sync
-    from train.sft.losses import loss_at_labels, selected_logits
 
     cfg = _recipe("sft", "p3i_4b_sft")
     model, renderer, about, size = _model(device, s)
     if cfg.sft.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    ids = (renderer.silence_id, renderer.response_id)
-
-    def loss_fn(m, inputs, labels, decision):
-        return loss_at_labels(
-            *selected_logits(m, inputs, labels, decision), decision_ids=ids, gamma=cfg.loss.gamma
-        ).loss
-
+    loss_fn = functools.partial(sft_loss, renderer=renderer, gamma=cfg.loss.gamma)
     batch = renderer.render(*toy_stream(0, s["sft_frames"], size))
     inputs = {k: v.to(device) for k, v in batch.as_model_inputs().items()}
     labels, decision = batch.labels[None].to(device), batch.decision_mask[None].to(device)

@@ -45,6 +45,30 @@ def test_bench_gpu_on_tiny_cpu(capsys, compiled):
     assert stream["compile"] is compiled and stream["warmup_s"] > 0
 
 
+def test_the_sft_step_bench_times_the_trainers_loss():
+    """``bench_sft``'s step is the SFT trainer's: its loss is ``train.sft.losses``' (the focal
+    decision loss of the recipe's gamma at the labelled positions) on the same toy window, not the
+    model's own next-token loss. With lr 0 the weights stay as built, so every step's loss is the
+    first's."""
+    import torch
+
+    from perf.gpu import bench_sft, build_model, toy_stream
+    from train.sft.losses import loss_at_labels, selected_logits
+
+    model, renderer, _ = build_model("conf/model/tiny.yaml", "cpu", 64)
+    out = bench_sft(model, renderer, "cpu", 4, 64, 1, lr=0.0)
+    batch = renderer.render(*toy_stream(0, 4, 64))
+    inputs, labels, decision = batch.as_model_inputs(), batch.labels[None], batch.decision_mask[None]
+    ids = (renderer.silence_id, renderer.response_id)
+    with torch.no_grad():
+        trainer = loss_at_labels(
+            *selected_logits(model, inputs, labels, decision), decision_ids=ids, gamma=2.0
+        )
+        own = model(**inputs, labels=labels).loss
+    assert out["loss"] == pytest.approx(float(trainer.loss), rel=1e-5)
+    assert abs(float(own) - float(trainer.loss)) > 1e-3  # the two losses differ: the check can tell
+
+
 @pytest.mark.slow  # four profiled streams (13 s loaded)
 def test_profile_splits_a_silent_and_a_firing_step_on_tiny_cpu(capsys):
     from perf.profile import main as profile
