@@ -78,6 +78,7 @@ from engine.render import TurnRenderer
 from engine.streaming import EngineConfig
 from eval.app.view import write_view
 from eval.config import EvalConfig, records_path
+from eval.preflight import EVAL
 from eval.provenance import (
     NOT_DECISIVE,
     RECORD_FIELD,
@@ -524,7 +525,7 @@ def _main(cfg: DictConfig) -> None:
     console()
     try:
         cfg = validate(cfg, EvalConfig)
-        check_stage("eval", cfg)
+        check_stage(EVAL, cfg)
         metrics = evaluate(cfg, sweep=HydraConfig.get().mode == RunMode.MULTIRUN)
     except USER_ERRORS as exc:
         print(f"eval.run: {exc}", file=sys.stderr)
@@ -540,7 +541,7 @@ def main() -> None:
     resumable evaluation has nothing to save before the requeue."""
     signal.signal(signal.SIGUSR1, signal.SIG_DFL)
     rewrite_argv("eval.run", render_overrides, CheckpointError)
-    front_door("eval.run", "eval", EvalConfig, check=lambda cfg: check_stage("eval", cfg))
+    front_door("eval.run", "eval", EvalConfig, check=lambda cfg: check_stage(EVAL, cfg))
     _main()
 
 

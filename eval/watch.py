@@ -65,6 +65,7 @@ from engine.checkpoints import (
 )
 from engine.preflight import check_stage
 from eval.config import EvalConfig
+from eval.preflight import EVAL
 from eval.provenance import decides, digest
 from infra.entry import front_door, refuse, rewrite_argv
 from infra.files import write_text_atomic
@@ -362,7 +363,7 @@ def run_dir_wait(cfg: DictConfig) -> float:
 def _check_start(cfg: DictConfig) -> None:
     """What ``watch`` refuses at once, before waiting for the run dir: the pre-flight
     (``engine.preflight``: the split is one the data set has), a missing run dir under ``once=true``."""
-    check_stage("eval", cfg)
+    check_stage(EVAL, cfg)
     if cfg.once and cfg.run_dir_wait_s is None and cfg.run_dir and not Path(cfg.run_dir).is_dir():
         raise FileNotFoundError(
             f"run_dir={cfg.run_dir} does not exist (once=true evaluates what is there now)"

@@ -385,6 +385,7 @@ def preflight_failures(lines, gpu_memory_gb: float = 80.0) -> list[str]:
     from engine.preflight import check_stage, plan
     from infra.schema import compose
     from pipeline.config import SCHEMAS
+    from pipeline.plan import PREFLIGHT
     from train.grpo.run import entry_preflight
 
     configs, checked = [], {}
@@ -393,7 +394,7 @@ def preflight_failures(lines, gpu_memory_gb: float = 80.0) -> list[str]:
         if key not in checked:
             try:
                 cfg = compose(ROOT_OF[module], overrides, SCHEMAS[ROOT_OF[module]])
-                check_stage(STAGE_OF[module], cfg, on_disk=False, memory=False)
+                check_stage(PREFLIGHT[STAGE_OF[module]], cfg, on_disk=False, memory=False)
                 if module == "train.grpo" and cfg.entry.target:  # an experiment's own stages
                     entry_preflight(cfg)
                 checked[key] = (cfg, None)
@@ -417,7 +418,7 @@ def preflight_failures(lines, gpu_memory_gb: float = 80.0) -> list[str]:
                 f"{where}: a sweep without held-out evaluations (grpo.eval_every=0) cannot be compared"
             )
         if module.startswith("train.") and cfg.model.kind == "pretrained":
-            result = plan(STAGE_OF[module], cfg, gpu_memory_gb=gpu_memory_gb, gpus=gpus, zero=zero)
+            result = plan(PREFLIGHT[STAGE_OF[module]], cfg, gpu_memory_gb=gpu_memory_gb, gpus=gpus, zero=zero)
             if not result["fits"]:
                 failures.append(f"{where}: would not fit {gpu_memory_gb:g} GB x {gpus} ({result['biggest']})")
     return failures

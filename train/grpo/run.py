@@ -59,6 +59,7 @@ from infra.schema import CONF_DIR, compose, validate
 from infra.tracking import LoggerConfig, make_logger
 from rewards.grpo import build_reward
 from train.grpo.config import NONFINITE_MESSAGE, GRPOConfig, check_choices, reward_spec
+from train.preflight import GRPO
 from train.run_dir import (
     leave_launch,
     resolve_resume,
@@ -86,7 +87,7 @@ def run(cfg: DictConfig, out: Path | None = None) -> Path:
     control = run_control(
         cfg.grpo, "grpo", "update", NONFINITE_MESSAGE
     )  # first: a signal while the model loads is caught too
-    check_stage("grpo", cfg)  # engine.preflight: splits, init, the memory plan on a GPU
+    check_stage(GRPO, cfg)  # engine.preflight: splits, init, the memory plan on a GPU
     main = is_rank_zero()
     lock = OutputLock(out or cfg.grpo.output_dir, "train.grpo").acquire() if main else None  # one run per dir
     try:
@@ -382,7 +383,7 @@ def _check_start(cfg: DictConfig) -> None:
         entry_preflight(cfg)
         return
     check_config(cfg)
-    check_stage("grpo", cfg)
+    check_stage(GRPO, cfg)
 
 
 def main() -> None:
