@@ -6,10 +6,10 @@
 # make pictures -> docs/view.png and docs/app.png from make demo's SFT checkpoint and test records
 #                  (pipeline/pictures.py, headless chromium; after make demo)
 # make lint    -> ruff
-# make gpu-check [DEVICE=cpu] [OUT=DIR] -> pipeline/gpu_check.py: SFT, GRPO, engine, compile, probes,
+# make gpu-check [DEVICE=cpu] [OUT=DIR] -> perf/gpu_check.py: SFT, GRPO, engine, compile, probes,
 #                    eval.run on one GPU in 6 min with the install (the tiny model on CPU in 3);
 #                    JSON + markdown under OUT
-# make gpu-probe [DEVICE=cpu] -> pipeline/gpu_probe.py: eager vs static (graph-replayed) frame and reply
+# make gpu-probe [DEVICE=cpu] -> perf/gpu_probe.py: eager vs static (graph-replayed) frame and reply
 #                    steps, frame prep and sampling on host vs device, a GRPO rollout, an SFT step
 #                    split, on one GPU in 4 min with the install; one JSON line
 # make gpu-wheels -> the wheels gpu-check and gpu-probe need on a machine with torch but no registry, into .whl/
@@ -91,10 +91,10 @@ WHEEL_PINS := hydra-core==1.3.8 omegaconf==2.3.1 av==18.1.0 transformers==5.24.0
 WHEEL_PLATFORMS := $(foreach n,28 17,--platform manylinux_2_$(n)_x86_64) --platform manylinux2014_x86_64
 
 # $(call WITH_WHEELS,NAME,COMMAND): COMMAND, after the wheels of .whl/ are installed into .whl/site
-# when python -m pipeline.NAME --missing names modules this python lacks
+# when python -m perf NAME --missing names modules this python lacks
 define WITH_WHEELS
 	@export PYTHONPATH=$(CURDIR):$(CURDIR)/.whl/site$${PYTHONPATH:+:$$PYTHONPATH}; \
-	missing=$$($(CHECK_PY) -m pipeline.$(1) --missing); \
+	missing=$$($(CHECK_PY) -m perf $(1) --missing); \
 	if [ -n "$$missing" ] && ls .whl/*.whl >/dev/null 2>&1; then \
 	  echo "$(1): installing $$missing from .whl/ into .whl/site"; \
 	  $(CHECK_PY) -m pip install -q --no-index --no-deps --no-compile --upgrade --target .whl/site .whl/*.whl || exit 2; \
@@ -103,10 +103,10 @@ define WITH_WHEELS
 endef
 
 gpu-check:
-	$(call WITH_WHEELS,gpu_check,$(CHECK_PY) -m pipeline.gpu_check $(if $(DEVICE),--device $(DEVICE)) --out $(OUT))
+	$(call WITH_WHEELS,gpu_check,$(CHECK_PY) -m perf gpu_check $(if $(DEVICE),--device $(DEVICE)) --out $(OUT))
 
 gpu-probe:
-	$(call WITH_WHEELS,gpu_probe,$(CHECK_PY) -m pipeline.gpu_probe $(if $(DEVICE),--device $(DEVICE)))
+	$(call WITH_WHEELS,gpu_probe,$(CHECK_PY) -m perf gpu_probe $(if $(DEVICE),--device $(DEVICE)))
 
 gpu-wheels:
 	mkdir -p .whl

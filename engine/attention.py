@@ -10,7 +10,7 @@ Here the query heads of a group are folded into the query axis instead: the quer
 ``(batch, heads, q, dim)`` becomes ``(batch, kv_heads, group * q, dim)``, each key/value head is read
 as it is, and the mask is repeated ``group`` times along its query axis (once per forward, shared by
 the layers): the same scores, the same softmax, a copy of the mask instead of the cache.
-``python -m eval.bench kv`` measures both.
+``python -m perf kv`` measures both.
 
 The mask of a step of several tokens (:func:`streaming_mask`) is additive, 0 where a query sees a
 key and -inf where not, built in two writes from the engine's 2-D mask: the kernel takes it faster

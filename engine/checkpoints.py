@@ -28,7 +28,6 @@ import hashlib
 import json
 import logging
 import re
-import sys
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -291,17 +290,6 @@ def render_overrides(overrides: list[str], key: str = "checkpoint") -> list[str]
     added = [f"render.{k}={json.dumps(v)}" for k, v in sorted(saved.items())]
     # right after the checkpoint's own override: Hydra's parser reads the overrides as one group
     return overrides[: at[-1] + 1] + added + overrides[at[-1] + 1 :]
-
-
-def add_render_to_command_line(prog: str, key: str = "checkpoint") -> None:
-    """:func:`render_overrides` applied to this command's own arguments (``sys.argv``) before Hydra
-    reads them. A damaged render block ends the command with exit code 2 and one line, ``<prog>: <the
-    file and why>``, not a traceback."""
-    try:
-        sys.argv[1:] = render_overrides(sys.argv[1:], key=key)
-    except CheckpointError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        sys.exit(2)
 
 
 def check_render(checkpoint: str | Path | None, render: Any) -> None:

@@ -24,7 +24,7 @@ go up as uint8 and the float work runs there:
   temporal axis.
 
 ``tests/eval/test_frame_prep.py`` checks equality with the processor for the tiny model's and
-Qwen3-VL-4B's processor settings on several frame sizes; ``python -m eval.bench`` reports the
+Qwen3-VL-4B's processor settings on several frame sizes; ``python -m perf engine`` reports the
 largest difference (``frame_prep_max_diff``) and both paths' time per frame.
 """
 

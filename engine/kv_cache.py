@@ -5,7 +5,7 @@ cache at every forward, a cost that grows with the stream (the figures for Qwen3
 docs/performance.md). ``GrowingLayer`` writes the new columns into a buffer
 that doubles when full (amortized: each column is copied O(1) times) and hands attention a view of
 the filled part, so appending costs the new columns only. ``keep_columns`` compacts in place (the
-engine's frame window drops dead columns this way). ``python -m eval.bench kv`` measures both.
+engine's frame window drops dead columns this way). ``python -m perf kv`` measures both.
 
     cache = growing_cache(model.config)
     model.model(..., cache=cache, use_cache=True)

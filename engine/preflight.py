@@ -1,9 +1,11 @@
-"""The checks each stage runs at start, before any model loads: what would fail hours in, refused in
-one line (exit 2) before the job's work starts.
+"""What the checks every stage runs at start share, before any model loads: what would fail hours
+in, refused in one line (exit 2) before the job's work starts. Each stage's own checks and plan
+live with the stage (``train.preflight``: ``SFT``, ``GRPO``; ``eval.preflight``: ``EVAL``), each a
+:class:`Stage` that :func:`check_stage` and :func:`plan` run.
 
-    check_stage("eval", cfg)        # eval.run, eval.watch: the split is one the data set has
-    check_stage("sft", cfg)         # train.sft: the splits, data.dir built, the plan fits the GPU
-    check_stage("grpo", cfg)        # train.grpo: the same, and init= exists
+    check_stage(EVAL, cfg)          # eval.run, eval.watch: the split is one the data set has
+    check_stage(SFT, cfg)           # train.sft: the splits, data.dir built, the plan fits the GPU
+    check_stage(GRPO, cfg)          # train.grpo: the same, and init= exists
 
 - Splits: a stage reads ``<data.dir>/<split>``; a split the data config does not declare
   (``data=mix_p3i`` has train and val, no test), or one its built folder lacks, is refused, naming the
@@ -25,6 +27,8 @@ import json
 import math
 import os
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,14 +36,29 @@ from infra.ranks import Ranks
 from infra.tracking import check_logger
 
 GIB = 1024**3
-#: The one measured real-model training step (docs/performance.md, "One H200"): Qwen3-VL-4B, one
-#: 30-frame window of 6,701 tokens at 448 x 448, AdamW on a bf16 model in one process (no ZeRO), no
-#: gradient checkpointing, logits at every position in fp32.
-H200_SFT = {"tokens": 6701, "frames": 30, "peak_gib": 74.5, "tokens_per_s": 10100.0}
-#: The same step with gradient checkpointing and the loss at the labelled positions (make gpu-check,
-#: 2026-12-04): 8,401 tokens/s, 39.5 GiB peak (``torch.cuda.max_memory_allocated``), one process.
-H200_SFT_CHECKPOINTED = {"tokens": 6701, "peak_gib": 39.5, "tokens_per_s": 8401.0}
-H200_SFT_CHECKPOINTED_TOKENS_PER_S = H200_SFT_CHECKPOINTED["tokens_per_s"]
+#: The measured figures the plan calibrates on (each with its unit, date, device and source command;
+#: ``docs/performance.md`` quotes them, ``tests/test_measured.py`` holds the two together).
+MEASURED_FILE = Path(__file__).with_name("measured.json")
+
+
+def measured(name: str, path: Path = MEASURED_FILE) -> dict[str, float]:
+    """The figures of measurement ``name`` in ``path`` (``engine/measured.json``): figure -> value."""
+    entry = json.loads(path.read_text(encoding="utf-8"))[name]
+    return {key: figure["value"] for key, figure in entry["figures"].items()}
+
+
+def measured_where(name: str, path: Path = MEASURED_FILE) -> str:
+    """Where measurement ``name`` comes from, for a figure's source: device, date and command."""
+    entry = json.loads(path.read_text(encoding="utf-8"))[name]
+    return f"{entry['device']}, {entry['date']}, {entry['source']}; engine/measured.json"
+
+
+#: The one measured real-model training step: Qwen3-VL-4B, one 30-frame window of 6,701 tokens at
+#: 448 x 448, AdamW on a bf16 model in one process (no ZeRO), no gradient checkpointing, logits at
+#: every position in fp32.
+H200_SFT = measured("sft_step")
+#: The same step with gradient checkpointing and the loss at the labelled positions.
+H200_SFT_CHECKPOINTED = measured("sft_step_checkpointed")
 #: The architecture those steps ran (conf/model/qwen3_vl_4b.yaml as :func:`model_parameters` builds it,
 #: vision frozen, merger trained): every model's activations and rate are calibrated on it.
 H200_MODEL = {
@@ -51,19 +70,33 @@ H200_MODEL = {
     "kv_width": 1024,
     "vocab": 151936,
 }
-#: The H200 streaming step (make gpu-check, 2026-12-04): one silent stream, 138 ms per step over 60
-#: steps; eight batched streams run 5.6x the throughput of one.
-H200_STREAM = {"s_per_step": 0.138, "batch8_speedup": 5.6}
-#: One rank's GRPO update on the H200 (make gpu-check, 2026-12-04): one window of 20 steps x 4
-#: rollouts, replies up to 32 tokens, gradient checkpointing: rollout and loss-plus-step seconds.
-H200_GRPO = {"window_steps": 20, "generations": 4, "rollout_s": 31.8, "update_s": 18.1}
-PERF = "docs/performance.md, One H200"
+#: The streaming step: one silent stream's milliseconds a step, and eight batched streams'
+#: throughput over one's.
+H200_STREAM = measured("stream_step")
+#: One rank's GRPO update: one window of 20 steps x 4 rollouts, replies up to 32 tokens, gradient
+#: checkpointing: rollout and loss-plus-step seconds.
+H200_GRPO = measured("grpo_update")
 #: Headroom kept free of the plan's terms (allocator fragmentation, CUDA context, communication buffers).
 RESERVE_GB = 4.0
 
 
 class PreflightError(ValueError):
     """A config that would fail after the queue: the message names the key and what to change."""
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A stage's own pre-flight, defined with the stage (``train.preflight.SFT`` / ``GRPO``,
+    ``eval.preflight.EVAL``) over this module's parts: ``check(cfg, on_disk)`` raises
+    :class:`PreflightError`; ``planner(cfg, p, gpus, zero)`` is the plan's stage part (its memory
+    ``terms``, ``seconds`` and the stage's own figures; ``p``: :func:`model_parameters`);
+    ``changes(stage, cfg, p, gpu_memory_gb, gpus, zero)`` the (arguments, config, gpus, zero) worth
+    trying when the plan does not fit."""
+
+    name: str
+    check: Callable[[Any, bool], None]
+    planner: Callable[[Any, dict, int, int], dict]
+    changes: Callable[..., list]
 
 
 # ---------------------------------------------------------------- splits and paths
@@ -91,60 +124,11 @@ def check_split(data: Any, split: str, key: str, on_disk: bool = True) -> None:
         )
 
 
-def _check_data_dir(cfg: Any, on_disk: bool) -> None:
-    if not on_disk:
-        return
-    if not cfg.data.dir:
-        raise PreflightError("data.dir is not set: give data.dir=<the built mixture>")
-    if not Path(cfg.data.dir).is_dir():
-        raise PreflightError(
-            f"data.dir={cfg.data.dir} does not exist: build it first "
-            f"(python -m data_builders mix data={cfg.data.name} data.dir={cfg.data.dir})"
-        )
-
-
-def _check_eval(cfg: Any, on_disk: bool) -> None:
-    if cfg.records is not None:
-        if on_disk and not Path(cfg.records).exists():
-            raise PreflightError(f"records={cfg.records} does not exist")
-        return
-    try:
-        check_split(cfg.data, cfg.split, "split", on_disk)
-    except PreflightError as exc:
-        raise PreflightError(
-            f"{exc}; checkpoint selection reads split=val, a benchmark score its own records=<build dir>"
-        ) from None
-
-
-def _check_sft(cfg: Any, on_disk: bool) -> None:
-    _check_data_dir(cfg, on_disk)
-    check_split(cfg.data, cfg.sft.train_split, "sft.train_split", on_disk)
-    if cfg.sft.eval_split:
-        check_split(cfg.data, cfg.sft.eval_split, "sft.eval_split", on_disk)
-
-
-def _check_grpo(cfg: Any, on_disk: bool) -> None:
-    g = cfg.grpo
-    if cfg.get("entry") is not None and cfg.entry.target:
-        return
-    _check_data_dir(cfg, on_disk)
-    check_split(cfg.data, g.train_split, "grpo.train_split", on_disk)
-    if g.eval_every and g.eval_split and not g.eval_records:
-        check_split(cfg.data, g.eval_split, "grpo.eval_split", on_disk)
-    if on_disk and cfg.init and cfg.init != "random" and not Path(cfg.init).exists():
-        raise PreflightError(
-            f"init={cfg.init} does not exist: give the SFT run's final/ (or a checkpoint-N/)"
-        )
-
-
-CHECKS = {"eval": _check_eval, "sft": _check_sft, "grpo": _check_grpo}
-
-
-def check_stage(stage: str, cfg: Any, *, on_disk: bool = True, memory: bool = True) -> dict | None:
+def check_stage(stage: Stage, cfg: Any, *, on_disk: bool = True, memory: bool = True) -> dict | None:
     """The stage's pre-flight: splits, paths, then (on a GPU, unless ``plan.check=false`` or not
     ``memory``) the memory plan; a W&B logger without a key (``infra.tracking.check_logger``).
     Raises :class:`PreflightError`; returns the plan when one was computed."""
-    CHECKS[stage](cfg, on_disk)
+    stage.check(cfg, on_disk)
     if on_disk:  # a config alone (the documented-commands test) says nothing of this machine's key
         try:
             check_logger(cfg.logger)
@@ -324,7 +308,7 @@ def longest_window(cfg: Any, window_steps: int | None, split: str) -> dict:
     return figure(
         H200_SFT["frames"],
         "estimated",
-        f"no stats.json under data.dir: the H200 step's {H200_SFT['frames']}-step window ({PERF}); "
+        f"no stats.json under data.dir: the H200 step's {H200_SFT['frames']}-step window ({measured_where('sft_step')}); "
         "plan.longest_window_steps=N for longer clips",
         0,
     )
@@ -334,7 +318,7 @@ def stats_rate(stats: Path) -> float:
     return float(json.loads(stats.read_text()).get("steps_per_second") or 1.0)
 
 
-def _records(cfg: Any, split: str) -> dict:
+def records_figure(cfg: Any, split: str) -> dict:
     """Records of the split: its ``stats.json``, else the data config's source counts times the
     split's share."""
     stats = Path(cfg.data.dir or "") / split / "stats.json"
@@ -348,7 +332,7 @@ def _records(cfg: Any, split: str) -> dict:
     return figure(n, "estimated", f"data={cfg.data.name}: source counts x the {split} share {share:g}", 0)
 
 
-def _memory(terms: dict[str, tuple[float, str, str]], gpu_memory_gb: float) -> tuple[dict, str, bool]:
+def memory_block(terms: dict[str, tuple[float, str, str]], gpu_memory_gb: float) -> tuple[dict, str, bool]:
     """The memory block: each term in GB, their sum plus the reserve as the peak, the biggest term."""
     out = {name: figure(b / 1e9, kind, src) for name, (b, kind, src) in terms.items()}
     peak = sum(b for b, _, _ in terms.values()) / 1e9 + RESERVE_GB
@@ -357,141 +341,8 @@ def _memory(terms: dict[str, tuple[float, str, str]], gpu_memory_gb: float) -> t
     return out, biggest, peak <= gpu_memory_gb
 
 
-def _training_terms(p: dict, cfg: Any, tokens: float, checkpointing: bool, zero: int, gpus: int) -> dict:
-    states = state_bytes(p, zero, gpus)
-    src = f"parameters on the meta device, ZeRO-{zero} over {gpus} GPUs"
-    terms = {name: (b, "estimated", src) for name, b in states.items()}
-    per_token = activation_bytes_per_token(p, checkpointing) * calibration(checkpointing)
-    measured = H200_SFT_CHECKPOINTED["peak_gib"] if checkpointing else H200_SFT["peak_gib"]
-    terms["activations"] = (
-        per_token * tokens,
-        "estimated",
-        f"{per_token / 1e6:.3f} MB/token x {tokens:.0f} tokens (layers x widths x bf16, gradient "
-        f"checkpointing {'on' if checkpointing else 'off'}, x a factor calibrated to the 4B's measured "
-        f"{measured} GiB step, {PERF})",
-    )
-    return terms
-
-
-def _plan_sft(cfg: Any, p: dict, gpus: int, zero: int) -> dict:
-    t = cfg.sft
-    window = longest_window(cfg, t.window_steps, t.train_split)
-    tokens = window["value"] * tokens_per_step(cfg) * t.per_device_batch_size
-    terms = _training_terms(p, cfg, tokens, t.gradient_checkpointing, zero, gpus)
-    per_pass = t.per_device_batch_size * gpus
-    accumulation = t.global_batch_size // per_pass if t.global_batch_size else t.gradient_accumulation_steps
-    records = _records(cfg, t.train_split)
-    if t.max_steps > 0:
-        steps = t.max_steps
-    elif records["value"] is None:  # epochs of an unknown number of records
-        steps = None
-    else:
-        steps = math.ceil(
-            math.ceil(math.ceil(records["value"] / per_pass) / max(accumulation, 1)) * t.num_epochs
-        )
-    rate = _sft_rate(p, t.gradient_checkpointing)
-    seconds = (
-        None
-        if steps is None
-        else steps
-        * max(accumulation, 1)
-        * per_pass
-        * window["value"]
-        * tokens_per_step(cfg)
-        / rate["value"]
-        / gpus
-    )
-    return {
-        "terms": terms,
-        "window_steps": window,
-        "records": records,
-        "steps": figure(steps, "estimated", "records, batch and accumulation as the Trainer steps", 0),
-        "tokens_per_s_per_gpu": rate,
-        "seconds": seconds,
-    }
-
-
-def _sft_rate(p: dict, checkpointing: bool) -> dict:
-    """Tokens per second per GPU: the 4B's measured H200 step; another model's scaled from it."""
-    rate = H200_SFT_CHECKPOINTED["tokens_per_s"] if checkpointing else H200_SFT["tokens_per_s"]
-    step = f"the 4B's H200 SFT step{' with gradient checkpointing' if checkpointing else ''} ({PERF})"
-    if is_measured_model(p):
-        return figure(rate, "measured", step, 0)
-    ratio, how = flops_scale(p)
-    return figure(
-        rate * ratio,
-        "estimated",
-        f"scaled from the 4B's measured {rate:,.0f} tokens/s on one H200 {how}; {step}",
-        0,
-    )
-
-
-def _plan_grpo(cfg: Any, p: dict, gpus: int, zero: int) -> dict:
-    g = cfg.grpo
-    window = longest_window(cfg, g.window_steps, g.train_split)
-    tokens = window["value"] * tokens_per_step(cfg) * g.num_generations
-    terms = _training_terms(p, cfg, tokens, g.gradient_checkpointing, zero, gpus)
-    terms["kv_cache"] = (
-        _kv_bytes(p, tokens),
-        "estimated",
-        "rollouts' KV cache: 2 x layers x kv width x bf16",
-    )
-    # the measured window, scaled by its rollout steps (window x generations); measured when equal
-    scale = window["value"] * g.num_generations / (H200_GRPO["window_steps"] * H200_GRPO["generations"])
-    ratio, how = flops_scale(p)
-    scale /= ratio
-    window_s = scale * (H200_GRPO["rollout_s"] + H200_GRPO["update_s"])
-    update_s = math.ceil(g.windows_per_step / gpus) * window_s
-    return {
-        "terms": terms,
-        "window_steps": window,
-        "steps": figure(g.max_steps, "measured", "grpo.max_steps", 0),
-        "steps_per_s": figure(
-            1 / update_s,
-            "measured" if scale == 1 else "estimated",
-            f"one rank's H200 GRPO update, {H200_GRPO['rollout_s']} s rollout + {H200_GRPO['update_s']} s "
-            f"update per window of {H200_GRPO['window_steps']} steps x {H200_GRPO['generations']} ({PERF})"
-            + ("" if scale == 1 else f", x{scale:.3g} for this window and group")
-            + ("" if is_measured_model(p) else f", scaled to this model {how}"),
-            5,
-        ),
-        "seconds": g.max_steps * update_s,
-    }
-
-
-def _kv_bytes(p: dict, tokens: float) -> float:
+def kv_bytes(p: dict, tokens: float) -> float:
     return 2.0 * p["layers"] * p["kv_width"] * 2.0 * tokens
-
-
-def _plan_eval(cfg: Any, p: dict, gpus: int, zero: int) -> dict:
-    split = cfg.split if cfg.records is None else ""
-    window = longest_window(cfg, cfg.frame_window, split)
-    tokens = window["value"] * tokens_per_step(cfg) * cfg.batch_size
-    terms = {
-        "weights": (2.0 * p["total"], "estimated", "parameters on the meta device, bf16"),
-        "kv_cache": (
-            _kv_bytes(p, tokens),
-            "estimated",
-            f"{cfg.batch_size} streams x {tokens / cfg.batch_size:.0f} tokens",
-        ),
-    }
-    records = (
-        _records(cfg, cfg.split) if cfg.records is None else figure(None, "unknown", "records= (not counted)")
-    )
-    speedup = 1 + (H200_STREAM["batch8_speedup"] - 1) * (min(cfg.batch_size, 8) - 1) / 7
-    rate = speedup / H200_STREAM["s_per_step"]
-    return {
-        "terms": terms,
-        "window_steps": window,
-        "records": records,
-        "steps_per_s": figure(
-            rate, "estimated", f"stream steps per GPU: the H200 streaming step, batched ({PERF})", 2
-        ),
-        "seconds": None if records["value"] is None else records["value"] * window["value"] / rate / gpus,
-    }
-
-
-PLANNERS = {"sft": _plan_sft, "grpo": _plan_grpo, "eval": _plan_eval}
 
 
 #: Wall-clock time of a run on several GPUs: its GPU-hours / GPUs / this (communication, stragglers,
@@ -499,7 +350,7 @@ PLANNERS = {"sft": _plan_sft, "grpo": _plan_grpo, "eval": _plan_eval}
 SCALING_EFFICIENCY = 0.9
 
 
-def plan(stage: str, cfg: Any, *, gpu_memory_gb: float, gpus: int, zero: int | None = None) -> dict:
+def plan(stage: Stage, cfg: Any, *, gpu_memory_gb: float, gpus: int, zero: int | None = None) -> dict:
     """The memory and time plan of a stage's config on ``gpus`` GPUs of ``gpu_memory_gb`` GB each:
     one JSON-able dict (``python -m pipeline.plan`` prints it). One that does not fit carries
     ``advice``: the changes that would lower its peak, each with the peak it would give."""
@@ -511,12 +362,12 @@ def plan(stage: str, cfg: Any, *, gpu_memory_gb: float, gpus: int, zero: int | N
     return out
 
 
-def _assemble(stage: str, cfg: Any, p: dict, gpu_memory_gb: float, gpus: int, zero: int) -> dict:
-    part = PLANNERS[stage](cfg, p, gpus, zero)
-    memory, biggest, fits = _memory(part.pop("terms"), gpu_memory_gb)
+def _assemble(stage: Stage, cfg: Any, p: dict, gpu_memory_gb: float, gpus: int, zero: int) -> dict:
+    part = stage.planner(cfg, p, gpus, zero)
+    memory, biggest, fits = memory_block(part.pop("terms"), gpu_memory_gb)
     seconds = part.pop("seconds")
     return {
-        "stage": stage,
+        "stage": stage.name,
         "model": cfg.model.name,
         "gpus": gpus,
         "gpu_memory_gb": gpu_memory_gb,
@@ -550,44 +401,20 @@ def _hours(seconds: float | None, gpus: int) -> dict:
     }
 
 
-def advice(stage: str, cfg: Any, p: dict, gpu_memory_gb: float, gpus: int, zero: int) -> list[dict]:
+def advice(stage: Stage, cfg: Any, p: dict, gpu_memory_gb: float, gpus: int, zero: int) -> list[dict]:
     """What to change so the plan fits: each change (``try``: the arguments of ``python -m
     pipeline.plan`` or overrides of the stage) that lowers the peak, with the peak it gives; those
     that fit first."""
     here = _assemble(stage, cfg, p, gpu_memory_gb, gpus, zero)["memory_gb"]["peak"]["value"]
     out = []
-    for args, c, n, z in _changes(stage, cfg, p, gpu_memory_gb, gpus, zero):
+    for args, c, n, z in stage.changes(stage, cfg, p, gpu_memory_gb, gpus, zero):
         peak = _assemble(stage, c, p, gpu_memory_gb, n, z)["memory_gb"]["peak"]["value"]
         if peak < here:
             out.append({"try": " ".join(args), "peak_gb": peak, "fits": peak <= gpu_memory_gb})
     return sorted(out, key=lambda a: (not a["fits"], a["peak_gb"]))
 
 
-def _changes(stage: str, cfg: Any, p: dict, gpu_memory_gb: float, gpus: int, zero: int) -> list:
-    """(arguments, config, gpus, zero) of each change worth trying."""
-    out = []
-    if stage == "eval":
-        if cfg.batch_size > 1:
-            out.append((["batch_size=1"], _with(cfg, "batch_size", 1), gpus, zero))
-        return out
-    t = cfg[stage]
-    if gpus == 1 and zero >= 1:  # DeepSpeed's fp32 master copy and moments, with nothing to share them
-        out.append((["zero=0"], cfg, gpus, 0))
-    if gpus > 1 and zero < 3:
-        out.append((["zero=3"], cfg, gpus, 3))
-    if not t.gradient_checkpointing:
-        key = f"{stage}.gradient_checkpointing"
-        out.append(([f"{key}=true"], _with(cfg, key, True), gpus, zero))
-    if stage == "sft" and t.per_device_batch_size > 1:
-        key = "sft.per_device_batch_size"
-        out.append(([f"{key}=1"], _with(cfg, key, 1), gpus, zero))
-    n = _fewest_gpus(stage, cfg, p, gpu_memory_gb, gpus)
-    if n is not None:
-        out.append(([f"gpus={n}", "zero=3"], cfg, n, 3))
-    return out
-
-
-def _fewest_gpus(stage: str, cfg: Any, p: dict, gpu_memory_gb: float, gpus: int) -> int | None:
+def fewest_gpus(stage: Stage, cfg: Any, p: dict, gpu_memory_gb: float, gpus: int) -> int | None:
     """The fewest GPUs on which ZeRO-3 fits (more than ``gpus``: counted one by one to 16, then by
     nodes of 8, to 4,096); None if none does."""
     n = gpus + 1
@@ -598,7 +425,7 @@ def _fewest_gpus(stage: str, cfg: Any, p: dict, gpu_memory_gb: float, gpus: int)
     return None
 
 
-def _with(cfg: Any, key: str, value: Any) -> Any:
+def with_value(cfg: Any, key: str, value: Any) -> Any:
     from omegaconf import OmegaConf
 
     changed = cfg.copy()

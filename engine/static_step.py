@@ -17,7 +17,7 @@ as ``engine.attention`` does, over the buffers as they are.
 
 Compiled functions are kept per (kind, rows, bucket, capacity), each with its own code object, so
 ``torch._dynamo`` holds one graph per key and a new key is a first compile, never a recompile:
-over a run at a fixed batch no guard fails (``python -m eval.bench static`` counts the graph
+over a run at a fixed batch no guard fails (``python -m perf static`` counts the graph
 breaks and recompiles). On CUDA each compiled function is also captured as a CUDA graph per key
 and replayed (:class:`CudaGraphStep`; written for the accelerator, not run on CPU: untested).
 """

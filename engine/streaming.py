@@ -199,9 +199,9 @@ class StreamingEngine:
         #: Per step, in CPU seconds of the engine's thread (``time.thread_time``: what a busy machine
         #: does to the wall clock does not count): the whole step, the language model's forward, the
         #: vision call (processor + vision tower); the rest is the engine's own host work
-        #: (``python -m eval.bench``'s ``host_ms_per_step``). Wall time per step: ``StepDecision.latency_s``.
+        #: (``python -m perf engine``'s ``host_ms_per_step``). Wall time per step: ``StepDecision.latency_s``.
         self.step_timings: list[tuple[float, float, float]] = []
-        #: Called as ``step_hook(engine, k)`` once step k is done (``python -m eval.bench profile``
+        #: Called as ``step_hook(engine, k)`` once step k is done (``python -m perf profile``
         #: starts and stops its profiler there).
         self.step_hook: Callable[[StreamingEngine, int], None] | None = None
 

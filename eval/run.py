@@ -61,7 +61,7 @@ from data_builders.frame_cache import FrameCache, FrameCacheError
 from data_builders.record_io import load_streams, write_jsonl
 from data_builders.records import RecordError, Stream
 from engine.checkpoints import (
-    add_render_to_command_line,
+    CheckpointError,
     check_checkpoint,
     check_render,
     checkpoint_step,
@@ -78,6 +78,7 @@ from engine.render import TurnRenderer
 from engine.streaming import EngineConfig
 from eval.app.view import write_view
 from eval.config import EvalConfig, records_path
+from eval.preflight import EVAL
 from eval.provenance import (
     NOT_DECISIVE,
     RECORD_FIELD,
@@ -100,7 +101,7 @@ from eval.store import PredictionLog, PredictionWriteError
 from eval.summary import compare_line, lead_with, summary_line
 from eval.threshold_sweep import point_dir, reuse_rows, sibling_passes, write_summary
 from eval.timelines import plot_timelines
-from infra.entry import front_door, quiet_libraries
+from infra.entry import front_door, quiet_libraries, rewrite_argv
 from infra.files import LOCK_FILE, FolderWriteError, OutputLock, OutputLocked, write_text_atomic
 from infra.progress import Progress, console
 from infra.ranks import Ranks
@@ -524,7 +525,7 @@ def _main(cfg: DictConfig) -> None:
     console()
     try:
         cfg = validate(cfg, EvalConfig)
-        check_stage("eval", cfg)
+        check_stage(EVAL, cfg)
         metrics = evaluate(cfg, sweep=HydraConfig.get().mode == RunMode.MULTIRUN)
     except USER_ERRORS as exc:
         print(f"eval.run: {exc}", file=sys.stderr)
@@ -539,8 +540,8 @@ def main() -> None:
     of the process): ``slurm/eval.sh`` starts ranks under a launcher told to ignore it, and a
     resumable evaluation has nothing to save before the requeue."""
     signal.signal(signal.SIGUSR1, signal.SIG_DFL)
-    add_render_to_command_line("eval.run")
-    front_door("eval.run", "eval", EvalConfig, check=lambda cfg: check_stage("eval", cfg))
+    rewrite_argv("eval.run", render_overrides, CheckpointError)
+    front_door("eval.run", "eval", EvalConfig, check=lambda cfg: check_stage(EVAL, cfg))
     _main()
 
 

@@ -57,7 +57,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from engine.checkpoints import (
     COMPLETE_MARKER,
-    add_render_to_command_line,
+    CheckpointError,
     checkpoint_step,
     complete_checkpoints,
     fingerprint_dir,
@@ -65,8 +65,9 @@ from engine.checkpoints import (
 )
 from engine.preflight import check_stage
 from eval.config import EvalConfig
+from eval.preflight import EVAL
 from eval.provenance import decides, digest
-from infra.entry import front_door, refuse
+from infra.entry import front_door, refuse, rewrite_argv
 from infra.files import write_text_atomic
 from infra.progress import console
 from infra.schema import CONF_DIR, bounded, compose, literal, load_literal, store_schema, validate
@@ -354,7 +355,7 @@ def run_dir_wait(cfg: DictConfig) -> float:
 def _check_start(cfg: DictConfig) -> None:
     """What ``watch`` refuses at once, before waiting for the run dir: the pre-flight
     (``engine.preflight``: the split is one the data set has), a missing run dir under ``once=true``."""
-    check_stage("eval", cfg)
+    check_stage(EVAL, cfg)
     if cfg.once and cfg.run_dir_wait_s is None and cfg.run_dir and not Path(cfg.run_dir).is_dir():
         raise FileNotFoundError(
             f"run_dir={cfg.run_dir} does not exist (once=true evaluates what is there now)"
@@ -371,7 +372,7 @@ def main() -> None:
             wait_for_run_dir(Path(cfg.run_dir), run_dir_wait(cfg), cfg.poll_s)
         except (FileNotFoundError, ValueError) as exc:
             refuse("eval.watch", str(exc))
-    add_render_to_command_line("eval.watch", key="run_dir")
+    rewrite_argv("eval.watch", functools.partial(render_overrides, key="run_dir"), CheckpointError)
     _main()
 
 

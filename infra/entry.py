@@ -38,6 +38,15 @@ def refuse(prog: str, message: str) -> NoReturn:
     sys.exit(2)
 
 
+def rewrite_argv(prog: str, rewrite: Callable[[list[str]], list[str]], errors: type[Exception]) -> None:
+    """This command's own arguments (``sys.argv[1:]``) passed through ``rewrite`` before Hydra reads
+    them; an ``errors`` exception from it ends the command (:func:`refuse`: one line, exit 2)."""
+    try:
+        sys.argv[1:] = rewrite(sys.argv[1:])
+    except errors as exc:
+        refuse(prog, str(exc))
+
+
 def split_argv(argv: list[str]) -> tuple[list[str], bool]:
     """(the overrides of a command line, whether it only prints): flags and their values left out, a
     sweep's ``k=a,b`` at its first value."""

@@ -34,9 +34,11 @@ from omegaconf import OmegaConf
 from engine.checkpoints import render_overrides
 from engine.preflight import check_stage, plan
 from eval.config import EvalConfig
+from eval.preflight import EVAL
 from infra.entry import explain, front_door, refuse, split_argv
 from infra.schema import bounded, typed
 from train.grpo.config import GRPOConfig
+from train.preflight import GRPO, SFT
 from train.sft.config import SFTConfig
 
 #: stage -> (root config, schema, the key whose checkpoint's render block the stage composes at).
@@ -45,6 +47,8 @@ STAGES = {
     "grpo": ("grpo", GRPOConfig, "init"),
     "eval": ("eval", EvalConfig, "checkpoint"),
 }
+#: stage -> its pre-flight (checks and plan), defined with the stage.
+PREFLIGHT = {"sft": SFT, "grpo": GRPO, "eval": EVAL}
 
 
 @dataclass
@@ -107,13 +111,15 @@ def main(argv: list[str] | None = None) -> int:
         root,
         schema,
         overrides,
-        check=lambda c: check_stage(stage, c, on_disk=False, memory=False),
+        check=lambda c: check_stage(PREFLIGHT[stage], c, on_disk=False, memory=False),
         transform=(lambda o: render_overrides(o, key=key)) if key else None,
     )
     if printing:  # --cfg job: the stage's composed config the plan reads
         print(OmegaConf.to_yaml(cfg, resolve=True), end="")
         return 0
-    result = plan(stage, cfg, gpu_memory_gb=own["gpu_memory_gb"], gpus=own["gpus"], zero=own["zero"])
+    result = plan(
+        PREFLIGHT[stage], cfg, gpu_memory_gb=own["gpu_memory_gb"], gpus=own["gpus"], zero=own["zero"]
+    )
     if own["nodes"] is not None:
         result = {"nodes": own["nodes"], "gpus_per_node": own["gpus_per_node"], **result}
     try:

@@ -25,6 +25,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = (
+    "perf",
     "pipeline",
     "train",
     "eval",
@@ -32,7 +33,6 @@ PACKAGES = (
     "engine",
     "data_builders",
     "metrics",
-    "rewards",
     "infra",
 )
 TOP = PACKAGES + ("conf", "slurm", "tests", "docs")
@@ -225,7 +225,7 @@ def test_the_module_map_check_finds_a_missing_path_and_an_unlisted_folder(tmp_pa
 #: ``python -m <project module> [subcommand] args`` in the README and the docs, up to the end of the
 #: code span, a comment, a table cell or the line.
 COMMAND = re.compile(rf"python -m ((?:{ALT_PACKAGES})(?:\.\w+)*)([^`#|\n]*)")
-#: A first argument that picks a subcommand (``data_builders build``, ``eval.bench gpu``).
+#: A first argument that picks a subcommand (``data_builders build``, ``perf gpu``).
 SUBCOMMAND = re.compile(r"[a-z][a-z_]*")
 
 
@@ -395,6 +395,7 @@ def preflight_failures(lines, gpu_memory_gb: float = 80.0) -> list[str]:
     from engine.preflight import check_stage, plan
     from infra.schema import compose
     from pipeline.config import SCHEMAS
+    from pipeline.plan import PREFLIGHT
     from train.grpo.run import entry_preflight
 
     configs, checked = [], {}
@@ -403,7 +404,7 @@ def preflight_failures(lines, gpu_memory_gb: float = 80.0) -> list[str]:
         if key not in checked:
             try:
                 cfg = compose(ROOT_OF[module], overrides, SCHEMAS[ROOT_OF[module]])
-                check_stage(STAGE_OF[module], cfg, on_disk=False, memory=False)
+                check_stage(PREFLIGHT[STAGE_OF[module]], cfg, on_disk=False, memory=False)
                 if module == "train.grpo" and cfg.entry.target:  # an experiment's own stages
                     entry_preflight(cfg)
                 checked[key] = (cfg, None)
@@ -427,7 +428,7 @@ def preflight_failures(lines, gpu_memory_gb: float = 80.0) -> list[str]:
                 f"{where}: a sweep without held-out evaluations (grpo.eval_every=0) cannot be compared"
             )
         if module.startswith("train.") and cfg.model.kind == "pretrained":
-            result = plan(STAGE_OF[module], cfg, gpu_memory_gb=gpu_memory_gb, gpus=gpus, zero=zero)
+            result = plan(PREFLIGHT[STAGE_OF[module]], cfg, gpu_memory_gb=gpu_memory_gb, gpus=gpus, zero=zero)
             if not result["fits"]:
                 failures.append(f"{where}: would not fit {gpu_memory_gb:g} GB x {gpus} ({result['biggest']})")
     return failures

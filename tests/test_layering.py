@@ -1,6 +1,5 @@
-"""Imports go one way: pipeline -> train | eval -> benchmarks -> engine -> data_builders -> rewards ->
-metrics -> infra (train and eval are peers: neither imports the other; rewards holds only the speed
-benchmark of the metric core), and never in a circle.
+"""Imports go one way: perf -> pipeline -> train | eval -> benchmarks -> engine -> data_builders ->
+metrics -> infra (train and eval are peers: neither imports the other), and never in a circle.
 
 Every module of the packages is parsed (no import is executed), and each import of a project
 package, at module level or inside a function, must name the module's own layer or a lower one. A
@@ -38,12 +37,12 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = (
     ("infra",),
     ("metrics",),
-    ("rewards",),  # rewards/bench alone: the PRS core's speed benchmark, over metrics
     ("data_builders",),
     ("engine",),
     ("benchmarks",),
     ("eval", "train"),
     ("pipeline",),
+    ("perf",),  # the measurements and the GPU check: tools over the library, imported by none of it
 )
 LEVEL = {package: level for level, group in enumerate(LAYERS) for package in group}
 #: A ``"module:attr"`` string of a registry table.

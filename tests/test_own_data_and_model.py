@@ -40,7 +40,6 @@ PROJECT = (
     "train",
     "pipeline",
     "metrics",
-    "rewards",
     "infra",
 )
 

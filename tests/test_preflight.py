@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -14,10 +15,12 @@ import pytest
 
 from engine.preflight import PreflightError, check_stage, plan
 from eval.config import EvalConfig
+from eval.preflight import EVAL
 from eval.watch import WatchConfig, load_config
 from infra.entry import did_you_mean
 from infra.schema import compose
 from train.grpo.config import GRPOConfig
+from train.preflight import GRPO, SFT
 from train.sft.config import SFTConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +47,7 @@ def test_a_split_the_data_set_lacks_is_refused_before_the_model_loads(tmp_path):
 def test_checkpoint_selection_reads_val_by_default(tmp_path):
     cfg = load_config([f"run_dir={tmp_path}", "benchmark=p3i", "data=mix_p3i", "data.dir=/data/mix_p3i"])
     assert cfg.split == "val"
-    check_stage("eval", cfg, on_disk=False)  # the README's watch line passes
+    check_stage(EVAL, cfg, on_disk=False)  # the README's watch line passes
     grpo = compose("grpo", ["grpo.eval_every=5"], GRPOConfig)
     assert grpo.grpo.eval_split == "val"
 
@@ -53,20 +56,20 @@ def test_a_built_mixture_without_the_split_is_named(tmp_path):
     (tmp_path / "train").mkdir()
     cfg = compose("sft", ["data=mix_p3i", f"data.dir={tmp_path}", "sft.eval_split=val"], SFTConfig)
     with pytest.raises(PreflightError, match=r"sft.eval_split=val: .* has no val/ \(it has train\)"):
-        check_stage("sft", cfg)
+        check_stage(SFT, cfg)
 
 
 def test_grpo_refuses_a_missing_init_and_a_lacking_eval_split(tmp_path):
     (tmp_path / "train").mkdir()
     cfg = compose("grpo", [f"data.dir={tmp_path}", f"init={tmp_path}/sft/final"], GRPOConfig)
     with pytest.raises(PreflightError, match=r"init=.*sft/final does not exist"):
-        check_stage("grpo", cfg)
+        check_stage(GRPO, cfg)
     check_stage(
-        "grpo", compose("grpo", [f"data.dir={tmp_path}", "init=random"], GRPOConfig)
+        GRPO, compose("grpo", [f"data.dir={tmp_path}", "init=random"], GRPOConfig)
     )  # the model config
     cfg = compose("grpo", ["data=mix_p3i", "grpo.eval_every=5", "grpo.eval_split=test"], GRPOConfig)
     with pytest.raises(PreflightError, match=r"grpo.eval_split=test: data=mix_p3i has no split 'test'"):
-        check_stage("grpo", cfg, on_disk=False)
+        check_stage(GRPO, cfg, on_disk=False)
 
 
 @pytest.mark.slow
@@ -110,7 +113,7 @@ SFT_4B = ["model=qwen3_vl_4b", "experiment=p3i_4b_sft"]
 
 
 def test_the_4b_recipe_fits_80_gb_and_the_stage_defaults_do_not():
-    recipe = plan("sft", compose("sft", SFT_4B, SFTConfig), gpu_memory_gb=80, gpus=16, zero=2)
+    recipe = plan(SFT, compose("sft", SFT_4B, SFTConfig), gpu_memory_gb=80, gpus=16, zero=2)
     assert recipe["fits"] is True
     assert recipe["parameters"] == {
         "value": 4437815808,
@@ -119,7 +122,7 @@ def test_the_4b_recipe_fits_80_gb_and_the_stage_defaults_do_not():
     }
     assert 10 < recipe["memory_gb"]["peak"]["value"] < 80
     defaults = SFT_4B + ["sft.per_device_batch_size=8", "sft.gradient_checkpointing=false"]
-    big = plan("sft", compose("sft", defaults, SFTConfig), gpu_memory_gb=80, gpus=16, zero=2)
+    big = plan(SFT, compose("sft", defaults, SFTConfig), gpu_memory_gb=80, gpus=16, zero=2)
     assert big["fits"] is False and big["biggest"] == "activations"
     assert big["memory_gb"]["activations"]["value"] > 80
     for term in recipe["memory_gb"].values():
@@ -132,13 +135,13 @@ def test_the_time_of_a_data_set_with_no_counts_is_unknown_not_zero(tmp_path):
     stats.json gives them."""
     overrides = ["experiment=toy_sft", f"data.dir={tmp_path}", "sft.max_steps=-1"]
     cfg = compose("sft", overrides, SFTConfig)
-    out = plan("sft", cfg, gpu_memory_gb=80, gpus=1)
+    out = plan(SFT, cfg, gpu_memory_gb=80, gpus=1)
     for key in ("records", "steps", "gpu_hours"):
         assert out[key]["value"] is None and out[key]["kind"] == "unknown", (key, out[key])
     (tmp_path / "train").mkdir()
     stats = {"records": 96, "clip_seconds": {"max": 20.0}, "steps_per_second": 1.0}
     (tmp_path / "train" / "stats.json").write_text(json.dumps(stats))
-    out = plan("sft", cfg, gpu_memory_gb=80, gpus=1)
+    out = plan(SFT, cfg, gpu_memory_gb=80, gpus=1)
     assert out["records"] == {
         "value": 96,
         "kind": "measured",
@@ -176,7 +179,7 @@ def _plan_of(model: str, *args: str) -> dict:
 
     own, rest = parse(["stage=sft", "gpu_memory_gb=80", *args])
     cfg = compose("sft", [*SFT_4B, f"model={model}", "data.dir=/data/mix_p3i", *rest], STAGES["sft"][1])
-    return plan("sft", cfg, gpu_memory_gb=own["gpu_memory_gb"], gpus=own["gpus"], zero=own["zero"])
+    return plan(SFT, cfg, gpu_memory_gb=own["gpu_memory_gb"], gpus=own["gpus"], zero=own["zero"])
 
 
 def test_activations_memory_and_time_grow_with_the_model():
@@ -315,9 +318,9 @@ def test_the_gpu_check_refuses_what_would_not_fit(monkeypatch):
     monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2")
     big = SFT_4B + ["sft.per_device_batch_size=8", "sft.gradient_checkpointing=false"]
     with pytest.raises(PreflightError, match=r"would not fit: .* > 80 GB \(activations: .*plan.check=false"):
-        check_stage("sft", compose("sft", big, SFTConfig), on_disk=False)
-    assert check_stage("sft", compose("sft", big + ["plan.check=false"], SFTConfig), on_disk=False) is None
-    assert check_stage("sft", compose("sft", SFT_4B, SFTConfig), on_disk=False)["fits"] is True
+        check_stage(SFT, compose("sft", big, SFTConfig), on_disk=False)
+    assert check_stage(SFT, compose("sft", big + ["plan.check=false"], SFTConfig), on_disk=False) is None
+    assert check_stage(SFT, compose("sft", SFT_4B, SFTConfig), on_disk=False)["fits"] is True
     assert WatchConfig.split == "val"
 
 
@@ -447,13 +450,26 @@ def test_the_4b_grpo_recipe_takes_the_h200_update_and_a_longer_window_scales_it(
     is one window per rank, 31.8 + 18.1 s an update; 40-step windows on 3 GPUs, twice the window
     and two windows per rank, four times that."""
     cfg = compose("grpo", ["experiment=p3i_4b_grpo", "init=random"], GRPOConfig)
-    recipe = plan("grpo", cfg, gpu_memory_gb=141, gpus=6, zero=2)
+    recipe = plan(GRPO, cfg, gpu_memory_gb=141, gpus=6, zero=2)
     assert recipe["steps_per_s"]["kind"] == "measured"
     assert recipe["steps_per_s"]["value"] == pytest.approx(1 / 49.9, abs=1e-5)
     assert recipe["gpu_hours"]["value"] == round(143 * 49.9 * 6 / 3600, 2)  # 11.89
     longer = compose("grpo", ["experiment=p3i_4b_grpo", "init=random", "grpo.window_steps=40"], GRPOConfig)
-    slow = plan("grpo", longer, gpu_memory_gb=141, gpus=3, zero=2)
+    slow = plan(GRPO, longer, gpu_memory_gb=141, gpus=3, zero=2)
     assert (
         slow["steps_per_s"]["kind"] == "estimated" and "x2 for this window" in slow["steps_per_s"]["source"]
     )
     assert slow["steps_per_s"]["value"] == pytest.approx(1 / (4 * 49.9), abs=1e-5)
+
+
+def test_each_stage_s_checks_and_plan_live_with_the_stage():
+    """``engine.preflight`` holds what the stages share and names none of them; SFT's and GRPO's
+    checks and plan are ``train.preflight``'s, evaluation's ``eval.preflight``'s."""
+    import engine.preflight as shared
+
+    assert [s.name for s in (SFT, GRPO, EVAL)] == ["sft", "grpo", "eval"]
+    owners = {f.__module__ for s in (SFT, GRPO) for f in (s.check, s.planner, s.changes)}
+    assert owners == {"train.preflight"}
+    assert {f.__module__ for f in (EVAL.check, EVAL.planner, EVAL.changes)} == {"eval.preflight"}
+    source = Path(shared.__file__).read_text(encoding="utf-8")
+    assert re.findall(r'cfg\.(?:sft|grpo|records|split)\b|"(?:sft|grpo|eval)"', source) == []

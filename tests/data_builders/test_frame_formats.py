@@ -10,13 +10,13 @@ import json
 import numpy as np
 import pytest
 
-from data_builders.bench.cache import textured_frames
 from data_builders.config import RenderConfig
 from data_builders.frame_cache import EncodedFrames, FrameCache, load_frames
 from data_builders.frames import cache_frames, stream_frames
 from data_builders.record_io import load_streams
 from data_builders.synthetic.toy import write_mp4
 from engine.checkpoints import CheckpointError, saved_render
+from perf.frame_cache import textured_frames
 
 TIMES = [0.0, 0.5, 1.0, 1.5, 2.0, 2.5]
 

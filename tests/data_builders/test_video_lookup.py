@@ -156,8 +156,8 @@ def _info(duration: float, fps: float):
 
 
 def test_index_bench_walks_every_file_of_its_tree():
-    """The bench's figure is a speed (``python -m data_builders.bench`` prints it); here only what it
+    """The bench's figure is a speed (``python -m perf builders`` prints it); here only what it
     measures: a tree of n files, 9 in 10 of them videos, all indexed (checked inside)."""
-    from data_builders.bench.builders import index_files_per_second
+    from perf.builders import index_files_per_second
 
     assert index_files_per_second(2_000, repeats=1) > 0

@@ -4,6 +4,8 @@ damaged file or an interpolation in ``render.json`` stop the evaluation with a m
 
 from __future__ import annotations
 
+import ast
+import functools
 import json
 import os
 import re
@@ -150,20 +152,38 @@ def test_the_command_line_names_the_damaged_file_without_a_traceback(tiny_checkp
 def test_each_command_reads_the_render_of_the_checkpoint_it_names(
     prog, key, tiny_checkpoint, tmp_path, monkeypatch, capsys
 ):
-    """The helper eval.run, eval.watch and train.grpo share: the checkpoint's render block added to the
-    command line, and a damaged one a one-line exit 2 naming the command and the file."""
-    from engine.checkpoints import add_render_to_command_line
+    """What eval.run, eval.watch and train.grpo do first: the checkpoint's render block added to the
+    command line (``infra.entry.rewrite_argv`` over ``engine.checkpoints.render_overrides``), and a
+    damaged one a one-line exit 2 naming the command and the file."""
+    from engine.checkpoints import CheckpointError, render_overrides
+    from infra.entry import rewrite_argv
 
+    rewrite = functools.partial(render_overrides, key=key)
     ckpt = copy_checkpoint(tiny_checkpoint, tmp_path / "ckpt", render={"max_pixels": 8192})
     monkeypatch.setattr(sys, "argv", [prog, f"{key}={ckpt}", "limit=2"])
-    add_render_to_command_line(prog, key=key)
+    rewrite_argv(prog, rewrite, CheckpointError)
     added = sys.argv[2:-1]
     assert sys.argv[1] == f"{key}={ckpt}" and sys.argv[-1] == "limit=2"
     assert "render.max_pixels=8192" in added and all(a.startswith("render.") for a in added), added
 
     path = _damage(ckpt, "render.json")
     monkeypatch.setattr(sys, "argv", [prog, f"{key}={ckpt}"])
-    with pytest.raises(SystemExit) as stop:
-        add_render_to_command_line(prog, key=key)
+    with pytest.raises(CheckpointError, match="not valid JSON"):  # the library raises
+        rewrite(sys.argv[1:])
+    with pytest.raises(SystemExit) as stop:  # the entry point ends the command
+        rewrite_argv(prog, rewrite, CheckpointError)
     assert stop.value.code == 2
     assert capsys.readouterr().err.startswith(f"{prog}: {path}: not valid JSON")
+
+
+def test_the_model_library_neither_ends_the_process_nor_rewrites_its_arguments():
+    """``engine/`` returns values and raises; the entry points read ``sys.argv`` and exit."""
+    found = []
+    for path in sorted((ROOT / "engine").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            name = ast.unparse(node.func) if isinstance(node, ast.Call) else None
+            if name in ("sys.exit", "exit", "quit", "os._exit") or (
+                isinstance(node, ast.Attribute) and ast.unparse(node) == "sys.argv"
+            ):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    assert found == []

@@ -1,4 +1,4 @@
-"""The long-stream memory figure of ``python -m eval.bench`` on small sizes: its JSON contract and
+"""The long-stream memory figure of ``python -m perf engine`` on small sizes: its JSON contract and
 what each fresh process streams (the figure itself is printed by the bench command)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from eval.bench.long_stream import long_stream_peaks, write_frames
+from perf.long_stream import long_stream_peaks, write_frames
 
 
 def test_frames_file_is_a_frame_cache_array(tmp_path):

@@ -18,7 +18,7 @@ from engine.memory.embedders import get_embedder
 from engine.memory.graph import KnowledgeGraph
 from engine.memory.retrieval import MemoryStore, evidence_block, interleave, resolve_scope, rrf
 from engine.memory.temporal import DenseIndex, Hit
-from eval.bench.recall import recall_table
+from perf.recall import recall_table
 
 
 def unit(rng: np.random.Generator, n: int, d: int) -> np.ndarray:

@@ -24,7 +24,7 @@ from engine.render import TurnRenderer
 from engine.static_step import compiled_step
 from engine.step_choice import resolve_step
 from engine.streaming import EngineConfig, StreamingEngine
-from eval.bench.static import silent_reads
+from perf.static import silent_reads
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +88,7 @@ def test_static_window_compaction_and_growth_stream_as_the_eager_engine(setup):
 
 
 def test_a_silent_static_step_reads_nothing_back(setup):
-    """Counted by a dispatch mode (``eval.bench.static``): the eager engine's compactions read the
+    """Counted by a dispatch mode (``perf.static``): the eager engine's compactions read the
     mask back (``bool``, ``nonzero``, ``tolist``); the static engine's silent steps read nothing."""
     model, renderer, streams, frames = setup
     long = Stream(**{**streams[0].__dict__, "clip_end": 80.0, "targets": []})

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from engine.vision_tower import VisionPlans, vision_features
-from eval.bench.vision import bench_model, counted_reads, counted_sdpa
+from perf.vision import bench_model, counted_reads, counted_sdpa
 
 #: Frame grids (t, h, w) in patches: the toy's 64 x 64, a wide frame, a tall one, two-frame video.
 SIZES = [(1, 4, 4), (1, 6, 10), (1, 10, 6), (2, 4, 8)]
@@ -97,7 +97,7 @@ def test_plans_are_built_once_per_grid_list():
 
 
 def test_vision_bench_reports_zero_reads_and_equal_features(capsys):
-    from eval.bench import vision
+    from perf import vision
 
     result = vision.main(["--frames", "4", "--repeats", "1"])
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == result

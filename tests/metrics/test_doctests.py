@@ -18,7 +18,7 @@ MODULES = [
     "metrics.streamingbench_proactive",
     "metrics.content",
     "train.grpo.rewards",
-    "rewards.bench.prs",
+    "perf.prs",
     "benchmarks.scoring.judge",
     "benchmarks.protocols.proactivevideoqa",
 ]

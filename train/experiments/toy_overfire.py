@@ -106,9 +106,10 @@ def preflight(cfg: DictConfig) -> OverfireConfig:
     """The experiment's options, and the SFT stage it runs checked on its config alone (``train.grpo``
     calls this before Hydra runs; :func:`run_experiment` again before building any data)."""
     from engine.preflight import check_stage
+    from train.preflight import SFT
 
     options = typed(OverfireConfig, OmegaConf.to_container(cfg.entry.options, resolve=True), "entry.options")
-    check_stage("sft", sft_config(cfg, options), on_disk=False, memory=False)
+    check_stage(SFT, sft_config(cfg, options), on_disk=False, memory=False)
     return options
 
 

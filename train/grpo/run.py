@@ -23,6 +23,7 @@ import importlib
 import json
 import logging
 import sys
+from functools import partial
 from pathlib import Path
 
 import hydra
@@ -41,7 +42,7 @@ from data_builders.records import RecordError
 from data_builders.splits import split_records
 from engine.checkpoints import (
     COMPLETE_MARKER,
-    add_render_to_command_line,
+    CheckpointError,
     check_checkpoint,
     check_render,
     model_dir,
@@ -49,7 +50,7 @@ from engine.checkpoints import (
     write_render,
 )
 from engine.preflight import check_stage
-from infra.entry import front_door, quiet_libraries
+from infra.entry import front_door, quiet_libraries, rewrite_argv
 from infra.files import OutputLock, OutputLocked
 from infra.progress import console
 from infra.ranks import barrier, is_rank_zero
@@ -59,6 +60,7 @@ from infra.tracking import LoggerConfig, make_logger
 from train.grpo.config import NONFINITE_MESSAGE, GRPOConfig, check_choices, reward_spec
 from train.grpo.rewards import build_reward
 from train.hydra_sweeps import sweep_identity
+from train.preflight import GRPO
 from train.run_dir import (
     leave_launch,
     resolve_resume,
@@ -85,7 +87,7 @@ def run(cfg: DictConfig, out: Path | None = None) -> Path:
     control = run_control(
         cfg.grpo, "grpo", "update", NONFINITE_MESSAGE
     )  # first: a signal while the model loads is caught too
-    check_stage("grpo", cfg)  # engine.preflight: splits, init, the memory plan on a GPU
+    check_stage(GRPO, cfg)  # engine.preflight: splits, init, the memory plan on a GPU
     main = is_rank_zero()
     lock = OutputLock(out or cfg.grpo.output_dir, "train.grpo").acquire() if main else None  # one run per dir
     try:
@@ -381,14 +383,14 @@ def _check_start(cfg: DictConfig) -> None:
         entry_preflight(cfg)
         return
     check_config(cfg)
-    check_stage("grpo", cfg)
+    check_stage(GRPO, cfg)
 
 
 def main() -> None:
     """The command line, with the ``init`` checkpoint's render block added as overrides
     (``engine.checkpoints.render_overrides``: the frames it was trained on; an explicit
     ``render`` override wins, with a warning)."""
-    add_render_to_command_line("train.grpo", key="init")
+    rewrite_argv("train.grpo", partial(render_overrides, key="init"), CheckpointError)
     front_door("train.grpo", "grpo", GRPOConfig, check=_check_start)
     _main()
 

@@ -22,7 +22,7 @@ Only the labelled positions need logits (the assistant tokens, a few percent of 
 positions): the trainer asks the model for those alone (:func:`selected_logits`: the LM head runs on
 the selected hidden states, in the model's dtype) and the log-softmax runs in fp32 on them
 (:func:`loss_at_labels`), instead of B x T x V fp32 logits (~4 GB for a 30-frame window of the 4B
-model; ``python -m train.bench memory`` measures the difference).
+model; ``python -m perf step_memory`` measures the difference).
 
 Class weights (:func:`class_weights`) are frequency-balanced, ``w_c = (N / (C * n_c)) ** power``,
 then normalized so that their count-weighted mean is 1 (the loss keeps the scale of plain

@@ -39,6 +39,7 @@ from infra.progress import console
 from infra.ranks import is_rank_zero
 from infra.run_control import NonFiniteLoss, Preempted, RunControl
 from infra.schema import CONF_DIR, compose, validate
+from train.preflight import SFT
 from train.run_dir import (
     CheckpointWriteError,
     is_write_failure,
@@ -146,7 +147,7 @@ def train(cfg: DictConfig) -> Path:
     """Run the SFT stage of a validated config; returns the final checkpoint dir (model + processor).
     The pre-flight (``engine.preflight.check_stage``) runs first: a split or data dir that is missing,
     or a plan that would not fit the GPU, stops it before the model loads."""
-    check_stage("sft", cfg)
+    check_stage(SFT, cfg)
     t = cfg.sft
     out = Path(t.output_dir)
     resume = resolve_resume(t.resume, out)
@@ -280,7 +281,7 @@ def _main(cfg: DictConfig) -> None:
 def _check_start(cfg: DictConfig) -> None:
     """The stage's pre-flight, then the output folder: one another run holds is refused before Hydra
     writes its ``.hydra/`` into it (rank zero asks: it is the one that takes the lock)."""
-    check_stage("sft", cfg)
+    check_stage(SFT, cfg)
     if is_rank_zero():
         refuse_if_held(cfg.sft.output_dir)
 
