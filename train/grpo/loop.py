@@ -132,6 +132,27 @@ class Group:
         return self.token_adv is not None and bool(self.token_adv.abs().gt(0).any())
 
 
+def device_clock(model) -> float:
+    """``time.perf_counter()`` once the device has run what was queued (CUDA runs asynchronously)."""
+    if next(model.parameters()).is_cuda:
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+def plan_shape(plan: list[Group]) -> dict:
+    """What the update's loss forwards feed the model: forwards, rows, token positions (padding
+    included), real tokens, and the positions that repeat a group's common prefix (its rows' shared
+    start, counted G - 1 times: what computing it once would save)."""
+    batches = [g.batch for g in plan]
+    return {
+        "loss_forwards": len(batches),
+        "loss_rows": sum(int(b.input_ids.shape[0]) for b in batches),
+        "loss_positions": sum(int(b.input_ids.numel()) for b in batches),
+        "loss_tokens": sum(int(b.attention_mask.sum()) for b in batches),
+        "repeated_prefix_tokens": sum(b.shared_prefix() * (int(b.input_ids.shape[0]) - 1) for b in batches),
+    }
+
+
 class GRPOLoop:
     """Rollouts, rewards and clipped-ratio updates; ``cfg`` is the ``grpo`` block of ``conf/grpo.yaml``,
     ``parallel`` a ``train.grpo.parallel`` runner (default: one process)."""
@@ -184,6 +205,7 @@ class GRPOLoop:
         self._orders: dict[int, list[int]] = {}  # epoch -> window order (the current one only)
         self.history: list[dict] = []
         self.run: RunControl | None = None  # the run control of the last train()
+        self.timing: dict = {}  # the last update's loss forwards and where its time went (train.bench grpo)
 
     @property
     def optimizer(self):
@@ -326,6 +348,7 @@ class GRPOLoop:
         groups = self._scored(rolled)
         t_reward = time.perf_counter() - t0 - t_rollout
         live, plan, counts = self._loss_plan(groups)
+        self.timing = plan_shape(plan)
         total, sums, window_loss = self._backward(plan, len(live), counts)
         total, nonfinite, *summed = all_reduce(
             [total, float(not torch.isfinite(torch.tensor(total))), *sums.values()]
@@ -339,7 +362,9 @@ class GRPOLoop:
                 par.discard()
                 row["nonfinite"] = 1
             else:
+                t_step = device_clock(self.model)
                 row["grad_norm"] = par.step()
+                self.timing["optimizer_s"] = device_clock(self.model) - t_step
         row.update(
             rollout_s=t_rollout, reward_s=t_reward, update_s=time.perf_counter() - t0 - t_rollout - t_reward
         )
@@ -373,8 +398,10 @@ class GRPOLoop:
         are padding); returns the summed loss, the per-token sums of ``SUMS`` and each window's parts."""
         cfg, par = self.cfg, self.parallel
         total, sums, window_loss = 0.0, dict.fromkeys(SUMS, 0.0), {}
+        clock = {"update_forward_s": 0.0, "update_backward_s": 0.0}
         self.model.train()
         for k, g in enumerate(plan):
+            t0 = device_clock(self.model)
             with par.autocast():
                 new = token_logprobs(self.forward_model, self.renderer, g.rollouts, g.batch, cfg.temperature)
                 ref = None
@@ -399,8 +426,13 @@ class GRPOLoop:
                 window_loss[g.index] = lp
                 for key in SUMS:
                     sums[key] += lp[key]
+            t1 = device_clock(self.model)
             par.backward(loss * par.world, last=k == len(plan) - 1)  # the ranks' gradients are averaged
+            t2 = device_clock(self.model)
+            clock["update_forward_s"] += t1 - t0
+            clock["update_backward_s"] += t2 - t1
         self.model.eval()
+        self.timing.update(clock)
         return total, sums, window_loss
 
     @staticmethod

@@ -55,6 +55,13 @@ class PolicyBatch:
         mask[self.rows, self.positions] = True
         return mask
 
+    def shared_prefix(self) -> int:
+        """How many leading tokens every row has in common (the rows diverge at their first
+        differing sampled token)."""
+        ids = self.input_ids.masked_fill(self.attention_mask == 0, -1)
+        differs = (ids != ids[:1]).any(0).nonzero()
+        return int(differs[0]) if len(differs) else int(ids.shape[1])
+
     def row_tokens(self) -> torch.Tensor:
         """(N,) how many generated tokens the token's rollout has."""
         counts = torch.bincount(self.rows, minlength=self.input_ids.shape[0])
