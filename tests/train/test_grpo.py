@@ -15,7 +15,7 @@ from engine.render import RESPONSE_CLASS, TurnRenderer
 from engine.streaming import EngineConfig, StreamingEngine
 from rewards.grpo import build_reward, step_rewards
 from train.grpo.config import LOSS_TYPES
-from train.grpo.loss import (
+from train.grpo.policy import (
     LOSS_WEIGHTS,
     UpdateCounts,
     grpo_loss,

@@ -17,7 +17,8 @@ from engine.render import TurnRenderer
 from rewards.grpo import build_reward
 from train.grpo.config import GRPOStageConfig, reward_spec
 from train.grpo.loop import GRPOLoop
-from train.grpo.loss import (
+from train.grpo.parallel import Single
+from train.grpo.policy import (
     UpdateCounts,
     grpo_loss,
     policy_batch,
@@ -25,7 +26,6 @@ from train.grpo.loss import (
     token_logprobs,
     token_weights,
 )
-from train.grpo.parallel import Single
 from train.grpo.rollout import make_windows, rollout_group
 
 

@@ -10,7 +10,7 @@ from engine.step_choice import STEPS as ENGINE_STEPS
 from infra.schema import bounded, store_schema
 from train.stage_config import StageConfig
 
-#: ``grpo.loss_type`` values (the per-token weights of each are ``train.grpo.loss.LOSS_WEIGHTS``).
+#: ``grpo.loss_type`` values (the per-token weights of each are ``train.grpo.policy.LOSS_WEIGHTS``).
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 #: ``grpo.scale_rewards`` values (``train.grpo.rollout.decision_advantages``).
 SCALE_REWARDS = ("group", "batch", "none")
@@ -69,7 +69,7 @@ class GRPOStageConfig(StageConfig):
     beta: float = bounded(0.0, ge=0)
     """KL coefficient against the initial policy (0: no reference model)."""
     loss_type: str = "grpo"
-    """How the per-token losses of an update are averaged (trl's ``loss_type``; ``train.grpo.loss``):
+    """How the per-token losses of an update are averaged (trl's ``loss_type``; ``train.grpo.policy``):
     ``grpo`` each rollout's token mean, averaged over rollouts; ``bnpo`` each window group's token
     mean, averaged over groups; ``dr_grpo`` the token sum over rollouts x the longest possible rollout
     (``window_steps`` x (``max_new_tokens`` + 2) tokens), constant; ``dapo`` the token sum over every

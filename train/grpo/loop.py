@@ -1,4 +1,4 @@
-"""The GRPO update loop over streaming rollouts (docs/grpo.md; ``train/grpo/loss.py`` for the loss).
+"""The GRPO update loop over streaming rollouts (docs/grpo.md; ``train/grpo/policy.py`` for the loss).
 
 Each update: the next ``windows_per_step`` windows of a seeded shuffle are drawn (one pass over the
 windows per epoch; a resumed run draws the same ones), each gets ``num_generations`` sampled streaming rollouts (each window with its own seed),
@@ -56,7 +56,8 @@ from infra.run_control import Preempted, RunControl
 from infra.tracking import flatten
 from rewards.grpo import step_rewards
 from train.grpo.config import NONFINITE_MESSAGE, check_choices
-from train.grpo.loss import (
+from train.grpo.parallel import Single
+from train.grpo.policy import (
     PolicyBatch,
     UpdateCounts,
     grpo_loss,
@@ -65,7 +66,6 @@ from train.grpo.loss import (
     token_logprobs,
     token_weights,
 )
-from train.grpo.parallel import Single
 from train.grpo.rollout import (
     Rollout,
     Window,
