@@ -15,17 +15,11 @@ from data_builders.frames import stream_frames
 from data_builders.record_io import load_streams
 from engine.render import TurnRenderer
 from rewards.grpo import build_reward
+from train.grpo.algorithm import UpdateCounts, grpo_loss, token_advantages, token_weights
 from train.grpo.config import GRPOStageConfig, reward_spec
 from train.grpo.loop import GRPOLoop
 from train.grpo.parallel import Single
-from train.grpo.policy import (
-    UpdateCounts,
-    grpo_loss,
-    policy_batch,
-    token_advantages,
-    token_logprobs,
-    token_weights,
-)
+from train.grpo.policy import policy_batch, token_logprobs
 from train.grpo.rollout import make_windows, rollout_group
 
 

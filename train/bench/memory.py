@@ -214,7 +214,8 @@ def trained_model(dtype: str, params: str, device: torch.device):
 def variant_step(name: str, model, processor, renderer, device, frames: int, group: int):
     """``(step, tokens)``: the variant's forward, loss and backward as a function returning the loss,
     and the tokens of its batch."""
-    from train.grpo.policy import grpo_loss, policy_batch, token_logprobs
+    from train.grpo.algorithm import grpo_loss
+    from train.grpo.policy import policy_batch, token_logprobs
     from train.sft.losses import decision_loss, loss_at_labels, selected_logits
 
     stream, pixels, rendered = bench_window(renderer, frames)
