@@ -11,6 +11,14 @@ times. ``frames_encoded`` counts what the vision tower saw. ``--compile`` adds `
 shared rollouts with the language model compiled (``grpo.compile_rollouts``), timed on a second
 pass (``compile_s``: the first, which builds the graphs), whether they sampled the same tokens as the
 eager ones (same seeds), and ``compiled_speedup`` over an eager pass run just before it.
+
+``update_parts`` splits the policy update of the last of ``--updates`` updates, measured in
+``train.grpo.loop.GRPOLoop`` itself (``GRPOLoop.timing``): ``update_forward_s`` (the loss forwards,
+with the window's frames, and the loss), ``update_backward_s``, ``optimizer_s`` (clipping and AdamW),
+``loss_forwards`` (one per window: its G rollouts are the rows of one batch), ``loss_rows``,
+``loss_positions`` (padding included) against ``loss_tokens``, ``repeated_prefix_tokens`` (the
+positions that repeat a group's common start) and whether gradient checkpointing was on
+(``--checkpointing`` turns it on). Every window is given a signal, so each runs its loss forward.
 """
 
 from __future__ import annotations
@@ -82,8 +90,28 @@ def compiled_figures(model, renderer, pool, group: int, eager_tokens: list) -> d
     }
 
 
-def update_split(model, processor, renderer, pool, group: int, run_dir: Path) -> dict:
-    """One GRPO update over the pool: its seconds and shares of rollout, reward and policy update."""
+def every_window_live(loop) -> None:
+    """Give the groups without signal (equal rewards) a small constant advantage, so that the
+    update runs a loss forward and backward for every window whatever the random policy sampled."""
+    scored = loop._scored
+
+    def live(rolled):
+        groups = scored(rolled)
+        for g in groups:
+            if g.token_adv is not None and not g.live:
+                g.token_adv = torch.full_like(g.token_adv, 1e-3)
+        return groups
+
+    loop._scored = live
+
+
+def update_split(
+    model, processor, renderer, pool, group: int, run_dir: Path, updates: int = 1, checkpointing: bool = False
+) -> dict:
+    """GRPO updates over the pool (every window with signal), the last one's seconds and shares of
+    rollout, reward and policy update, and the policy update split (``GRPOLoop.timing``): loss
+    forwards, backwards, the optimizer step, what the forwards fed the model."""
+    from train.grpo.rewards import build_reward
     from train.grpo.loop import GRPOLoop
     from train.grpo.rewards import build_reward
 
@@ -95,16 +123,31 @@ def update_split(model, processor, renderer, pool, group: int, run_dir: Path) ->
         save_total_limit=1,
     )
     reward = build_reward(reward_spec(yaml.safe_load((CONF_DIR / "reward" / "prs.yaml").read_text())))
-    row = GRPOLoop(loop_cfg, model, processor, renderer, reward, pool, run_dir).update()
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    loop = GRPOLoop(loop_cfg, model, processor, renderer, reward, pool, run_dir)
+    every_window_live(loop)
+    for _ in range(updates):
+        row = loop.update()
     split = {k: row[k] for k in ("rollout_s", "reward_s", "update_s")}
     total = sum(split.values())
+    parts = {k: round(v, 4) if isinstance(v, float) else v for k, v in loop.timing.items()}
     return {
         "update_time_s": {k: round(v, 4) for k, v in split.items()},
         "update_time_share": {k: round(v / total, 4) for k, v in split.items()},
+        "update_parts": parts
+        | {"gradient_checkpointing": model.is_gradient_checkpointing, "updates": updates},
     }
 
 
-def bench_grpo(windows: int, group: int, threads: int, compile: bool = False) -> dict:
+def bench_grpo(
+    windows: int,
+    group: int,
+    threads: int,
+    compile: bool = False,
+    updates: int = 1,
+    checkpointing: bool = False,
+) -> dict:
     from infra.entry import quiet_libraries
 
     quiet_libraries()
@@ -128,7 +171,8 @@ def bench_grpo(windows: int, group: int, threads: int, compile: bool = False) ->
         out["sharing_speedup"] = round(out["shared"]["windows_per_s"] / out["unshared"]["windows_per_s"], 3)
         if compile:
             out |= compiled_figures(model, renderer, pool, group, eager_tokens["shared"])
-        return out | update_split(model, processor, renderer, pool, group, Path(tmp) / "run")
+        run = Path(tmp) / "run"
+        return out | update_split(model, processor, renderer, pool, group, run, updates, checkpointing)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -137,7 +181,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--group", type=int, default=4, help="rollouts per window")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--compile", action="store_true", help="also roll out with the language model compiled")
+    ap.add_argument("--updates", type=int, default=1, help="updates run; the last one is reported")
+    ap.add_argument("--checkpointing", action="store_true", help="gradient checkpointing in the loss forward")
     args = ap.parse_args(argv)
-    out = bench_grpo(args.windows, args.group, args.threads, args.compile)
+    out = bench_grpo(args.windows, args.group, args.threads, args.compile, args.updates, args.checkpointing)
     print(json.dumps(out, sort_keys=True))
     return out

@@ -15,7 +15,7 @@ window is 8 steps of 448 x 448 frames (``render=hd``: 196 visual tokens each) wi
   ``selected``: the logits of the labelled positions alone (``train.sft.losses.selected_logits``, what
   ``train.sft.trainer.DecisionTrainer`` runs).
 - GRPO loss step: the window as a rollout of ``group`` rows (its assistant tokens as the generated
-  ones), ``train.grpo.loss.token_logprobs`` with ``select=False`` (logits at every position) or
+  ones), ``train.grpo.policy.token_logprobs`` with ``select=False`` (logits at every position) or
   ``select=True`` (at the generated positions, what ``train.grpo.loop`` runs), the clipped-ratio
   loss, backward.
 
@@ -214,7 +214,8 @@ def trained_model(dtype: str, params: str, device: torch.device):
 def variant_step(name: str, model, processor, renderer, device, frames: int, group: int):
     """``(step, tokens)``: the variant's forward, loss and backward as a function returning the loss,
     and the tokens of its batch."""
-    from train.grpo.loss import grpo_loss, policy_batch, token_logprobs
+    from train.grpo.algorithm import grpo_loss
+    from train.grpo.policy import policy_batch, token_logprobs
     from train.sft.losses import decision_loss, loss_at_labels, selected_logits
 
     stream, pixels, rendered = bench_window(renderer, frames)

@@ -182,7 +182,7 @@ def _grpo_stage(
 ) -> dict | None:
     """Stage 5: GRPO from the SFT checkpoint, its kept update evaluated (into ``summary``); the
     updates it ran."""
-    from train.grpo.loop import BEST_FILE
+    from train.grpo.checkpoints import BEST_FILE
     from train.grpo.run import compose_config as grpo_config
     from train.grpo.run import run as run_grpo
 

@@ -13,25 +13,20 @@ from data_builders.records import Stream, Target
 from data_builders.stream_steps import target_step
 from engine.render import RESPONSE_CLASS, TurnRenderer
 from engine.streaming import EngineConfig, StreamingEngine
-from train.grpo.config import LOSS_TYPES
-from train.grpo.loss import (
-    LOSS_WEIGHTS,
-    UpdateCounts,
-    grpo_loss,
-    policy_batch,
-    token_advantages,
-    token_logprobs,
-    token_weights,
-)
 from train.grpo.rewards import build_reward, step_rewards
-from train.grpo.rollout import (
+from train.grpo.algorithm import (
+    OBJECTIVES,
+    UpdateCounts,
     batch_std,
     decision_advantages,
     group_advantages,
-    make_windows,
+    grpo_loss,
     moments,
-    rollout_group,
+    token_advantages,
+    token_weights,
 )
+from train.grpo.policy import policy_batch, token_logprobs
+from train.grpo.rollout import make_windows, rollout_group
 
 
 @pytest.fixture(scope="module")
@@ -333,7 +328,8 @@ def test_a_full_disk_at_checkpoint_time_names_the_checkpoint(setup, tmp_path, mo
 def test_loss_types_weight_the_tokens_as_trl_defines_them(setup):
     """Two windows' groups of one update: each loss type's weights, summed over the update's tokens,
     give trl's normalizations; ``grpo`` keeps the rollout-mean-then-mean loss of one window."""
-    assert set(LOSS_WEIGHTS) == set(LOSS_TYPES)
+    LOSS_TYPES = OBJECTIVES.names()
+    assert LOSS_TYPES == ["grpo", "bnpo", "dr_grpo", "dapo"]
     (_, r1, b1), (_, r2, b2) = (_target_group(setup, 2, 4, seed) for seed in (11, 12))
     rows = [int(n) for b in (b1, b2) for n in torch.bincount(b.rows)]
     counts = UpdateCounts(rollouts=4, groups=2, tokens=sum(rows), max_tokens=10 * (4 + 2))
@@ -403,8 +399,9 @@ def test_a_resumed_step_outside_the_run_is_refused_naming_the_file(setup, tmp_pa
     ``[0, grpo.max_steps]`` and match its ``checkpoint-<step>`` directory."""
     import re
 
+    from train.grpo.checkpoints import STATE_FILE
     from train.grpo.config import GRPOStageConfig
-    from train.grpo.loop import STATE_FILE, GRPOLoop
+    from train.grpo.loop import GRPOLoop
 
     model, renderer, windows = setup
     cfg = GRPOStageConfig(max_steps=4)
@@ -430,8 +427,9 @@ class _Payload:
 def test_a_planted_pickle_in_grpo_state_is_refused_naming_the_file(setup, tmp_path):
     import re
 
+    from train.grpo.checkpoints import STATE_FILE
     from train.grpo.config import GRPOStageConfig
-    from train.grpo.loop import STATE_FILE, GRPOLoop
+    from train.grpo.loop import GRPOLoop
     from train.safe_load import UnsafeCheckpoint
 
     model, renderer, windows = setup

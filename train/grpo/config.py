@@ -8,15 +8,10 @@ from typing import Any
 from engine.config import DataRootConfig
 from engine.step_choice import STEPS as ENGINE_STEPS
 from infra.schema import bounded, store_schema
+from train.grpo.algorithm import ADVANTAGES, OBJECTIVES, SCALES
 from train.grpo.rewards import REWARDS
 from train.stage_config import StageConfig
 
-#: ``grpo.loss_type`` values (the per-token weights of each are ``train.grpo.loss.LOSS_WEIGHTS``).
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
-#: ``grpo.scale_rewards`` values (``train.grpo.rollout.decision_advantages``).
-SCALE_REWARDS = ("group", "batch", "none")
-#: ``grpo.credit`` values (``train.grpo.loop``).
-CREDITS = ("sequence", "decision")
 #: What a stop on non-finite losses says (``n`` updates in a row, the last at update ``step``).
 NONFINITE_MESSAGE = (
     "{n} updates in a row had a non-finite loss (last at update {step}); stopping. Lower the learning "
@@ -44,8 +39,9 @@ class GRPOStageConfig(StageConfig):
     ``r, r + N, ...`` of the update's draw (``infra.ranks.shard``), so a run is the same
     whatever the process count. G x ``windows_per_step`` rollouts per update."""
     credit: str = "sequence"
-    """``sequence``: one advantage per rollout (GRPO as published); ``decision``: one per decision step,
-    from per-step rewards that sum to the rollout's (``train.grpo.loop``)."""
+    """The advantage estimator (``train.grpo.algorithm.ADVANTAGES``). ``sequence``: one advantage per
+    rollout (GRPO as published); ``decision``: one per decision step, from per-step rewards that sum
+    to the rollout's."""
     gamma: float = bounded(0.0, ge=0, le=1)
     """Discount of later steps' rewards in a decision's return (``credit=decision`` only). At 0 each
     decision answers for its own increment of the reward. With PRS-B, which credits a reply made
@@ -70,14 +66,15 @@ class GRPOStageConfig(StageConfig):
     beta: float = bounded(0.0, ge=0)
     """KL coefficient against the initial policy (0: no reference model)."""
     loss_type: str = "grpo"
-    """How the per-token losses of an update are averaged (trl's ``loss_type``; ``train.grpo.loss``):
+    """How the per-token losses of an update are averaged (trl's ``loss_type``; ``train.grpo.algorithm.OBJECTIVES``):
     ``grpo`` each rollout's token mean, averaged over rollouts; ``bnpo`` each window group's token
     mean, averaged over groups; ``dr_grpo`` the token sum over rollouts x the longest possible rollout
     (``window_steps`` x (``max_new_tokens`` + 2) tokens), constant; ``dapo`` the token sum over every
     generated token of the update, all ranks together."""
     scale_rewards: str = "group"
     """Divide centred rewards by their standard deviation within the ``group`` (GRPO), over the
-    whole update's ``batch`` (all ranks), or ``none`` (Dr. GRPO) (trl's ``scale_rewards``)."""
+    whole update's ``batch`` (all ranks), or ``none`` (Dr. GRPO) (trl's ``scale_rewards``;
+    ``train.grpo.algorithm.SCALES``)."""
     max_steps: int = bounded(100, ge=0)
     """Updates."""
     save_every: int = bounded(50, ge=0)
@@ -160,8 +157,13 @@ def reward_spec(reward: Any) -> dict[str, Any]:
 
 
 def check_choices(g: Any) -> None:
-    """The ``grpo`` block's named choices, checked before anything heavy loads."""
-    named = [("loss_type", LOSS_TYPES), ("scale_rewards", SCALE_REWARDS), ("credit", CREDITS)]
+    """The ``grpo`` block's named choices, checked before anything heavy loads: ``credit``,
+    ``scale_rewards`` and ``loss_type`` against the registries of ``train.grpo.algorithm``."""
+    named = [
+        ("loss_type", OBJECTIVES.names()),
+        ("scale_rewards", SCALES.names()),
+        ("credit", ADVANTAGES.names()),
+    ]
     for key, allowed in [*named, ("engine_step", ENGINE_STEPS)]:
         value = getattr(g, key)
         if value not in allowed:

@@ -1,4 +1,5 @@
-"""The GRPO update loop over streaming rollouts (docs/grpo.md; ``train/grpo/loss.py`` for the loss).
+"""The GRPO update loop over streaming rollouts (docs/grpo.md; ``train/grpo/algorithm.py`` for the
+advantages and the loss, ``train/grpo/policy.py`` for the policy forward).
 
 Each update: the next ``windows_per_step`` windows of a seeded shuffle are drawn (one pass over the
 windows per epoch; a resumed run draws the same ones), each gets ``num_generations`` sampled streaming rollouts (each window with its own seed),
@@ -15,12 +16,12 @@ docs/grpo.md). Every logged row is the same on every rank; rank 0 writes it.
 Credit (``credit``): ``sequence`` gives every token of a rollout its rollout's advantage (GRPO as
 published); ``decision`` splits each rollout's reward into per-step rewards that sum to it
 (``train.grpo.rewards.step_rewards``) and normalizes each step's discounted return (``gamma``) against
-the group's at the same step (``train.grpo.rollout.decision_advantages``). Under sequence credit an
+the group's at the same step (``train.grpo.algorithm.decision_advantages``). Under sequence credit an
 over-firing policy learns to fire less everywhere, its first, right reply included, and collapses
 to silence; decision credit charges each repeat at its own step and credits the first reply.
 
-Checkpoints are ordinary HF directories (``checkpoint-<step>``: model + processor, safetensors)
-plus ``grpo_state.pt`` (the step and, for one process, the optimizer state, read back with
+Checkpoints (written and read by ``train.grpo.checkpoints``) are ordinary HF directories
+(``checkpoint-<step>``: model + processor, safetensors) plus ``grpo_state.pt`` (the step and, for one process, the optimizer state, read back with
 ``torch.load(weights_only=True)`` and the step checked; under DeepSpeed each rank's optimizer
 partition is in ``deepspeed/``, read back with ``weights_only=True`` too: ``train.safe_load``) and
 the ``COMPLETE`` marker, written once every rank has saved. ``resume=auto`` restarts from the
@@ -36,10 +37,8 @@ then ``best.json`` with the update and its PRS-B); a resumed run reads ``best.js
 
 from __future__ import annotations
 
-import json
 import logging
 import random
-import shutil
 import statistics
 import time
 from collections.abc import Callable
@@ -48,69 +47,31 @@ from pathlib import Path
 
 import torch
 
-from engine.checkpoints import COMPLETE_MARKER, checkpoint_name, named_step, write_render
 from engine.render import TurnRenderer
 from engine.step_forward import compiled_graphs
-from infra.ranks import all_reduce, barrier, broadcast, gather, shard
+from infra.ranks import all_reduce, broadcast, gather, shard
 from infra.run_control import Preempted, RunControl
 from infra.tracking import flatten
-from train.grpo.config import NONFINITE_MESSAGE, check_choices
-from train.grpo.loss import (
-    PolicyBatch,
+from train.grpo.rewards import step_rewards
+from train.grpo.algorithm import (
+    ADVANTAGES,
+    SCALES,
     UpdateCounts,
     grpo_loss,
-    policy_batch,
+    moments,
+    step_advantages,
+    step_returns,
     token_advantages,
-    token_logprobs,
     token_weights,
 )
+from train.grpo.checkpoints import RunFiles, best_value
+from train.grpo.config import NONFINITE_MESSAGE, check_choices
 from train.grpo.parallel import Single
-from train.grpo.rewards import step_rewards
-from train.grpo.rollout import (
-    Rollout,
-    Window,
-    batch_std,
-    decision_advantages,
-    group_advantages,
-    moments,
-    rollout_group,
-    step_returns,
-)
-from train.run_dir import CheckpointWriteError, is_write_failure, rotate_checkpoints
-from train.safe_load import load_weights_only
+from train.grpo.policy import PolicyBatch, policy_batch, token_logprobs
+from train.grpo.rollout import Rollout, Window, rollout_group
 from train.stage_config import run_control
 
 log = logging.getLogger(__name__)
-STATE_FILE = "grpo_state.pt"
-BEST_DIR, BEST_FILE = "best", "best.json"
-
-
-def best_value(metrics: dict, path: str) -> float:
-    """The figure at ``path`` (``a/b``) of a held-out evaluation's metrics, as ``keep_best`` compares it."""
-    value: object = metrics
-    for key in path.split("/"):
-        if not isinstance(value, dict) or key not in value:
-            raise ValueError(
-                f"grpo.best_metric={path}: the held-out metrics have no {key!r} "
-                f"(top-level keys: {', '.join(sorted(metrics))})"
-            )
-        value = value[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"grpo.best_metric={path}: {value!r} is not a number")
-    return float(value)
-
-
-def kept_best(path: Path, metric: str) -> dict:
-    """The ``best.json`` of a resumed run; one kept by another metric cannot be compared with."""
-    best = json.loads(path.read_text())
-    if best.get("metric") != metric:
-        raise ValueError(
-            f"{path} kept the best by {best.get('metric')!r}, this run maximizes grpo.best_metric={metric}: "
-            f"set grpo.best_metric={best.get('metric')} or move {path.parent} away"
-        )
-    return best
-
-
 #: Per-window sums the update's logged row adds up over windows and ranks.
 SUMS = ("tokens", "clipped_sum", "ratio_sum", "kl_sum")
 
@@ -130,6 +91,27 @@ class Group:
     @property
     def live(self) -> bool:
         return self.token_adv is not None and bool(self.token_adv.abs().gt(0).any())
+
+
+def device_clock(model) -> float:
+    """``time.perf_counter()`` once the device has run what was queued (CUDA runs asynchronously)."""
+    if next(model.parameters()).is_cuda:
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+def plan_shape(plan: list[Group]) -> dict:
+    """What the update's loss forwards feed the model: forwards, rows, token positions (padding
+    included), real tokens, and the positions that repeat a group's common prefix (its rows' shared
+    start, counted G - 1 times: what computing it once would save)."""
+    batches = [g.batch for g in plan]
+    return {
+        "loss_forwards": len(batches),
+        "loss_rows": sum(int(b.input_ids.shape[0]) for b in batches),
+        "loss_positions": sum(int(b.input_ids.numel()) for b in batches),
+        "loss_tokens": sum(int(b.attention_mask.sum()) for b in batches),
+        "repeated_prefix_tokens": sum(b.shared_prefix() * (int(b.input_ids.shape[0]) - 1) for b in batches),
+    }
 
 
 class GRPOLoop:
@@ -168,22 +150,14 @@ class GRPOLoop:
         self.parallel.setup(model, cfg.learning_rate, cfg.weight_decay, cfg.max_grad_norm)
         self.model = self.parallel.module  # rollouts, evaluation, saving
         self.forward_model = self.parallel.model  # the loss forward (DeepSpeed's engine under DeepSpeed)
-        self.best_dir = self.run_dir / BEST_DIR
-        tmp = self.best_dir.with_name(f"{BEST_DIR}.tmp")
-        if (
-            self.parallel.is_main
-            and cfg.keep_best
-            and not self.best_dir.exists()
-            and (tmp / BEST_FILE).exists()
-        ):  # crashed mid-swap
-            tmp.rename(self.best_dir)
-        barrier()
-        best = self.best_dir / BEST_FILE
-        self.best: dict | None = kept_best(best, cfg.best_metric) if cfg.keep_best and best.exists() else None
+        self.files = RunFiles(self.run_dir, self.parallel, processor, renderer)
+        self.best_dir = self.files.best_dir
+        self.best: dict | None = self.files.kept_best(cfg.best_metric) if cfg.keep_best else None
         self.step = 0
         self._orders: dict[int, list[int]] = {}  # epoch -> window order (the current one only)
         self.history: list[dict] = []
         self.run: RunControl | None = None  # the run control of the last train()
+        self.timing: dict = {}  # the last update's loss forwards and where its time went (python -m perf grpo)
 
     @property
     def optimizer(self):
@@ -192,52 +166,14 @@ class GRPOLoop:
     # -- checkpoints --------------------------------------------------------------------------
 
     def save(self) -> Path:
-        """Every rank saves its part of ``checkpoint-<step>``; rank 0 marks it complete last."""
-        par = self.parallel
-        path = self.run_dir / checkpoint_name(self.step)
-        try:
-            if par.is_main:
-                path.mkdir(parents=True, exist_ok=True)
-            barrier()
-            par.save_weights(path)
-            state = par.optimizer_state(path)
-            if par.is_main:
-                self.processor.save_pretrained(path)
-                write_render(path, self.renderer.cfg)
-                torch.save({"step": self.step, **state}, path / STATE_FILE)
-        except (OSError, RuntimeError) as exc:
-            if not is_write_failure(exc):
-                raise
-            raise CheckpointWriteError(path, exc) from exc
-        barrier()
-        if not par.is_main:
-            return path
-        if self.run is not None and self.run.nonfinite_in_a_row:
-            log.warning("%s saved during a run of non-finite losses: not marked complete", path)
-            return path
-        (path / COMPLETE_MARKER).write_text(f"{self.step}\n")
-        rotate_checkpoints(self.run_dir, self.cfg.save_total_limit)
-        return path
+        """Every rank saves its part of ``checkpoint-<step>``; rank 0 marks it complete last, unless
+        the run is in a run of non-finite losses (``train.grpo.checkpoints``)."""
+        healthy = not (self.run is not None and self.run.nonfinite_in_a_row)
+        return self.files.save(self.step, complete=healthy, keep=self.cfg.save_total_limit)
 
     def load_state(self, checkpoint: str | Path) -> None:
-        """Optimizer state and step of a checkpoint (the weights were loaded with the model). The
-        step is checked first: a whole number of updates within ``[0, grpo.max_steps]``, and the
-        ``<step>`` of a ``checkpoint-<step>`` directory (both come from the same counter in :meth:`save`)."""
-        file = Path(checkpoint) / STATE_FILE
-        state = load_weights_only(file)
-        step = state.get("step") if isinstance(state, dict) else None
-        if type(step) is not int:
-            raise ValueError(f"{file}: 'step' is {step!r}, not a whole number of updates")
-        if not 0 <= step <= self.cfg.max_steps:
-            raise ValueError(
-                f"{file}: step {step} is outside [0, grpo.max_steps={self.cfg.max_steps}]"
-                + (": raise grpo.max_steps to continue this run" if step > self.cfg.max_steps else "")
-            )
-        named = named_step(file.parent)
-        if named is not None and named != step:
-            raise ValueError(f"{file}: step {step}, but its directory is {file.parent.name}")
-        self.parallel.load_optimizer(Path(checkpoint), state)
-        self.step = step
+        """Optimizer state and step of a checkpoint (``RunFiles.load_state`` checks the step)."""
+        self.step = self.files.load_state(checkpoint, self.cfg.max_steps)
 
     # -- one update ---------------------------------------------------------------------------
 
@@ -284,34 +220,30 @@ class GRPOLoop:
         return out
 
     def _scored(self, rolled: list[tuple[int, list[Rollout]]]) -> list[Group]:
-        """Rewards, their parts, and the advantages under the configured credit and scale."""
+        """Rewards, their parts, and the advantages of the configured estimator (``credit``) and
+        scale (``scale_rewards``), from ``train.grpo.algorithm``'s registries."""
         cfg = self.cfg
-        groups, returns, per_steps = [], [], []
+        per_step = ADVANTAGES.get(cfg.credit).per_step
+        groups, inputs = [], []
         for j, rollouts in rolled:
             scored = [self.reward_fn(*r.reward_input) for r in rollouts]
-            rewards = [float(x.value) for x in scored]
-            per_step = (
+            groups.append(Group(j, rollouts, [float(x.value) for x in scored], [x.parts for x in scored], []))
+            inputs.append(
                 [step_rewards(self.reward_fn, *r.reward_input) for r in rollouts]
-                if cfg.credit == "decision"
-                else [[x] for x in rewards]
+                if per_step
+                else [[r] for r in groups[-1].rewards]
             )
-            per_steps.append(per_step)
-            returns.append(step_returns(per_step, cfg.gamma))
-            groups.append(Group(j, rollouts, rewards, [x.parts for x in scored], []))
-        std = None
-        if cfg.scale_rewards == "batch":
-            values = [
-                x for g, ret in zip(groups, returns, strict=True) if g.index >= 0 for row in ret for x in row
-            ]
-            std = batch_std(*all_reduce(list(moments(values))))
-        elif cfg.scale_rewards == "none":
-            std = 1.0 - 1e-4  # divided by std + eps: the centred values as they are
-        for g, per_step in zip(groups, per_steps, strict=True):
-            if cfg.credit == "decision":
-                g.advantages = decision_advantages(per_step, cfg.gamma, std=std)
-            else:
-                adv = group_advantages(g.rewards, std=std)
-                g.advantages = [[a] * len(r.turns) for a, r in zip(adv, g.rollouts, strict=True)]
+        values = [
+            x
+            for g, rows in zip(groups, inputs, strict=True)
+            if g.index >= 0
+            for row in step_returns(rows, cfg.gamma)
+            for x in row
+        ]
+        std = SCALES.get(cfg.scale_rewards)(*all_reduce(list(moments(values))))
+        for g, rows in zip(groups, inputs, strict=True):
+            steps = [len(r.turns) for r in g.rollouts]
+            g.advantages = step_advantages(cfg.credit, rows, cfg.gamma, std, steps)
             g.batch = policy_batch(g.rollouts, self.renderer)
             g.token_adv = token_advantages(g.batch, g.advantages)
         return groups
@@ -326,6 +258,7 @@ class GRPOLoop:
         groups = self._scored(rolled)
         t_reward = time.perf_counter() - t0 - t_rollout
         live, plan, counts = self._loss_plan(groups)
+        self.timing = plan_shape(plan)
         total, sums, window_loss = self._backward(plan, len(live), counts)
         total, nonfinite, *summed = all_reduce(
             [total, float(not torch.isfinite(torch.tensor(total))), *sums.values()]
@@ -339,7 +272,9 @@ class GRPOLoop:
                 par.discard()
                 row["nonfinite"] = 1
             else:
+                t_step = device_clock(self.model)
                 row["grad_norm"] = par.step()
+                self.timing["optimizer_s"] = device_clock(self.model) - t_step
         row.update(
             rollout_s=t_rollout, reward_s=t_reward, update_s=time.perf_counter() - t0 - t_rollout - t_reward
         )
@@ -373,8 +308,10 @@ class GRPOLoop:
         are padding); returns the summed loss, the per-token sums of ``SUMS`` and each window's parts."""
         cfg, par = self.cfg, self.parallel
         total, sums, window_loss = 0.0, dict.fromkeys(SUMS, 0.0), {}
+        clock = {"update_forward_s": 0.0, "update_backward_s": 0.0}
         self.model.train()
         for k, g in enumerate(plan):
+            t0 = device_clock(self.model)
             with par.autocast():
                 new = token_logprobs(self.forward_model, self.renderer, g.rollouts, g.batch, cfg.temperature)
                 ref = None
@@ -399,8 +336,13 @@ class GRPOLoop:
                 window_loss[g.index] = lp
                 for key in SUMS:
                     sums[key] += lp[key]
+            t1 = device_clock(self.model)
             par.backward(loss * par.world, last=k == len(plan) - 1)  # the ranks' gradients are averaged
+            t2 = device_clock(self.model)
+            clock["update_forward_s"] += t1 - t0
+            clock["update_backward_s"] += t2 - t1
         self.model.eval()
+        self.timing.update(clock)
         return total, sums, window_loss
 
     @staticmethod
@@ -499,22 +441,5 @@ class GRPOLoop:
                 self._save_best({"step": self.step, "metric": self.cfg.best_metric, "value": score})
 
     def _save_best(self, best: dict) -> None:
-        """Weights to ``best.tmp``, then swapped in for ``best`` (a crash leaves one whole copy)."""
-        par = self.parallel
-        path, tmp = self.best_dir, self.best_dir.with_name(f"{BEST_DIR}.tmp")
-        if par.is_main:
-            shutil.rmtree(tmp, ignore_errors=True)
-        barrier()
-        par.save_weights(tmp)
-        if par.is_main:
-            self.processor.save_pretrained(tmp)
-            write_render(tmp, self.renderer.cfg)
-            (tmp / BEST_FILE).write_text(json.dumps(best) + "\n")
-            (tmp / COMPLETE_MARKER).write_text(f"{best['step']}\n")  # last: the copy is whole
-            shutil.rmtree(path, ignore_errors=True)
-            tmp.rename(path)
-            log.info(
-                "best held-out %s so far: %.2f at update %d", best["metric"], best["value"], best["step"]
-            )
-        barrier()
+        self.files.save_best(best)
         self.best = best

@@ -1,11 +1,13 @@
-"""The GRPO policy loss over streaming rollouts, with the window's frames in the loss forward.
+"""The GRPO policy forward over streaming rollouts, with the window's frames in the forward.
 
 A streaming rollout interleaves the window's frames (user turns) with the model's decisions, so the
 loss forward must see those frames; trl's ``GRPOTrainer`` does not carry them (docs/grpo.md says what
-was tried). The update is written here, on plain torch, as a function of the rollouts:
+was tried). This module holds what touches the model (Qwen3-VL's internals); the maths of the update
+(advantages, objectives, the clipped-ratio loss) is ``train.grpo.algorithm``'s:
 
-1. The G rollouts of a window are right-padded into one batch. The window's frames go through the
-   vision encoder once (merger gradients flow), and the features are reused for every row.
+1. The G rollouts of a window are right-padded into one batch (:func:`policy_batch`). The window's
+   frames go through the vision encoder once (merger gradients flow), and the features are reused
+   for every row.
 2. One teacher-forced forward, through the model's own ``forward`` (so DeepSpeed sees it), gives
    the logits at the generated positions only: ``logits_to_keep`` is a boolean (G, L) mask of the
    positions that predict a generated token, so the LM head runs on those hidden states alone, in
@@ -13,19 +15,12 @@ was tried). The update is written here, on plain torch, as a function of the rol
    engine sampled it: decision tokens from the two-way softmax over ``</Silence>`` /
    ``</Response>``, text tokens (and a generated ``<|im_end|>``) from the vocabulary less the tokens
    a response may not contain (``TurnRenderer.banned_text_ids``), both at the rollout temperature.
-3. Per-token loss ``-min(r A, clip(r, 1 - epsilon, 1 + epsilon_high) A)`` with ``r = exp(new - old)``
-   and ``A`` the token's advantage (``token_advantages``), plus ``beta * KL`` (k3 estimator against a
-   frozen reference) when ``beta > 0``; the update's loss is ``sum_t w_t loss_t`` over the generated
-   tokens of every window with signal, with the weights of ``loss_type`` (:data:`LOSS_WEIGHTS`,
-   from the counts of the whole update, all ranks together, so the loss is the same however the
-   windows are split over processes).
 
 At the first update ``new == old`` to ~1e-6 (the on-policy check in the tests).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -54,6 +49,13 @@ class PolicyBatch:
         mask = torch.zeros_like(self.input_ids, dtype=torch.bool)
         mask[self.rows, self.positions] = True
         return mask
+
+    def shared_prefix(self) -> int:
+        """How many leading tokens every row has in common (the rows diverge at their first
+        differing sampled token)."""
+        ids = self.input_ids.masked_fill(self.attention_mask == 0, -1)
+        differs = (ids != ids[:1]).any(0).nonzero()
+        return int(differs[0]) if len(differs) else int(ids.shape[1])
 
     def row_tokens(self) -> torch.Tensor:
         """(N,) how many generated tokens the token's rollout has."""
@@ -95,15 +97,6 @@ def policy_batch(rollouts: list[Rollout], renderer: TurnRenderer) -> PolicyBatch
         torch.tensor(decision),
         torch.tensor(old, dtype=torch.float32),
         torch.tensor(steps),
-    )
-
-
-def token_advantages(batch: PolicyBatch, advantages: list[list[float]]) -> torch.Tensor:
-    """The advantage of every generated token: ``advantages[row][step]`` of its rollout and
-    decision step (under sequence credit every step of a rollout holds the rollout's)."""
-    return torch.tensor(
-        [advantages[r][s] for r, s in zip(batch.rows.tolist(), batch.steps.tolist(), strict=True)],
-        dtype=torch.float32,
     )
 
 
@@ -164,87 +157,3 @@ def token_logprobs(
     chosen = (targets == renderer.response_id).long()
     two_way = torch.log_softmax(pair, dim=-1).gather(1, chosen[:, None])[:, 0]
     return torch.where(batch.is_decision.to(device), two_way, full)
-
-
-@dataclass(frozen=True)
-class UpdateCounts:
-    """What the loss of one update is normalized by: totals over the windows with signal of the
-    whole update (every rank's), and the longest possible rollout."""
-
-    rollouts: int
-    groups: int
-    tokens: int
-    max_tokens: int
-
-
-#: ``loss_type`` -> per-token weight ``fn(row_tokens, group_tokens, counts)`` (``row_tokens``: the
-#: generated tokens of each token's rollout; ``group_tokens``: of its window's group). The update's
-#: loss is ``sum_t weight_t * loss_t`` over every generated token of every window with signal.
-LOSS_WEIGHTS: dict[str, Callable[[torch.Tensor, int, UpdateCounts], torch.Tensor]] = {
-    "grpo": lambda row_tokens, group_tokens, c: 1.0 / (row_tokens.float() * c.rollouts),
-    "bnpo": lambda row_tokens, group_tokens, c: torch.full_like(
-        row_tokens, 1.0 / (group_tokens * c.groups), dtype=torch.float32
-    ),
-    "dr_grpo": lambda row_tokens, group_tokens, c: torch.full_like(
-        row_tokens, 1.0 / (c.rollouts * c.max_tokens), dtype=torch.float32
-    ),
-    "dapo": lambda row_tokens, group_tokens, c: torch.full_like(
-        row_tokens, 1.0 / c.tokens, dtype=torch.float32
-    ),
-}
-
-
-def token_weights(batch: PolicyBatch, loss_type: str, counts: UpdateCounts) -> torch.Tensor:
-    """(N,) weights of one window's generated tokens in the update's loss."""
-    return LOSS_WEIGHTS[loss_type](batch.row_tokens(), int(batch.targets.numel()), counts)
-
-
-def grpo_loss(
-    new: torch.Tensor,
-    batch: PolicyBatch,
-    advantages: torch.Tensor,
-    epsilon: float,
-    beta: float = 0.0,
-    ref: torch.Tensor | None = None,
-    *,
-    epsilon_high: float | None = None,
-    weights: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """Clipped-ratio GRPO loss over one window's generated tokens (``advantages``: one per token,
-    see ``token_advantages``). ``weights`` are the tokens' weights in the update (``token_weights``);
-    None: this window alone under ``loss_type=grpo``. Returns (loss, parts): the parts hold means
-    over this window (``loss``, ``clip_fraction``, ``ratio_mean``, ``kl``) and the sums the update
-    adds up over windows and ranks (``*_sum``, ``tokens``)."""
-    device = new.device
-    adv = advantages.to(device)
-    old = batch.old_logprobs.to(device)
-    high = epsilon if epsilon_high is None else epsilon_high
-    ratio = torch.exp(new - old)
-    clipped = torch.clamp(ratio, 1 - epsilon, 1 + high)
-    per_token = -torch.minimum(ratio * adv, clipped * adv)
-    kl = torch.zeros_like(new)
-    if beta > 0:
-        if ref is None:
-            raise ValueError("beta > 0 needs the reference model's log-probs")
-        delta = ref.to(device) - new
-        kl = torch.exp(delta) - delta - 1
-        per_token = per_token + beta * kl
-    if weights is None:
-        n_rows = int(batch.rows.max()) + 1
-        weights = LOSS_WEIGHTS["grpo"](
-            batch.row_tokens(), new.numel(), UpdateCounts(n_rows, 1, new.numel(), 1)
-        )
-    loss = (weights.to(device) * per_token).sum()
-    n = new.numel()
-    was_clipped = float(((ratio - clipped).abs() > 1e-8).float().sum())
-    parts = {
-        "loss": float(loss.detach()),
-        "clip_fraction": was_clipped / n,
-        "ratio_mean": float(ratio.detach().mean()),
-        "kl": float(kl.detach().mean()),
-        "tokens": n,
-        "clipped_sum": was_clipped,
-        "ratio_sum": float(ratio.detach().sum()),
-        "kl_sum": float(kl.detach().sum()),
-    }
-    return loss, parts
