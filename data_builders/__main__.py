@@ -41,12 +41,15 @@ def main(argv: list[str] | None = None) -> None:
         print(USAGE, file=sys.stderr)
         sys.exit(2)
     sys.argv = [f"data_builders {argv[0]}", *source_overrides(argv[1:])]
-    if argv[0] in ("mix", "frames"):  # a mistyped key: one line, exit 2 (build checks its source's own)
-        from data_builders.config import FramesConfig, MixConfig
-        from infra.entry import front_door
+    from data_builders.config import BuildConfig, FramesConfig, MixConfig
+    from infra.entry import run_command
 
-        front_door(sys.argv[0], argv[0], MixConfig if argv[0] == "mix" else FramesConfig, sys.argv[1:])
-    commands[argv[0]]()
+    # composed once; mix and frames validated there (a mistyped key: one line, exit 2), build types
+    # its config itself (its source's keys are the source's schema's)
+    schema, task = {"build": (BuildConfig, cli.build_command), "mix": (MixConfig, cli.mix_command)}.get(
+        argv[0], (FramesConfig, cli.frames_command)
+    )
+    run_command(sys.argv[0], argv[0], schema, task, commands[argv[0]], validated=argv[0] != "build")
 
 
 if __name__ == "__main__":
