@@ -41,15 +41,24 @@ def main(argv: list[str] | None = None) -> None:
         print(USAGE, file=sys.stderr)
         sys.exit(2)
     sys.argv = [f"data_builders {argv[0]}", *source_overrides(argv[1:])]
-    from data_builders.config import BuildConfig, FramesConfig, MixConfig
+    from data_builders.config import BuildConfig, FramesConfig, MixConfig, with_source_schema
     from infra.entry import run_command
 
-    # composed once; mix and frames validated there (a mistyped key: one line, exit 2), build types
-    # its config itself (its source's keys are the source's schema's)
-    schema, task = {"build": (BuildConfig, cli.build_command), "mix": (MixConfig, cli.mix_command)}.get(
-        argv[0], (FramesConfig, cli.frames_command)
-    )
-    run_command(sys.argv[0], argv[0], schema, task, commands[argv[0]], validated=argv[0] != "build")
+    prog, hydra_main = sys.argv[0], commands[argv[0]]
+    if argv[0] == "build":  # typed by the build itself; only the named source's schema is stored
+        run_command(
+            prog,
+            "build",
+            BuildConfig,
+            cli.build_command,
+            hydra_main,
+            transform=with_source_schema,
+            validated=False,
+        )
+    elif argv[0] == "mix":  # composed and validated once: a mistyped key is one line, exit 2
+        run_command(prog, "mix", MixConfig, cli.mix_command, hydra_main)
+    else:
+        run_command(prog, "frames", FramesConfig, cli.frames_command, hydra_main)
 
 
 if __name__ == "__main__":
