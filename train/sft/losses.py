@@ -43,6 +43,7 @@ from pathlib import Path
 import torch
 
 from engine.render import RESPONSE_CLASS, SILENCE_CLASS
+from train.sft.config import FOCAL_GAMMA
 
 IGNORE_INDEX = -100
 
@@ -143,7 +144,7 @@ def decision_loss(
     decision_mask: torch.Tensor,
     *,
     decision_ids: tuple[int, int],
-    gamma: float = 2.0,
+    gamma: float = FOCAL_GAMMA,
     weights: torch.Tensor | None = None,
     decision_weight: float = 1.0,
     text_weight: float = 1.0,
@@ -177,7 +178,7 @@ def loss_at_labels(
     classes: torch.Tensor,
     *,
     decision_ids: tuple[int, int],
-    gamma: float = 2.0,
+    gamma: float = FOCAL_GAMMA,
     weights: torch.Tensor | None = None,
     decision_weight: float = 1.0,
     text_weight: float = 1.0,
