@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.ranks import Ranks
+from infra.registry import Registry
 from infra.tracking import check_logger
 
 GIB = 1024**3
@@ -137,7 +138,15 @@ def _check_grpo(cfg: Any, on_disk: bool) -> None:
         )
 
 
-CHECKS = {"eval": _check_eval, "sft": _check_sft, "grpo": _check_grpo}
+#: Each stage's checks of splits and paths: ``fn(cfg, on_disk)``.
+CHECKS = Registry(
+    "stage check",
+    {
+        "eval": "engine.preflight:_check_eval",
+        "sft": "engine.preflight:_check_sft",
+        "grpo": "engine.preflight:_check_grpo",
+    },
+)
 
 
 def check_stage(stage: str, cfg: Any, *, on_disk: bool = True, memory: bool = True) -> dict | None:
@@ -491,7 +500,15 @@ def _plan_eval(cfg: Any, p: dict, gpus: int, zero: int) -> dict:
     }
 
 
-PLANNERS = {"sft": _plan_sft, "grpo": _plan_grpo, "eval": _plan_eval}
+#: Each stage's memory plan: ``fn(cfg, plan parts, gpus, zero)``.
+PLANNERS = Registry(
+    "stage planner",
+    {
+        "sft": "engine.preflight:_plan_sft",
+        "grpo": "engine.preflight:_plan_grpo",
+        "eval": "engine.preflight:_plan_eval",
+    },
+)
 
 
 #: Wall-clock time of a run on several GPUs: its GPU-hours / GPUs / this (communication, stragglers,

@@ -34,6 +34,8 @@ def _defaults(root: str) -> list[str]:
 def _compose(root: str, overrides: list[str] | None = None):
     if root == "build":  # the build stores the schema of the source it names first (data_builders.config)
         return compose_build(overrides or [])
+    if root in SCHEMAS:  # its schema's module stores <root>_schema, the root's first default
+        SCHEMAS.get(root)
     return compose(root, overrides or [])
 
 
