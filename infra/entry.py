@@ -95,12 +95,15 @@ def front_door(
     argv: list[str] | None = None,
     check: Callable[[Any], Any] | None = None,
     transform: Callable[[list[str]], list[str]] | None = None,
+    validated: bool = True,
 ) -> Any:
     """``conf/<root>.yaml`` composed with the command line's overrides and validated against
-    ``schema``, then ``check`` run on it (unless the command only prints); any error ends the
-    command with one line (:func:`refuse`). Returns the config (None when only printing)."""
+    ``schema`` (``validated=False``: composed only), then ``check`` run on it (unless the command
+    only prints); any error ends the command with one line (:func:`refuse`). Returns the config
+    (None when only printing)."""
     overrides, printing = split_argv(sys.argv[1:] if argv is None else argv)
-    cfg = _checked(prog, schema, lambda: compose(root, _transformed(overrides, transform), schema))
+    typed_by = schema if validated else None
+    cfg = _checked(prog, schema, lambda: compose(root, _transformed(overrides, transform), typed_by))
     if printing or check is None:
         return None if printing else cfg
     _run_check(prog, check, cfg)
@@ -149,7 +152,7 @@ def run_command(
     config itself (``data_builders build``: the source's keys are the source's schema's)."""
     argv = sys.argv[1:]
     if any(a.startswith("-") for a in argv):
-        front_door(prog, root, schema, argv, check, transform)
+        front_door(prog, root, schema, argv, check, transform, validated)
         return hydra_main()
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir

@@ -155,3 +155,12 @@ def test_pipeline_plan_composes_once_and_checks_once(calls, capsys):
     calls.count(plan, "check_stage", "check_stage")
     plan.main(["stage=sft"])
     assert dict(calls) == {"compose": 1, "validate": 1, "check_stage": 1}
+
+
+def test_train_export_composes_once_and_validates_once(tmp_path, monkeypatch, calls):
+    import train.export as export
+
+    calls.count(export, "validate", "validate")
+    _reach(monkeypatch, export, "export")
+    _run(monkeypatch, export.main, ["train.export", f"checkpoint={tmp_path}", f"out={tmp_path / 'out'}"])
+    assert dict(calls) == {"compose": 1, "validate": 1}
