@@ -41,12 +41,24 @@ def main(argv: list[str] | None = None) -> None:
         print(USAGE, file=sys.stderr)
         sys.exit(2)
     sys.argv = [f"data_builders {argv[0]}", *source_overrides(argv[1:])]
-    if argv[0] in ("mix", "frames"):  # a mistyped key: one line, exit 2 (build checks its source's own)
-        from data_builders.config import FramesConfig, MixConfig
-        from infra.entry import front_door
+    from data_builders.config import BuildConfig, FramesConfig, MixConfig, with_source_schema
+    from infra.entry import run_command
 
-        front_door(sys.argv[0], argv[0], MixConfig if argv[0] == "mix" else FramesConfig, sys.argv[1:])
-    commands[argv[0]]()
+    prog, hydra_main = sys.argv[0], commands[argv[0]]
+    if argv[0] == "build":  # typed by the build itself; only the named source's schema is stored
+        run_command(
+            prog,
+            "build",
+            BuildConfig,
+            cli.build_command,
+            hydra_main,
+            transform=with_source_schema,
+            validated=False,
+        )
+    elif argv[0] == "mix":  # composed and validated once: a mistyped key is one line, exit 2
+        run_command(prog, "mix", MixConfig, cli.mix_command, hydra_main)
+    else:
+        run_command(prog, "frames", FramesConfig, cli.frames_command, hydra_main)
 
 
 if __name__ == "__main__":

@@ -19,8 +19,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from data_builders.build import BuildFailed, build_source
-from data_builders.config import BuildConfig, FramesConfig
-from data_builders.mixture import MixtureConfig, build_mixture
+from data_builders.config import BuildConfig, FramesConfig, MixConfig
+from data_builders.mixture import build_mixture
 from data_builders.sources import get_source
 from infra.files import FolderWriteError, OutputLock, OutputLocked
 from infra.schema import CONF_DIR, typed
@@ -108,7 +108,13 @@ def _build_locked(source: str, base: BuildConfig, options: object):
 
 @hydra.main(config_path=CONF, config_name="build", version_base=None)
 def build_main(cfg: DictConfig) -> None:
-    """``python -m data_builders build source=NAME annotations=PATH videos=DIR out=DIR [keys]``."""
+    """``python -m data_builders build ... -m`` (or with another Hydra flag): Hydra composed the config."""
+    build_command(cfg)
+
+
+def build_command(cfg: DictConfig, _checked: object = None) -> None:
+    """``python -m data_builders build source=NAME annotations=PATH videos=DIR out=DIR [keys]``: the
+    composed config typed once, as the build's keys and the source's (:func:`split_build_config`)."""
     _logging()
     code = run_build(cfg, HydraConfig.get().runtime.choices["source"])
     if code:
@@ -117,9 +123,26 @@ def build_main(cfg: DictConfig) -> None:
 
 @hydra.main(config_path=CONF, config_name="mix", version_base=None)
 def mix_main(cfg: DictConfig) -> None:
-    """``python -m data_builders mix data=mix_p3i data.root=DIR data.dir=DIR``."""
+    """``python -m data_builders mix ... -m`` (or with another Hydra flag): Hydra composed the config."""
+    mix(typed(MixConfig, _plain(cfg), "mix"))
+
+
+def _plain(cfg: DictConfig) -> dict:
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    plain.pop("hydra", None)
+    return plain
+
+
+def mix_command(cfg: DictConfig, _checked: object = None) -> None:
+    """``python -m data_builders mix data=mix_p3i data.root=DIR data.dir=DIR``: the config composed
+    and validated once (``infra.entry.run_command``)."""
+    mix(OmegaConf.to_object(cfg))
+
+
+def mix(config: MixConfig) -> None:
+    """Sample and split the mixture ``config.data``; its summary on stdout."""
     _logging()
-    mixture = typed(MixtureConfig, OmegaConf.to_container(cfg.data, resolve=True), "data")
+    mixture = config.data
     try:
         summary = build_mixture(mixture)  # holds data.dir's output lock, as a build holds its out
     except (BuildFailed, OutputLocked) as exc:  # a missing source is the user's to fix: exit 2
@@ -136,14 +159,22 @@ def mix_main(cfg: DictConfig) -> None:
 
 @hydra.main(config_path=CONF, config_name="frames", version_base=None)
 def frames_main(cfg: DictConfig) -> None:
-    """``python -m data_builders frames data=mix_p3i data.dir=DIR`` or ``... frames records=DIR``."""
+    """``python -m data_builders frames ... -m`` (or with another Hydra flag): Hydra composed the config."""
+    frames(typed(FramesConfig, _plain(cfg), "frames"))
+
+
+def frames_command(cfg: DictConfig, _checked: object = None) -> None:
+    """``python -m data_builders frames data=mix_p3i data.dir=DIR`` or ``... frames records=DIR``: the
+    config composed and validated once (``infra.entry.run_command``)."""
+    frames(OmegaConf.to_object(cfg))
+
+
+def frames(c: FramesConfig) -> None:
+    """Fill the frame cache for ``c.records`` or every split of ``c.data``; a summary on stdout."""
     from data_builders.frame_cache import FrameCacheError
     from data_builders.frames import cache_frames
 
     _logging()
-    plain = OmegaConf.to_container(cfg, resolve=True)
-    plain.pop("hydra", None)
-    c = typed(FramesConfig, plain, "frames")
     if c.records:
         targets = [c.records]
     elif c.data:

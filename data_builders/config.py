@@ -20,7 +20,7 @@ import yaml
 from data_builders.mixture import MixtureConfig
 from data_builders.sources import SOURCES
 from data_builders.video import DEFAULT_MAX_PIXELS
-from infra.schema import CONF_DIR, bounded, store_schema
+from infra.schema import CONF_DIR, bounded, compose, store_schema
 
 
 @dataclass
@@ -132,11 +132,32 @@ class MixConfig:
 
 
 store_schema("build", BuildConfig)
-# conf/source/<name>.yaml lists source_<name>_schema: the source's options, defaults from its dataclass
-for _name in SOURCES.names():
-    store_schema(f"source_{_name}", SOURCES.get(_name).config)
 # frames.yaml's data is its group (null: none); each data option lists data_schema first, so the
 # mixture's defaults are there in every root, frames.yaml included.
 store_schema("frames", FramesConfig, keys=[f.name for f in fields(FramesConfig) if f.name != "data"])
 store_schema("mix", MixConfig)
 store_schema("data", MixtureConfig)
+
+#: The source ``conf/build.yaml`` builds when the command line names none.
+DEFAULT_SOURCE = "toy"
+
+
+def named_source(overrides: list[str]) -> str:
+    """The source a build's overrides name (its last ``source=``), else :data:`DEFAULT_SOURCE`."""
+    named = [o.partition("=")[2] for o in overrides if o.partition("=")[0].lstrip("+") == "source"]
+    return named[-1] if named else DEFAULT_SOURCE
+
+
+def with_source_schema(overrides: list[str]) -> list[str]:
+    """``overrides`` as they are, once the schema of the source they name is stored as the Hydra
+    config ``source_<name>_schema`` (``conf/source/<name>.yaml`` lists it): that source's module is
+    imported now, and no other. An unknown source is left to the composition to refuse."""
+    name = named_source(overrides)
+    if name in SOURCES:
+        store_schema(f"source_{name}", SOURCES.get(name).config)
+    return overrides
+
+
+def compose_build(overrides: list[str]) -> Any:
+    """``conf/build.yaml`` composed with ``overrides`` (as ``python -m data_builders build`` does)."""
+    return compose("build", with_source_schema(list(overrides)))

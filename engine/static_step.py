@@ -33,6 +33,7 @@ import torch
 from transformers.models.qwen3_vl.modeling_qwen3_vl import apply_rotary_pos_emb
 
 from engine.image_merge import placeholder_columns as _placeholders
+from infra.registry import Registry
 
 
 def _attend(attn, x, cos, sin, kbuf, vbuf, cols, mask) -> torch.Tensor:
@@ -90,7 +91,10 @@ def token_step(lm, state, ids, pos, start, row_len):
     return _layers(lm, lm.embed_tokens(ids), pos, *state, start, row_len, ())
 
 
-STEPS = {"frame": frame_step, "token": token_step}
+#: The two steps a static-shape run compiles: a frame's (its vision tokens) and a token's.
+STEPS = Registry(
+    "static step", {"frame": "engine.static_step:frame_step", "token": "engine.static_step:token_step"}
+)
 
 
 @functools.cache

@@ -101,7 +101,7 @@ from eval.store import PredictionLog, PredictionWriteError
 from eval.summary import compare_line, lead_with, summary_line
 from eval.threshold_sweep import point_dir, reuse_rows, sibling_passes, write_summary
 from eval.timelines import plot_timelines
-from infra.entry import front_door, quiet_libraries, rewrite_argv
+from infra.entry import quiet_libraries, rewrite_argv, run_command
 from infra.files import LOCK_FILE, FolderWriteError, OutputLock, OutputLocked, write_text_atomic
 from infra.progress import Progress, console
 from infra.ranks import Ranks
@@ -522,10 +522,21 @@ USER_ERRORS = (
 
 @hydra.main(config_path=CONF, config_name="eval", version_base="1.3")
 def _main(cfg: DictConfig) -> None:
+    """A point of a sweep (``-m``): Hydra composed it, it is validated and checked here."""
     console()
     try:
         cfg = validate(cfg, EvalConfig)
         check_stage(EVAL, cfg)
+    except USER_ERRORS as exc:
+        print(f"eval.run: {exc}", file=sys.stderr)
+        sys.exit(2)
+    _command(cfg)
+
+
+def _command(cfg: DictConfig, _checked: object = None) -> None:
+    """The command's work on its validated, checked config: evaluate, print the metrics."""
+    console()
+    try:
         metrics = evaluate(cfg, sweep=HydraConfig.get().mode == RunMode.MULTIRUN)
     except USER_ERRORS as exc:
         print(f"eval.run: {exc}", file=sys.stderr)
@@ -536,13 +547,12 @@ def _main(cfg: DictConfig) -> None:
 
 def main() -> None:
     """The command line, with a checkpoint's saved render block added as overrides before Hydra
-    composes (``engine.checkpoints.render_overrides``). SIGUSR1 gets its default action back (the end
-    of the process): ``slurm/eval.sh`` starts ranks under a launcher told to ignore it, and a
-    resumable evaluation has nothing to save before the requeue."""
+    composes (``engine.checkpoints.render_overrides``), composed and checked once. SIGUSR1 gets its
+    default action back (the end of the process): ``slurm/eval.sh`` starts ranks under a launcher
+    told to ignore it, and a resumable evaluation has nothing to save before the requeue."""
     signal.signal(signal.SIGUSR1, signal.SIG_DFL)
     rewrite_argv("eval.run", render_overrides, CheckpointError)
-    front_door("eval.run", "eval", EvalConfig, check=lambda cfg: check_stage(EVAL, cfg))
-    _main()
+    run_command("eval.run", "eval", EvalConfig, _command, _main, check=lambda cfg: check_stage(EVAL, cfg))
 
 
 if __name__ == "__main__":

@@ -4,9 +4,11 @@
     PROTOCOLS.get("p3i")      # imports benchmarks.protocols.p3i on first use, returns its PROTOCOL
     PROTOCOLS.names()         # ["egoserve", "estp", ...] in the table's order, importing nothing
 
-Every registry of the project (benchmark protocols, data sources, content scorers, experiment
-loggers, memory embedders, the bench dispatchers' subcommands) is one :class:`Registry` whose table,
-name -> ``"module:attr"``, is written in one place: where the registry is defined. A name exists as
+Every registry of the project (benchmark protocols and their answer rules, data sources, content
+scorers, experiment loggers, memory embedders, the stages' checks and planners, the root configs'
+schemas, the SFT class-weight modes, the bench dispatchers' subcommands) is one :class:`Registry`
+whose table, name -> ``"module:attr"``, is written in one place: where the registry is defined
+(``tests/test_registries.py`` finds any other table of named functions or classes). A name exists as
 soon as its line is in the table, whatever was imported before; its module is imported on the first
 :meth:`Registry.get` of it, never earlier. A member that carries a ``name`` (a protocol, a source)
 must carry the name it is listed under, so a table line and the definition it points to cannot
@@ -75,6 +77,18 @@ class Registry:
         close = difflib.get_close_matches(str(name), self._where, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise KeyError(f"unknown {self.kind} {name!r} (known: {', '.join(sorted(self._where))}){hint}")
+
+    def __getitem__(self, name: str) -> Any:
+        """``registry[name]``: :meth:`get`."""
+        return self.get(name)
+
+    def keys(self) -> list[str]:
+        """:meth:`names` (so ``{**registry}`` and ``dict(registry)`` read every member)."""
+        return self.names()
+
+    def items(self) -> Iterator[tuple[str, Any]]:
+        """(name, member) of every member, each imported."""
+        return ((name, self.get(name)) for name in self.names())
 
     def __contains__(self, name: object) -> bool:
         return name in self._where

@@ -63,6 +63,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from infra.registry import Registry
+
 ROOT = Path(__file__).resolve().parents[1]
 #: import name -> (distribution, lowest version); the modules the six parts import.
 NEEDED = {
@@ -502,14 +504,10 @@ def part_eval(device: str, s: dict) -> dict:
     }
 
 
-PARTS = {
-    "sft": part_sft,
-    "grpo": part_grpo,
-    "engine": part_engine,
-    "compiled": part_compiled,
-    "probes": part_probes,
-    "eval": part_eval,
-}
+PARTS = Registry(
+    "gpu-check part",
+    {name: f"perf.gpu_check:part_{name}" for name in ("sft", "grpo", "engine", "compiled", "probes", "eval")},
+)
 
 
 def start_part(device: str) -> None:

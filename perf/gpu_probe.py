@@ -38,6 +38,7 @@ import sys
 import time
 from pathlib import Path
 
+from infra.registry import Registry
 from perf.gpu_check import (
     _caps_of,
     _model,
@@ -216,12 +217,13 @@ def part_sft_split(device: str, s: dict, _compile: bool) -> dict:
     }
 
 
-PARTS = {
-    "engine_steps": part_engine_steps,
-    "host_vs_device": part_host_vs_device,
-    "grpo_rollout": part_grpo_rollout,
-    "sft_split": part_sft_split,
-}
+PARTS = Registry(
+    "gpu-probe part",
+    {
+        name: f"perf.gpu_probe:part_{name}"
+        for name in ("engine_steps", "host_vs_device", "grpo_rollout", "sft_split")
+    },
+)
 
 
 def run_part(name: str, device: str, compile_: bool) -> dict:

@@ -111,7 +111,6 @@ def update_split(
     """GRPO updates over the pool (every window with signal), the last one's seconds and shares of
     rollout, reward and policy update, and the policy update split (``GRPOLoop.timing``): loss
     forwards, backwards, the optimizer step, what the forwards fed the model."""
-    from train.grpo.rewards import build_reward
     from train.grpo.loop import GRPOLoop
     from train.grpo.rewards import build_reward
 

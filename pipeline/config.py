@@ -3,22 +3,18 @@
 Every entry point merges its composed config into the schema of its root
 (``infra.schema.validate``): unknown keys and mistyped values raise before any work starts.
 Free-form blocks (the model architecture, the image processor) stay open dictionaries, since they are
-handed to ``transformers`` as they are. :data:`SCHEMAS` lists the roots by name, for the config
-composition test; it sits here, at the top layer, because it names the schemas of every layer.
+handed to ``transformers`` as they are. :data:`SCHEMAS` lists the roots by name (a registry, each
+schema's module imported when it is asked for), for ``pipeline.plan`` and the config composition
+test; it sits here, at the top layer, because it names the schemas of every layer.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from data_builders.config import FramesConfig, MixConfig
 from engine.config import ModelRootConfig
-from eval.config import EvalConfig
-from eval.watch import WatchConfig
+from infra.registry import Registry
 from infra.schema import bounded, store_schema
-from train.export import ExportConfig
-from train.grpo.config import GRPOConfig
-from train.sft.config import SFTConfig
 
 
 @dataclass
@@ -46,14 +42,18 @@ class DemoConfig(ModelRootConfig):
 store_schema("demo", DemoConfig)
 
 #: The typed schema of each root config in ``conf/`` (``build.yaml`` adds the chosen source's
-#: config dataclass, see ``data_builders.cli``).
-SCHEMAS: dict[str, type] = {
-    "demo": DemoConfig,
-    "sft": SFTConfig,
-    "grpo": GRPOConfig,
-    "eval": EvalConfig,
-    "watch": WatchConfig,
-    "frames": FramesConfig,
-    "mix": MixConfig,
-    "export": ExportConfig,
-}
+#: config dataclass, see ``data_builders.cli``). Getting one imports its module, which stores the
+#: root's defaults for Hydra (``<root>_schema``, ``infra.schema.store_schema``).
+SCHEMAS = Registry(
+    "root config schema",
+    {
+        "demo": "pipeline.config:DemoConfig",
+        "sft": "train.sft.config:SFTConfig",
+        "grpo": "train.grpo.config:GRPOConfig",
+        "eval": "eval.config:EvalConfig",
+        "watch": "eval.watch:WatchConfig",
+        "frames": "data_builders.config:FramesConfig",
+        "mix": "data_builders.config:MixConfig",
+        "export": "train.export:ExportConfig",
+    },
+)

@@ -33,22 +33,19 @@ from omegaconf import OmegaConf
 
 from engine.checkpoints import render_overrides
 from engine.preflight import check_stage, plan
-from eval.config import EvalConfig
-from eval.preflight import EVAL
 from infra.entry import explain, front_door, refuse, split_argv
+from infra.registry import Registry
 from infra.schema import bounded, typed
-from train.grpo.config import GRPOConfig
-from train.preflight import GRPO, SFT
-from train.sft.config import SFTConfig
+from pipeline.config import SCHEMAS
 
-#: stage -> (root config, schema, the key whose checkpoint's render block the stage composes at).
-STAGES = {
-    "sft": ("sft", SFTConfig, None),
-    "grpo": ("grpo", GRPOConfig, "init"),
-    "eval": ("eval", EvalConfig, "checkpoint"),
-}
+#: The stages planned (each composes its own root, ``conf/<stage>.yaml``, typed by
+#: ``pipeline.config.SCHEMAS``) -> the key whose checkpoint's render block the stage composes at.
+STAGES: dict[str, str | None] = {"sft": None, "grpo": "init", "eval": "checkpoint"}
 #: stage -> its pre-flight (checks and plan), defined with the stage.
-PREFLIGHT = {"sft": SFT, "grpo": GRPO, "eval": EVAL}
+PREFLIGHT = Registry(
+    "stage pre-flight",
+    {"sft": "train.preflight:SFT", "grpo": "train.preflight:GRPO", "eval": "eval.preflight:EVAL"},
+)
 
 
 @dataclass
@@ -104,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     own, overrides = parse(argv)
     stage = own["stage"]
-    root, schema, key = STAGES[stage]
+    root, schema, key = stage, SCHEMAS[stage], STAGES[stage]
     overrides, printing = split_argv(overrides)
     cfg = front_door(
         "pipeline.plan",

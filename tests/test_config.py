@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
 from data_builders.__main__ import source_overrides
+from data_builders.config import compose_build
 from infra.schema import compose, validate
 from pipeline.config import SCHEMAS
 
@@ -31,6 +32,10 @@ def _defaults(root: str) -> list[str]:
 
 
 def _compose(root: str, overrides: list[str] | None = None):
+    if root == "build":  # the build stores the schema of the source it names first (data_builders.config)
+        return compose_build(overrides or [])
+    if root in SCHEMAS:  # its schema's module stores <root>_schema, the root's first default
+        SCHEMAS.get(root)
     return compose(root, overrides or [])
 
 

@@ -175,10 +175,11 @@ def test_the_plan_reproduces_the_measured_h200_step():
 
 
 def _plan_of(model: str, *args: str) -> dict:
-    from pipeline.plan import STAGES, parse
+    from pipeline.config import SCHEMAS
+    from pipeline.plan import parse
 
     own, rest = parse(["stage=sft", "gpu_memory_gb=80", *args])
-    cfg = compose("sft", [*SFT_4B, f"model={model}", "data.dir=/data/mix_p3i", *rest], STAGES["sft"][1])
+    cfg = compose("sft", [*SFT_4B, f"model={model}", "data.dir=/data/mix_p3i", *rest], SCHEMAS["sft"])
     return plan(SFT, cfg, gpu_memory_gb=own["gpu_memory_gb"], gpus=own["gpus"], zero=own["zero"])
 
 

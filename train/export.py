@@ -38,6 +38,7 @@ from engine.checkpoints import (
     weights_fingerprint,
     write_render,
 )
+from infra.entry import run_command
 from infra.files import FolderWriteError
 from infra.schema import CONF_DIR, store_schema, validate
 from train.export_folder import MARKER, ExportError, check_out, write_export, write_marker
@@ -248,16 +249,31 @@ def push(folder: Path, repo_id: str, private: bool) -> str:
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="export", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+def _main(cfg: DictConfig) -> None:
+    """``train.export ... -m`` (or with another Hydra flag): Hydra composed the config."""
+    try:
+        cfg = validate(cfg, ExportConfig)
+    except ValueError as exc:
+        print(f"train.export: {exc}", file=sys.stderr)
+        sys.exit(2)
+    _command(cfg)
+
+
+def _command(cfg: DictConfig, _checked: object = None) -> None:
+    """The export of a validated config; its summary as one JSON line."""
     from omegaconf import OmegaConf
 
     try:
-        c = OmegaConf.to_object(validate(cfg, ExportConfig))
-        summary = export(c)
+        summary = export(OmegaConf.to_object(cfg))
     except (ExportError, CheckpointError, UnsafeCheckpoint, FileNotFoundError, FolderWriteError) as exc:
         print(f"train.export: {exc}", file=sys.stderr)
         sys.exit(2)
     print(json.dumps(summary, sort_keys=True))
+
+
+def main() -> None:
+    """The command line, composed and validated once (a mistyped key: one line, exit 2)."""
+    run_command("train.export", "export", ExportConfig, _command, _main)
 
 
 if __name__ == "__main__":

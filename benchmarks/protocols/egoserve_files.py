@@ -43,6 +43,7 @@ from benchmarks.protocols.egoserve_preds import (
     load_json,
 )
 from data_builders.records import RecordError
+from infra.registry import Registry
 from metrics.egoserve import MAIN_TYPE, SECONDS_PER_DAY, ServiceEvent
 from metrics.egoserve_rules import (
     official_main_type,
@@ -363,7 +364,15 @@ def _guard(out: Readings, where: str, read: Callable[..., None], *args: Any) -> 
         out.crashes.add(f"gt: {exc}", where)
 
 
-GT_READERS = {"egolife": _egolife_gt, "holoassist": _holoassist_gt, "captaincook4d": _captaincook4d_gt}
+#: How each dataset of the release reads its ground truth: ``fn(gt_path, units, gts)``.
+GT_READERS = Registry(
+    "EgoServe ground-truth reader",
+    {
+        "egolife": "benchmarks.protocols.egoserve_files:_egolife_gt",
+        "holoassist": "benchmarks.protocols.egoserve_files:_holoassist_gt",
+        "captaincook4d": "benchmarks.protocols.egoserve_files:_captaincook4d_gt",
+    },
+)
 
 
 def read_release(

@@ -54,6 +54,7 @@ from data_builders.stream_steps import step_times, target_step
 from data_builders.toolkit import load_json
 from engine.replies import Prediction
 from infra.files import atomic_writer
+from infra.registry import Registry
 from metrics.ovo import PARTS, TASK_PART, TASKS, figures, probe_score
 
 log = logging.getLogger(__name__)
@@ -383,7 +384,13 @@ def official_answers(
 
 
 #: How each ``protocol_mode`` turns a record's replies into its answers.
-ANSWER_RULES = {"official": official_answers, "streaming": streaming_answers}
+ANSWER_RULES = Registry(
+    "OVO answer rule",
+    {
+        "official": "benchmarks.protocols.ovo:official_answers",
+        "streaming": "benchmarks.protocols.ovo:streaming_answers",
+    },
+)
 
 
 def _meta(stream: Stream, key: str) -> Any:

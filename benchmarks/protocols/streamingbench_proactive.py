@@ -52,6 +52,7 @@ from data_builders.stream_steps import step_times
 from data_builders.toolkit import load_json
 from engine.replies import Prediction, Reply
 from infra.files import atomic_writer
+from infra.registry import Registry
 from metrics.streamingbench_proactive import Outcome, judge_answer, poll_of, poll_times, proactive_metrics
 
 log = logging.getLogger(__name__)
@@ -371,7 +372,13 @@ def streaming_answer(question: ReleaseQuestion, replies: Iterable[Reply]) -> dic
 
 
 #: How each ``protocol_mode`` turns a question's replies into its model entry.
-ANSWER_RULES = {"official": official_answer, "streaming": streaming_answer}
+ANSWER_RULES = Registry(
+    "StreamingBench proactive answer rule",
+    {
+        "official": "benchmarks.protocols.streamingbench_proactive:official_answer",
+        "streaming": "benchmarks.protocols.streamingbench_proactive:streaming_answer",
+    },
+)
 
 
 def _release_place(stream: Stream) -> tuple[int, int, dict, dict]:

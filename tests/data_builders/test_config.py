@@ -9,7 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from data_builders.cli import split_build_config
-from data_builders.config import BuildConfig, FramesConfig
+from data_builders.config import BuildConfig, FramesConfig, compose_build
 from data_builders.mixture import MixtureConfig
 from data_builders.sources import SOURCES, get_source
 from infra.schema import compose, typed
@@ -26,7 +26,7 @@ def test_every_source_yaml_mirrors_its_options_dataclass():
         assert first[0] == "# @package _global_" and first[1].startswith(
             f"# python -m data_builders build source={name}"
         )
-        cfg = compose("build", [f"source={name}", "out=/tmp/x"])
+        cfg = compose_build([f"source={name}", "out=/tmp/x"])
         base, options = split_build_config(cfg, name)
         assert options == get_source(name).config()  # yaml defaults == dataclass defaults, same keys
         assert base == BuildConfig(out="/tmp/x")
@@ -34,8 +34,8 @@ def test_every_source_yaml_mirrors_its_options_dataclass():
 
 def test_typos_and_wrong_types_fail():
     with pytest.raises(Exception, match="nn"):
-        compose("build", ["source=toy", "nn=3"])
-    cfg = compose("build", ["source=toy", "n=abc"])
+        compose_build(["source=toy", "nn=3"])
+    cfg = compose_build(["source=toy", "n=abc"])
     with pytest.raises(ValueError, match="source=toy"):
         split_build_config(cfg, "toy")
     with pytest.raises(ValueError, match="has no option"):
@@ -65,7 +65,7 @@ def test_frames_and_mixture_configs_compose():
         *sorted((CONF / "data").glob("*.yaml")),
     ]:
         assert path.read_text().startswith("# python -m data_builders "), path
-    build = compose("build", ["source=toy"])
+    build = compose_build(["source=toy"])
     # every common key comes from the schema (build_schema), the source's options from its dataclass
     # (source_toy_schema, which conf/source/toy.yaml lists)
     assert {f.name for f in dataclasses.fields(BuildConfig)} | {"n", "duration"} <= set(build)

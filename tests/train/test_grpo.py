@@ -13,7 +13,6 @@ from data_builders.records import Stream, Target
 from data_builders.stream_steps import target_step
 from engine.render import RESPONSE_CLASS, TurnRenderer
 from engine.streaming import EngineConfig, StreamingEngine
-from train.grpo.rewards import build_reward, step_rewards
 from train.grpo.algorithm import (
     OBJECTIVES,
     UpdateCounts,
@@ -26,6 +25,7 @@ from train.grpo.algorithm import (
     token_weights,
 )
 from train.grpo.policy import policy_batch, token_logprobs
+from train.grpo.rewards import build_reward, step_rewards
 from train.grpo.rollout import make_windows, rollout_group
 
 
@@ -289,7 +289,7 @@ def test_an_unknown_credit_fails_before_any_rollout(setup, tmp_path):
     from train.grpo.loop import GRPOLoop
 
     model, renderer, windows = setup
-    with pytest.raises(ValueError, match="grpo.credit='token': choose one of sequence, decision"):
+    with pytest.raises(KeyError, match="unknown grpo.credit 'token' \\(known: decision, sequence\\)"):
         GRPOLoop(GRPOStageConfig(credit="token"), model, None, renderer, None, windows, tmp_path)
 
 

@@ -13,10 +13,10 @@ from data_builders.config import RenderConfig
 from data_builders.frames import stream_frames
 from data_builders.record_io import load_streams
 from engine.render import TurnRenderer
-from train.grpo.rewards import Scored
 from train.grpo.algorithm import ADVANTAGES, OBJECTIVES, advantage_estimator
 from train.grpo.config import GRPOStageConfig, check_choices
 from train.grpo.loop import GRPOLoop
+from train.grpo.rewards import Scored
 from train.grpo.rollout import make_windows
 
 

@@ -14,12 +14,12 @@ from data_builders.config import CONF_DIR, RenderConfig
 from data_builders.frames import stream_frames
 from data_builders.record_io import load_streams
 from engine.render import TurnRenderer
-from train.grpo.rewards import build_reward
 from train.grpo.algorithm import UpdateCounts, grpo_loss, token_advantages, token_weights
 from train.grpo.config import GRPOStageConfig, reward_spec
 from train.grpo.loop import GRPOLoop
 from train.grpo.parallel import Single
 from train.grpo.policy import policy_batch, token_logprobs
+from train.grpo.rewards import build_reward
 from train.grpo.rollout import make_windows, rollout_group
 
 

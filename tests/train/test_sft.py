@@ -214,7 +214,7 @@ def test_the_command_line_ends_with_one_json_line(tmp_path, monkeypatch, capsys)
 
     final = tmp_path / "run" / "final"
     (tmp_path / "data" / "toy" / "train").mkdir(parents=True)  # the pre-flight: data.dir is built
-    monkeypatch.setattr(sft, "train", lambda cfg: final)
+    monkeypatch.setattr(sft, "train_checked", lambda cfg: final)
     monkeypatch.setattr(
         sys, "argv", ["train.sft", f"paths.root_dir={tmp_path}", f"sft.output_dir={final.parent}"]
     )

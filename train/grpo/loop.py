@@ -52,9 +52,9 @@ from engine.step_forward import compiled_graphs
 from infra.ranks import all_reduce, broadcast, gather, shard
 from infra.run_control import Preempted, RunControl
 from infra.tracking import flatten
-from train.grpo.rewards import step_rewards
 from train.grpo.algorithm import (
     ADVANTAGES,
+    OBJECTIVES,
     SCALES,
     UpdateCounts,
     grpo_loss,
@@ -65,9 +65,10 @@ from train.grpo.algorithm import (
     token_weights,
 )
 from train.grpo.checkpoints import RunFiles, best_value
-from train.grpo.config import NONFINITE_MESSAGE, check_choices
+from train.grpo.config import NONFINITE_MESSAGE
 from train.grpo.parallel import Single
 from train.grpo.policy import PolicyBatch, policy_batch, token_logprobs
+from train.grpo.rewards import step_rewards
 from train.grpo.rollout import Rollout, Window, rollout_group
 from train.stage_config import run_control
 
@@ -132,7 +133,8 @@ class GRPOLoop:
         on_log: Callable[[dict, int], None] | None = None,
         parallel: Single | None = None,
     ):
-        check_choices(cfg)
+        for table, name in ((ADVANTAGES, cfg.credit), (SCALES, cfg.scale_rewards), (OBJECTIVES, cfg.loss_type)):
+            table.get(name)  # a name no registry holds fails here, before any rollout
         if cfg.keep_best and not (evaluate and cfg.eval_every):
             raise ValueError(
                 "grpo.keep_best needs held-out evaluations: set grpo.eval_every and grpo.eval_split"

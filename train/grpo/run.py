@@ -50,7 +50,7 @@ from engine.checkpoints import (
     write_render,
 )
 from engine.preflight import check_stage
-from infra.entry import front_door, quiet_libraries, rewrite_argv
+from infra.entry import quiet_libraries, rewrite_argv, run_command
 from infra.files import OutputLock, OutputLocked
 from infra.progress import console
 from infra.ranks import barrier, is_rank_zero
@@ -83,15 +83,21 @@ def _output_dir(cfg: DictConfig) -> Path:
 
 def run(cfg: DictConfig, out: Path | None = None) -> Path:
     """Train from a validated config; returns the final checkpoint dir (model + processor), or with
-    ``grpo.keep_best`` the best one on the held-out split."""
+    ``grpo.keep_best`` the best one on the held-out split. The config's own checks
+    (:func:`check_config`) and the stage's pre-flight run first."""
+    return run_checked(cfg, out, check_run(cfg))
+
+
+def run_checked(cfg: DictConfig, out: Path | None, reward_fn: object) -> Path:
+    """:func:`run` on a config already checked (:func:`check_run` gave ``reward_fn``): the command
+    line checks once, first."""
     control = run_control(
         cfg.grpo, "grpo", "update", NONFINITE_MESSAGE
     )  # first: a signal while the model loads is caught too
-    check_stage(GRPO, cfg)  # engine.preflight: splits, init, the memory plan on a GPU
     main = is_rank_zero()
     lock = OutputLock(out or cfg.grpo.output_dir, "train.grpo").acquire() if main else None  # one run per dir
     try:
-        return _run(cfg, out, control)
+        return _run(cfg, out, control, reward_fn)
     finally:
         if lock is not None:
             lock.release()
@@ -119,9 +125,8 @@ def check_config(cfg: DictConfig) -> object:
 # The phases below import torch and transformers inside: a bad config fails before they load.
 
 
-def _run(cfg: DictConfig, out: Path | None, control: RunControl) -> Path:
+def _run(cfg: DictConfig, out: Path | None, control: RunControl, reward_fn: object) -> Path:
     """Config -> model -> windows -> held-out evaluator -> the loop -> the final checkpoint."""
-    reward_fn = check_config(cfg)
     from train.grpo.loop import GRPOLoop
 
     quiet_libraries()
@@ -336,13 +341,18 @@ def compose_config(overrides: list[str] | None = None) -> DictConfig:
 
 @hydra.main(config_path=CONF, config_name="grpo", version_base="1.3")
 def _main(cfg: DictConfig) -> None:
+    """A point of a sweep (``-m``): Hydra composed it, it is validated and checked here."""
     try:
         cfg = validate(cfg, GRPOConfig)
-        if not cfg.entry.target:
-            check_config(cfg)
+        reward_fn = check_start(cfg)
     except (ValueError, FileNotFoundError, OmegaConfBaseException) as exc:  # CheckpointError too
         print(f"train.grpo: {exc}", file=sys.stderr)
         sys.exit(2)
+    _command(cfg, reward_fn)
+
+
+def _command(cfg: DictConfig, reward_fn: object) -> None:
+    """The command's work on its validated, checked config: an experiment's function, or the run."""
     out = _output_dir(cfg)
     main = is_rank_zero()
     console(None if cfg.entry.target or not main else str(out / "grpo.log"))
@@ -350,7 +360,7 @@ def _main(cfg: DictConfig) -> None:
         if cfg.entry.target:
             print(json.dumps(get_method(cfg.entry.target)(cfg)))
             return
-        selected = run(cfg, out)
+        selected = run_checked(cfg, out, reward_fn)
     except OutputLocked as exc:  # another run holds the folder: its path and holder, one line
         print(f"train.grpo: {exc}", file=sys.stderr)
         sys.exit(2)
@@ -375,24 +385,30 @@ def entry_preflight(cfg: DictConfig) -> None:
         check(cfg)
 
 
-def _check_start(cfg: DictConfig) -> None:
-    """What the command line refuses before Hydra runs it: the config's own checks (init, reward,
-    options: :func:`check_config`), then the stage's pre-flight (``engine.preflight``); an
-    experiment's own (:func:`entry_preflight`)."""
+def check_run(cfg: DictConfig) -> object:
+    """Every check of a GRPO run's config, before anything loads: the config's own (init, reward,
+    options: :func:`check_config`), then the stage's pre-flight (``engine.preflight``). Returns the
+    reward function."""
+    reward_fn = check_config(cfg)
+    check_stage(GRPO, cfg)
+    return reward_fn
+
+
+def check_start(cfg: DictConfig) -> object:
+    """What the command line checks, once: a run's config (:func:`check_run`, its reward function
+    returned), or an experiment's own pre-flight (:func:`entry_preflight`, None returned)."""
     if cfg.entry.target:
         entry_preflight(cfg)
-        return
-    check_config(cfg)
-    check_stage(GRPO, cfg)
+        return None
+    return check_run(cfg)
 
 
 def main() -> None:
     """The command line, with the ``init`` checkpoint's render block added as overrides
     (``engine.checkpoints.render_overrides``: the frames it was trained on; an explicit
-    ``render`` override wins, with a warning)."""
+    ``render`` override wins, with a warning), composed and checked once."""
     rewrite_argv("train.grpo", partial(render_overrides, key="init"), CheckpointError)
-    front_door("train.grpo", "grpo", GRPOConfig, check=_check_start)
-    _main()
+    run_command("train.grpo", "grpo", GRPOConfig, _command, _main, check=check_start)
 
 
 if __name__ == "__main__":

@@ -46,11 +46,15 @@ class SFTStageConfig(StageConfig):
     """Keep rendered windows in memory after their first use (small data sets)."""
 
 
+#: The focal exponent's default (the recipe's 2): the schema's, the trainer's and the loss functions'.
+FOCAL_GAMMA = 2.0
+
+
 @dataclass
 class LossConfig:
     """The decision loss (``train.sft.losses``)."""
 
-    gamma: float = bounded(2.0, ge=0)
+    gamma: float = bounded(FOCAL_GAMMA, ge=0)
     """Focal exponent on the decision tokens ``</Silence>`` / ``</Response>`` (0: plain cross-entropy)."""
     balance: str = "static"
     """Class weights: ``static`` (from the training split's stats.json), ``dynamic`` (per batch) or

@@ -36,13 +36,15 @@ recomputes them from each batch's decisions; ``none`` gives every class weight 1
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from engine.render import RESPONSE_CLASS, SILENCE_CLASS
+from infra.registry import Registry
+from train.sft.config import FOCAL_GAMMA
 
 IGNORE_INDEX = -100
 
@@ -91,14 +93,30 @@ class LossParts:
     P(</Response>) from the two decision logits >= 0.5, as the streaming engine decides)."""
 
 
-#: How the class weights of a batch are obtained: ``fn(static weights, batch decision classes)``.
-WEIGHT_MODES: dict[str, Callable[[torch.Tensor | None, torch.Tensor, float], torch.Tensor]] = {
-    "none": lambda static, classes, power: torch.ones(2),
-    "static": lambda static, classes, power: _require_static(static),
-    "dynamic": lambda static, classes, power: class_weights(
-        torch.bincount(classes, minlength=2).float(), power
-    ),
-}
+def unit_weights(static: torch.Tensor | None, classes: torch.Tensor, power: float) -> torch.Tensor:
+    """``loss.balance=none``: both classes weigh 1."""
+    return torch.ones(2)
+
+
+def static_weights(static: torch.Tensor | None, classes: torch.Tensor, power: float) -> torch.Tensor:
+    """``loss.balance=static``: the training split's weights (its ``stats.json``)."""
+    return _require_static(static)
+
+
+def batch_weights(static: torch.Tensor | None, classes: torch.Tensor, power: float) -> torch.Tensor:
+    """``loss.balance=dynamic``: weights from the batch's own decision counts."""
+    return class_weights(torch.bincount(classes, minlength=2).float(), power)
+
+
+#: How the class weights of a batch are obtained: ``fn(static weights, batch decision classes, power)``.
+WEIGHT_MODES = Registry(
+    "loss.balance mode",
+    {
+        "none": "train.sft.losses:unit_weights",
+        "static": "train.sft.losses:static_weights",
+        "dynamic": "train.sft.losses:batch_weights",
+    },
+)
 
 
 def _require_static(static: torch.Tensor | None) -> torch.Tensor:
@@ -143,7 +161,7 @@ def decision_loss(
     decision_mask: torch.Tensor,
     *,
     decision_ids: tuple[int, int],
-    gamma: float = 2.0,
+    gamma: float = FOCAL_GAMMA,
     weights: torch.Tensor | None = None,
     decision_weight: float = 1.0,
     text_weight: float = 1.0,
@@ -177,7 +195,7 @@ def loss_at_labels(
     classes: torch.Tensor,
     *,
     decision_ids: tuple[int, int],
-    gamma: float = 2.0,
+    gamma: float = FOCAL_GAMMA,
     weights: torch.Tensor | None = None,
     decision_weight: float = 1.0,
     text_weight: float = 1.0,

@@ -33,7 +33,7 @@ from engine.checkpoints import COMPLETE_MARKER, checkpoint_name, checkpoint_step
 from engine.model import count_parameters, load_model_and_processor
 from engine.preflight import check_stage
 from engine.render import TurnRenderer
-from infra.entry import front_door, quiet_libraries
+from infra.entry import quiet_libraries, run_command
 from infra.files import OutputLock, OutputLocked, refuse_if_held
 from infra.progress import console
 from infra.ranks import is_rank_zero
@@ -148,6 +148,11 @@ def train(cfg: DictConfig) -> Path:
     The pre-flight (``engine.preflight.check_stage``) runs first: a split or data dir that is missing,
     or a plan that would not fit the GPU, stops it before the model loads."""
     check_stage(SFT, cfg)
+    return train_checked(cfg)
+
+
+def train_checked(cfg: DictConfig) -> Path:
+    """:func:`train` on a config the pre-flight has passed (the command line checks it once, first)."""
     t = cfg.sft
     out = Path(t.output_dir)
     resume = resolve_resume(t.resume, out)
@@ -257,14 +262,21 @@ def compose_config(overrides: list[str] | None = None) -> DictConfig:
 
 @hydra.main(config_path=str(CONF_DIR), config_name="sft", version_base="1.3")
 def _main(cfg: DictConfig) -> None:
+    """A point of a sweep (``-m``): Hydra composed it, it is validated and checked here."""
     try:
         cfg = validate(cfg, SFTConfig)
-    except (ValueError, OmegaConfBaseException) as exc:
+        _check_start(cfg)
+    except (ValueError, FileNotFoundError, OutputLocked, OmegaConfBaseException) as exc:
         print(f"train.sft: {exc}", file=sys.stderr)
         sys.exit(2)
+    _command(cfg)
+
+
+def _command(cfg: DictConfig, _checked: object = None) -> None:
+    """The command's work on its validated, checked config: train, print the final checkpoint."""
     console(str(Path(cfg.sft.output_dir) / "sft.log") if is_rank_zero() else None)
     try:
-        final = train(cfg)
+        final = train_checked(cfg)
     except OutputLocked as exc:  # another run holds the folder: its path and holder, one line
         print(f"train.sft: {exc}", file=sys.stderr)
         sys.exit(2)
@@ -287,10 +299,9 @@ def _check_start(cfg: DictConfig) -> None:
 
 
 def main() -> None:
-    """The command line: composed, validated and pre-flighted (``engine.preflight``: the splits, the
-    data dir, the memory plan on a GPU) before Hydra runs it, so a mistake is one line, exit 2."""
-    front_door("train.sft", "sft", SFTConfig, check=_check_start)
-    _main()
+    """The command line: composed, validated and pre-flighted once (``engine.preflight``: the splits,
+    the data dir, the memory plan on a GPU) before Hydra runs it, so a mistake is one line, exit 2."""
+    run_command("train.sft", "sft", SFTConfig, _command, _main, check=_check_start)
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ from infra.run_control import RunControl
 from infra.tracking import remember_run
 from train.run_dir import rotate_checkpoints
 from train.safe_load import guarding_prepare
+from train.sft.config import FOCAL_GAMMA
 from train.sft.losses import WEIGHT_MODES, decision_metrics, loss_at_labels, selected_logits
 from train.steps import accumulation_steps
 
@@ -59,7 +60,7 @@ class DecisionTrainer(Trainer):
         self,
         *args,
         decision_ids: tuple[int, int],
-        gamma: float = 2.0,
+        gamma: float = FOCAL_GAMMA,
         balance: str = "static",
         balance_power: float = 1.0,
         static_weights: torch.Tensor | None = None,

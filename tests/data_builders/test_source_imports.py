@@ -1,0 +1,41 @@
+"""A stage imports only the sources it builds (issue 59, item 4): importing a stage's entry or the
+shared config blocks imports no ``data_builders.sources.<name>`` module; a source's module is imported
+when a config names it (``source=<name>``), and only that one."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _sources_imported(code: str) -> list[str]:
+    """The source modules imported after ``code`` ran in a fresh interpreter."""
+    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(m for m in sys.modules if m.startswith('data_builders.sources.'))))"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "engine.config",
+        "data_builders.config",
+        "train.sft.run",
+        "train.grpo.run",
+        "eval.run",
+        "pipeline.config",
+    ],
+)
+def test_importing_a_stage_imports_no_source(module):
+    assert _sources_imported(f"import {module}") == []
+
+
+def test_composing_a_build_imports_the_source_it_names_and_no_other():
+    code = "from data_builders.config import compose_build\ncompose_build(['source=nexar', 'out=/tmp/x'])"
+    assert _sources_imported(code) == ["data_builders.sources.nexar"]
