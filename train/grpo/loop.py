@@ -133,7 +133,11 @@ class GRPOLoop:
         on_log: Callable[[dict, int], None] | None = None,
         parallel: Single | None = None,
     ):
-        for table, name in ((ADVANTAGES, cfg.credit), (SCALES, cfg.scale_rewards), (OBJECTIVES, cfg.loss_type)):
+        for table, name in (
+            (ADVANTAGES, cfg.credit),
+            (SCALES, cfg.scale_rewards),
+            (OBJECTIVES, cfg.loss_type),
+        ):
             table.get(name)  # a name no registry holds fails here, before any rollout
         if cfg.keep_best and not (evaluate and cfg.eval_every):
             raise ValueError(
