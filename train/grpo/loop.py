@@ -48,6 +48,7 @@ from pathlib import Path
 import torch
 
 from engine.render import TurnRenderer
+from engine.step_choice import STEPS as ENGINE_STEPS
 from engine.step_forward import compiled_graphs
 from infra.ranks import all_reduce, broadcast, gather, shard
 from infra.run_control import Preempted, RunControl
@@ -115,6 +116,16 @@ def plan_shape(plan: list[Group]) -> dict:
     }
 
 
+def resolve_choices(cfg) -> None:
+    """Look up what the loop runs by name (estimator, scale, objective, engine step): a name no
+    registry holds fails here, before any rollout. The command checked its config once already
+    (``train.grpo.config.check_choices``); this is the loop's own lookup for direct callers."""
+    for table, name in ((ADVANTAGES, cfg.credit), (SCALES, cfg.scale_rewards), (OBJECTIVES, cfg.loss_type)):
+        table.get(name)
+    if cfg.engine_step not in ENGINE_STEPS:
+        raise ValueError(f"grpo.engine_step={cfg.engine_step!r}: choose one of {', '.join(ENGINE_STEPS)}")
+
+
 class GRPOLoop:
     """Rollouts, rewards and clipped-ratio updates; ``cfg`` is the ``grpo`` block of ``conf/grpo.yaml``,
     ``parallel`` a ``train.grpo.parallel`` runner (default: one process)."""
@@ -133,12 +144,7 @@ class GRPOLoop:
         on_log: Callable[[dict, int], None] | None = None,
         parallel: Single | None = None,
     ):
-        for table, name in (
-            (ADVANTAGES, cfg.credit),
-            (SCALES, cfg.scale_rewards),
-            (OBJECTIVES, cfg.loss_type),
-        ):
-            table.get(name)  # a name no registry holds fails here, before any rollout
+        resolve_choices(cfg)
         if cfg.keep_best and not (evaluate and cfg.eval_every):
             raise ValueError(
                 "grpo.keep_best needs held-out evaluations: set grpo.eval_every and grpo.eval_split"
