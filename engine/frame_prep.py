@@ -23,7 +23,7 @@ go up as uint8 and the float work runs there:
   frame, patches row-major within a block, each row channel-major, the patch repeated over the
   temporal axis.
 
-``tests/eval/test_frame_prep.py`` checks equality with the processor for the tiny model's and
+``tests/engine/test_frame_prep.py`` checks equality with the processor for the tiny model's and
 Qwen3-VL-4B's processor settings on several frame sizes; ``python -m perf engine`` reports the
 largest difference (``frame_prep_max_diff``) and both paths' time per frame.
 """

@@ -16,7 +16,7 @@ flat positions (``row * chunk width + column``, :func:`flat_positions`) and call
   that layer's features at the same positions, after the layer, as the model's own forward does.
 
 Same arithmetic (a copy, then one addition per feature), so the same numbers;
-``tests/eval/test_image_merge.py`` checks them against the model's own forward.
+``tests/engine/test_image_merge.py`` checks them against the model's own forward.
 """
 
 from __future__ import annotations

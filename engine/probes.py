@@ -9,7 +9,7 @@ probe of a video. At a probe's step the cache is marked, the question turn is fe
 decoded, and the cache is rewound to the mark (cropped, the mask and the M-RoPE offset reset:
 ``engine.kv_window.KVWindow.rewind``) before the step's own turn goes on. The branch leaves nothing behind,
 so each answer is the one a fresh run on the cut video gives (``mode="rerun"`` is that run, the
-reference ``tests/eval/test_probes.py`` checks the branches against).
+reference ``tests/engine/test_probes.py`` checks the branches against).
 
 What the model sees (the engine's turn format, ``engine.render``):
 

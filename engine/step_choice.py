@@ -6,7 +6,7 @@ and per outcome: ``engine step: static (compiled)``, ``engine step: eager (probe
 What the static step does not support: branches (``engine.probes``: :class:`~engine.kv_static.StaticKV`
 has no ``mark`` / ``rewind``). Everything else a run uses streams the eager engine's decisions and
 logits with it: any batch, rows of unequal length, a frame window, sampled decisions (GRPO's
-rollouts), memory evidence turns (tests/eval/test_static_step.py, test_memory_engine.py).
+rollouts), memory evidence turns (tests/engine/test_static_step.py, test_memory_engine.py).
 
 Per device type (:data:`AUTO_STATIC`): on CPU the eager step, measured faster on the tiny model
 (the static step uncompiled runs at 0.4-0.75x its speed; compiled at its speed at batch 1 and

@@ -19,7 +19,7 @@ so trained or frozen weights and dtypes are used as they are.
 
 The outputs equal ``model.model.get_image_features``'s (``pooler_output`` split per image,
 ``deepstack_features`` per layer split alike) within float rounding of the batched kernel
-(tests/eval/test_vision_tower.py: 1e-6 in float32). The figures: ``python -m perf vision``,
+(tests/engine/test_vision_tower.py: 1e-6 in float32). The figures: ``python -m perf vision``,
 docs/performance.md.
 """
 

@@ -24,6 +24,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["OMP_NUM_THREADS"] = "1"
 
 ROOT = Path(__file__).resolve().parents[1]
+#: The local servers and release-file trees the evaluation and benchmark tests share.
+pytest_plugins = ["tests.servers"]
 
 
 @pytest.fixture(autouse=True)

@@ -202,6 +202,19 @@ def test_the_module_map_lists_every_folder_of_code_and_nothing_else():
     assert unlisted_code(ROOT, (ROOT / "docs" / "design.md").read_text(encoding="utf-8")) == []
 
 
+#: Test folders that are not a package's: the Slurm scripts' (``slurm/``) and the full-disk helper
+#: (``sitecustomize.py``) that the full-disk tests load into their child processes.
+NOT_A_PACKAGE = {"slurm", "full_disk"}
+
+
+def test_the_tests_mirror_the_packages():
+    """docs/design.md: "one folder per package": each package's tests in ``tests/<package>/``, and no
+    other folder but the Slurm scripts' and the full-disk helper."""
+    folders = {p.name for p in (ROOT / "tests").iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert sorted(set(PACKAGES) - folders) == []
+    assert sorted(folders - set(PACKAGES) - NOT_A_PACKAGE) == []
+
+
 def test_the_module_map_check_finds_a_missing_path_and_an_unlisted_folder(tmp_path):
     for d in ("infra", "infra/deep", "slurm", "conf/model"):
         (tmp_path / d).mkdir(parents=True)

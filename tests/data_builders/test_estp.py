@@ -1,4 +1,4 @@
-"""source=estp from ESTP-Bench's release structure (our own values in tests/eval/fixtures/estp/): one
+"""source=estp from ESTP-Bench's release structure (our own values in tests/benchmarks/fixtures/estp/): one
 stream per qa, answers as windowed targets due at the paper's optimal time, every bad qa an error."""
 
 from __future__ import annotations

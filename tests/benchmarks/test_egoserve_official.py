@@ -1,7 +1,7 @@
 """``eval.score --protocol egoserve`` reproduces the official evaluator, one rule per test.
 
 Every fixture is a small release folder and EgoMemo prediction folders written by ``tree``
-(tests/eval/conftest.py) with invented values; each test's comment works out the official number by
+(tests/servers.py) with invented values; each test's comment works out the official number by
 hand (tolerances: EgoLife 60 s, HoloAssist 10 s, CaptainCook4D 25 s)."""
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import pytest
 from data_builders.record_io import write_jsonl
 from pipeline.pictures import main, pick_record
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FIRING = 0.47  # the untrained tiny model fires on about half the steps at this threshold
 
 

@@ -23,7 +23,7 @@ from train.grpo.config import GRPOConfig
 from train.preflight import GRPO, SFT
 from train.sft.config import SFTConfig
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
 
 

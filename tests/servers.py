@@ -1,5 +1,6 @@
-"""Shared test helpers for eval: a local OpenAI-compatible chat endpoint and misbehaving servers on
-127.0.0.1, and EgoServe files in the official release / EgoMemo output structure (invented values)."""
+"""Fixtures the evaluation, benchmark and engine tests share (a plugin of tests/conftest.py): a local
+OpenAI-compatible chat endpoint and misbehaving servers on 127.0.0.1, and EgoServe files in the
+official release / EgoMemo output structure (invented values)."""
 
 from __future__ import annotations
 
