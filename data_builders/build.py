@@ -50,6 +50,7 @@ from typing import Any
 from data_builders.outputs import FAILED_DIR, BuildFailed, commit, staging_dir, write_files, write_outputs
 from data_builders.records import TIME_EPS, RecordError, Stream, Target
 from data_builders.sources import get_source
+from data_builders.splits import RECORDS_JSONL
 from data_builders.toolkit import (
     RECORD_EXCEPTIONS,
     BuildInputs,
@@ -395,7 +396,7 @@ def _keep_failed(tmp: Path, out: Path, report: BuildReport, max_error_rate: floa
     """Move the staged files of a failed build to ``out/failed_build/`` and raise :class:`BuildFailed`
     naming the first reasons, whether a previous build is kept, and the option that lets it through."""
     failed = out / FAILED_DIR
-    previous = any((out / name).exists() for name in ("records.jsonl", "stats.json")) or any(
+    previous = any((out / name).exists() for name in (RECORDS_JSONL, "stats.json")) or any(
         out.glob("*.parquet")
     )
     if failed.exists():

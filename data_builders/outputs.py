@@ -20,6 +20,7 @@ from pathlib import Path
 
 from data_builders.record_io import write_jsonl, write_parquet
 from data_builders.records import Stream
+from data_builders.splits import RECORDS_JSONL
 from data_builders.stats import compute_stats
 from data_builders.toolkit import ConversionError
 from infra.files import WriterLock, remove_dead_writes
@@ -45,7 +46,7 @@ def write_files(
     if not isinstance(shard_size, int) or shard_size < 1:
         raise BuildFailed(f"shard_size must be a whole number of records >= 1, got {shard_size!r}")
     dest.mkdir(parents=True, exist_ok=True)
-    files = [dest / "records.jsonl"]
+    files = [dest / RECORDS_JSONL]
     write_jsonl(files[0], records)
     files += write_parquet(dest, records, shard_size=shard_size)
     stats = dest / "stats.json"
@@ -95,7 +96,7 @@ def commit(staging: Path, out: Path) -> list[Path]:
     rename (nothing is copied, so a full disk cannot cut a file), then shards of an older build
     that the new one does not have, and an older failed build, are removed. Returns the new paths."""
     names = sorted(p.name for p in staging.iterdir() if not p.name.startswith("."))
-    order = sorted(names, key=lambda n: (n == "records.jsonl", n == "stats.json", n))  # records last
+    order = sorted(names, key=lambda n: (n == RECORDS_JSONL, n == "stats.json", n))  # records last
     for name in order:
         src, dst = staging / name, out / name
         if src.is_dir() and dst.exists():

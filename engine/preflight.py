@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from data_builders.splits import RECORDS_JSONL
 from infra.ranks import Ranks
 from infra.tracking import check_logger
 
@@ -116,7 +117,7 @@ def check_split(data: Any, split: str, key: str, on_disk: bool = True) -> None:
             f"{key}={split}: {root} has no {split}/ (it has {', '.join(present) or 'no split'}): "
             "rebuild the mixture with that split or pick one of these"
         )
-    records = root / split / "records.jsonl" if root is not None else None
+    records = root / split / RECORDS_JSONL if root is not None else None
     if on_disk and records is not None and records.is_file() and records.stat().st_size == 0:
         raise PreflightError(
             f"{key}={split}: {records} holds no record (the mixture had too few videos for its split "

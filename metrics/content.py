@@ -3,10 +3,10 @@
 The pure scorers live here: ``exact`` (whitespace- and case-normalized equality), ``label`` (the
 target's normalized label occurs in the normalized reply, as a substring) and ``any`` (always 1,
 timing-only), listed in :data:`PURE_SCORERS` and built by :func:`pure_scorer` (what the GRPO rewards
-use). The I/O-bearing ``embedding`` and ``judge`` scorers live in ``eval/`` (``benchmarks.scoring.embedding``,
-``benchmarks.scoring.judge``), so this package stays free of I/O: the registry of all five is
-``benchmarks.scoring.CONTENT_SCORERS``, whose table adds their two lines to :data:`PURE`; build any of
-the five with ``benchmarks.scoring.get_content_scorer``.
+use). The I/O-bearing ``embedding`` and ``judge`` scorers live in ``benchmarks/scoring/``
+(``benchmarks.scoring.embedding``, ``benchmarks.scoring.judge``), so this package stays free of I/O:
+the registry of all five is ``benchmarks.scoring.CONTENT_SCORERS``, whose table adds their two lines
+to :data:`PURE_SCORERS`'s three; build any of the five with ``benchmarks.scoring.get_content_scorer``.
 
 ``label`` on a target without a label falls back to another scorer (our choice; default ``exact``,
 set ``fallback=`` to e.g. ``embedding`` in evaluation).

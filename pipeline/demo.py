@@ -34,6 +34,7 @@ from data_builders.frame_cache import FrameCache
 from data_builders.frames import stream_frames
 from data_builders.mixture import build_toy_mixture
 from data_builders.record_io import load_streams, resolve_video
+from data_builders.splits import split_records
 from engine.model import count_parameters, load_model_and_processor
 from engine.render import TurnRenderer
 from eval.run import evaluate
@@ -97,7 +98,7 @@ def run_demo(cfg: DictConfig) -> dict:
     t0 = time.time()
     run_dir = Path(cfg.paths.runs_dir) / cfg.run_name
     data_dir, counts = _toy_data(cfg, run_dir)
-    test = data_dir / "test" / "records.jsonl"
+    test = split_records(data_dir / "test")
     _show_model(cfg, test)
 
     summary = {"untrained": _evaluate(cfg, run_dir, test, "untrained", None)}
@@ -123,7 +124,7 @@ def _toy_data(cfg: DictConfig, run_dir: Path) -> tuple[Path, dict[str, int]]:
         seed=cfg.demo.seed,
         splits=dict(cfg.demo.splits),
     )
-    counts = {split: len(load_streams(data_dir / split / "records.jsonl")) for split in cfg.demo.splits}
+    counts = {split: len(load_streams(split_records(data_dir / split))) for split in cfg.demo.splits}
     print(f"[1/6] toy data: {sum(counts.values())} clips split by video {counts} in {data_dir}")
     return data_dir, counts
 
@@ -155,7 +156,7 @@ def _sft_stage(
     from train.sft.run import compose_config as sft_config
     from train.sft.run import train as run_sft
 
-    test = data_dir / "test" / "records.jsonl"
+    test = split_records(data_dir / "test")
     sft = run_sft(
         sft_config(
             [
@@ -196,7 +197,7 @@ def _grpo_stage(
         ]
     )
     grpo = run_grpo(grpo_cfg, run_dir / "grpo")
-    summary["grpo"] = _evaluate(cfg, run_dir, data_dir / "test" / "records.jsonl", "grpo", grpo)
+    summary["grpo"] = _evaluate(cfg, run_dir, split_records(data_dir / "test"), "grpo", grpo)
     picked = grpo / BEST_FILE
     which = f", update {json.loads(picked.read_text())['step']}, best on val" if picked.exists() else ""
     progress = read_progress(run_dir / "grpo")

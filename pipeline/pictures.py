@@ -29,13 +29,14 @@ from pathlib import Path
 
 from benchmarks.runners import get_runner
 from data_builders.records import RecordError
+from data_builders.splits import RECORDS_JSONL
 from eval.app.view import load_run
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
 DEFAULTS = {
     "checkpoint": "runs/demo/sft/final",
-    "records": "runs/demo/data/toy/test/records.jsonl",
+    "records": f"runs/demo/data/toy/test/{RECORDS_JSONL}",
     "out": "docs",
 }
 #: The browser window the pictures are taken in (CSS pixels).

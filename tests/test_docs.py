@@ -524,3 +524,59 @@ def test_what_the_documented_commands_write_is_ignored_by_git():
     assert (
         subprocess.run(["git", "check-ignore", "-q", "--no-index", "eval/run.py"], cwd=ROOT).returncode == 1
     )
+
+
+#: The library's packages: every package but the tools over it (``perf``).
+LIBRARY = tuple(p for p in PACKAGES if p != "perf")
+
+
+def _library_modules():
+    for package in LIBRARY:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            yield path.relative_to(ROOT).as_posix(), ast.parse(path.read_text(encoding="utf-8"))
+
+
+def _imported(tree: ast.Module) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+    return names
+
+
+def test_entry_point_packages_are_imported_by_the_two_toy_modules_docs_design_names_only():
+    """docs/design.md: synthetic generators and experiments are entry points no library module imports,
+    except the toy source and the tiny tokenizer's word lists."""
+    entry = ("data_builders.synthetic", "train.experiments")
+    importers = {
+        path
+        for path, tree in _library_modules()
+        if not path.startswith(("data_builders/synthetic/", "train/experiments/"))
+        and any(name.startswith(entry) for name in _imported(tree))
+    }
+    assert importers == {"data_builders/sources/toy.py", "engine/model.py"}
+
+
+def test_one_module_spells_a_splits_records_file_name():
+    """docs/design.md: one module holds each shared fact; a split's ``records.jsonl`` is
+    ``data_builders.splits.RECORDS_JSONL`` everywhere else in the library (docstrings aside)."""
+    spelt = []
+    for path, tree in _library_modules():
+        docs = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)}  # docstrings
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+                if "records.jsonl" in node.value and path != "data_builders/splits.py":
+                    spelt.append(f"{path}:{node.lineno}")
+    assert spelt == []
+
+
+def test_every_root_config_has_its_schema_in_the_one_registry():
+    """docs/design.md: each root's typed schema is listed in ``pipeline.config.SCHEMAS``; ``build``'s is
+    composed with the source it names (``data_builders.config.compose_build``)."""
+    from pipeline.config import SCHEMAS
+
+    roots = {p.stem for p in (ROOT / "conf").glob("*.yaml")}
+    assert sorted(roots - set(SCHEMAS.names())) == ["build"]
+    assert sorted(set(SCHEMAS.names()) - roots) == []
