@@ -1,4 +1,4 @@
-"""Fixtures of the training tests: the 1-step DeepSpeed checkpoints several files read."""
+"""Fixtures of the training tests: the 1-step DeepSpeed checkpoints several files read, and the GRPO tests' windows."""
 
 from __future__ import annotations
 
@@ -33,3 +33,20 @@ def deepspeed_checkpoint(deepspeed_toy, tmp_path_factory):
         return runs[stage, zero]
 
     return get
+
+
+@pytest.fixture(scope="module")
+def grpo_windows(tiny_model_and_processor, toy_dir):
+    """The tiny model, a renderer at 64 x 64 and the toy streams' GRPO windows (10 steps, a quarter
+    negative), as the GRPO tests share them."""
+    from data_builders.config import RenderConfig
+    from data_builders.frames import stream_frames
+    from data_builders.record_io import load_streams
+    from engine.render import TurnRenderer
+    from train.grpo.rollout import make_windows
+
+    model, processor = tiny_model_and_processor
+    renderer = TurnRenderer(processor, RenderConfig(max_pixels=64 * 64))
+    streams = load_streams(toy_dir / "records.jsonl")
+    frames = {s.id: stream_frames(s, toy_dir / s.video, renderer.cfg) for s in streams}
+    return model, renderer, make_windows(streams, frames, window_steps=10, negative_share=0.25, seed=0)

@@ -6,12 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from data_builders.config import RenderConfig
-from data_builders.frames import stream_frames
-from data_builders.record_io import load_streams
 from data_builders.records import Stream, Target
 from data_builders.stream_steps import target_step
-from engine.render import RESPONSE_CLASS, TurnRenderer
+from engine.render import RESPONSE_CLASS
 from engine.streaming import EngineConfig, StreamingEngine
 from train.grpo.algorithm import (
     OBJECTIVES,
@@ -30,13 +27,8 @@ from train.grpo.rollout import make_windows, rollout_group
 
 
 @pytest.fixture(scope="module")
-def setup(tiny_model_and_processor, toy_dir):
-    model, processor = tiny_model_and_processor
-    renderer = TurnRenderer(processor, RenderConfig(max_pixels=64 * 64))
-    streams = load_streams(toy_dir / "records.jsonl")
-    frames = {s.id: stream_frames(s, toy_dir / s.video, renderer.cfg) for s in streams}
-    windows = make_windows(streams, frames, window_steps=10, negative_share=0.25, seed=0)
-    return model, renderer, windows
+def setup(grpo_windows):
+    return grpo_windows
 
 
 def _count_frames(model, store: dict):

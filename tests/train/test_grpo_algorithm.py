@@ -9,15 +9,10 @@ import copy
 import pytest
 import torch
 
-from data_builders.config import RenderConfig
-from data_builders.frames import stream_frames
-from data_builders.record_io import load_streams
-from engine.render import TurnRenderer
 from train.grpo.algorithm import ADVANTAGES, OBJECTIVES, advantage_estimator
 from train.grpo.config import GRPOStageConfig, check_choices
 from train.grpo.loop import GRPOLoop
 from train.grpo.rewards import Scored
-from train.grpo.rollout import make_windows
 
 
 @advantage_estimator(per_step=False)
@@ -50,12 +45,8 @@ def registered():
 
 
 @pytest.fixture(scope="module")
-def setup(tiny_model_and_processor, toy_dir):
-    model, processor = tiny_model_and_processor
-    renderer = TurnRenderer(processor, RenderConfig(max_pixels=64 * 64))
-    streams = load_streams(toy_dir / "records.jsonl")
-    frames = {s.id: stream_frames(s, toy_dir / s.video, renderer.cfg) for s in streams}
-    windows = make_windows(streams, frames, window_steps=10, negative_share=0.25, seed=0)
+def setup(grpo_windows):
+    model, renderer, windows = grpo_windows
     return copy.deepcopy(model).float(), renderer, windows
 
 

@@ -10,26 +10,19 @@ import pytest
 import torch
 import yaml
 
-from data_builders.config import CONF_DIR, RenderConfig
-from data_builders.frames import stream_frames
-from data_builders.record_io import load_streams
-from engine.render import TurnRenderer
+from data_builders.config import CONF_DIR
 from train.grpo.algorithm import UpdateCounts, grpo_loss, token_advantages, token_weights
 from train.grpo.config import GRPOStageConfig, reward_spec
 from train.grpo.loop import GRPOLoop
 from train.grpo.parallel import Single
 from train.grpo.policy import policy_batch, token_logprobs
 from train.grpo.rewards import build_reward
-from train.grpo.rollout import make_windows, rollout_group
+from train.grpo.rollout import rollout_group
 
 
 @pytest.fixture(scope="module")
-def setup(tiny_model_and_processor, toy_dir):
-    model, processor = tiny_model_and_processor
-    renderer = TurnRenderer(processor, RenderConfig(max_pixels=64 * 64))
-    streams = load_streams(toy_dir / "records.jsonl")
-    frames = {s.id: stream_frames(s, toy_dir / s.video, renderer.cfg) for s in streams}
-    windows = make_windows(streams, frames, window_steps=10, negative_share=0.25, seed=0)
+def setup(grpo_windows):
+    model, renderer, windows = grpo_windows
     return copy.deepcopy(model).float(), renderer, windows
 
 
