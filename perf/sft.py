@@ -87,7 +87,7 @@ def run_variant(freeze: bool, steps: int, batch: int, threads: int, warmup: int 
     }
 
 
-def bench_sft(steps: int, batch: int, threads: int) -> dict:
+def sft_variants(steps: int, batch: int, threads: int) -> dict:
     """Every variant in its own subprocess; returns one summary dict."""
     out: dict = {
         "bench": "sft",
@@ -115,6 +115,6 @@ def main(argv: list[str] | None = None) -> dict:
     if args.variant:
         out = run_variant(VARIANTS[args.variant], args.steps, args.batch, args.threads)
     else:
-        out = bench_sft(args.steps, args.batch, args.threads)
+        out = sft_variants(args.steps, args.batch, args.threads)
     print(json.dumps(out, sort_keys=True))
     return out

@@ -1,5 +1,5 @@
 """A shared name has one definition: the names issue 59 found defined twice (two ``checkpoint_step``,
-two ``CONTENT_SCORERS``, a registry and a tuple, two ``get_content_scorer``) are defined once in
+two ``CONTENT_SCORERS``, a registry and a tuple, two ``get_content_scorer``, two ``bench_sft``) are defined once in
 the packages, so an import of one of them cannot pick the wrong one."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from tests.test_layering import LEVEL, ROOT
 
-ONE_EACH = ("checkpoint_step", "CONTENT_SCORERS", "get_content_scorer")
+ONE_EACH = ("checkpoint_step", "CONTENT_SCORERS", "get_content_scorer", "bench_sft")
 
 
 def top_level_definitions(name: str, root: Path = ROOT) -> list[str]:
