@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import ast
 import io
+import json
 import os
 import re
 import subprocess
 import sys
 import tokenize
-from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 
@@ -303,27 +303,39 @@ def test_the_group_check_finds_a_missing_option():
     assert bad_group_choices(lines) == [f"{lines[0]}: conf/experiment/nope.yaml does not exist"]
 
 
-def _run_entry_point(key: tuple[str, ...]) -> tuple[tuple[str, ...], int, str]:
+def _start_line(key: tuple[str, ...]) -> list[str]:
+    """The arguments of ``python -m``: the module (and subcommand) and ``--cfg job`` for a Hydra
+    entry point, ``--help`` for an argparse one."""
     flag = "--cfg job" if is_hydra(key[0]) else "--help"
-    proc = subprocess.run(
-        [sys.executable, "-m", *key, *flag.split()],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"},
-    )
-    return key, proc.returncode, (proc.stdout + proc.stderr)[-800:]
+    return [*key, *flag.split()]
 
 
 @pytest.mark.slow
 def test_every_advertised_command_starts():
     """Each module (and subcommand) the docs advertise answers ``--help``, or ``--cfg job`` for a Hydra
-    entry point, with exit 0: one process per module, two at a time."""
+    entry point, with exit 0: each run as ``__main__`` in its own process, forked two at a time from
+    one that imported torch and transformers once (tests/command_starts.py), the project's modules
+    imported by each."""
     found = advertised_commands()
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(_run_entry_point, sorted(found)))
-    failed = [f"{found[key][0]} -> exit {rc}\n{tail}" for key, rc, tail in results if rc != 0]
+    args = []
+    for key in sorted(found):
+        args += [*_start_line(key), "--"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.command_starts", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert [row["argv"] for row in rows] == [_start_line(key) for key in sorted(found)]
+    failed = [
+        f"{found[key][0]} -> exit {row['rc']}\n{row['tail']}"
+        for key, row in zip(sorted(found), rows, strict=True)
+        if row["rc"] != 0
+    ]
     assert failed == [], "\n\n".join(failed)
 
 

@@ -129,10 +129,11 @@ def test_compiled_forward_streams_the_same_in_four_graphs(setup):
     counters.clear()
     cfg = EngineConfig(threshold=0.47, max_new_tokens=4, frame_window=6)
     compiled_cfg = dataclasses.replace(cfg, compile=True)
-    for rows in (slice(0, 1), slice(0, 3)):
-        eager = StreamingEngine(model, renderer, cfg).run(streams[rows], frames[rows])
-        compiled = StreamingEngine(model, renderer, compiled_cfg).run(streams[rows], frames[rows])
-        for a, b in zip(eager, compiled, strict=True):
+    eager = {}
+    for rows in (1, 3):
+        eager[rows] = StreamingEngine(model, renderer, cfg).run(streams[:rows], frames[:rows])
+        compiled = StreamingEngine(model, renderer, compiled_cfg).run(streams[:rows], frames[:rows])
+        for a, b in zip(eager[rows], compiled, strict=True):
             assert 0 < sum(s.fired for s in a.steps) < 40
             assert [s.text for s in a.steps] == [s.text for s in b.steps]
             assert _max_logit_diff(a, b) < 1e-4
@@ -144,11 +145,11 @@ def test_compiled_forward_streams_the_same_in_four_graphs(setup):
     other = copy.deepcopy(model)
     with torch.no_grad():
         other.model.language_model.norm.weight.mul_(2.0)
-    eager = StreamingEngine(other, renderer, cfg).run(streams[:3], frames[:3])
+    other_eager = StreamingEngine(other, renderer, cfg).run(streams[:3], frames[:3])
     compiled = StreamingEngine(other, renderer, compiled_cfg).run(streams[:3], frames[:3])
-    before = StreamingEngine(model, renderer, cfg).run(streams[:3], frames[:3])
-    assert max(_max_logit_diff(a, b) for a, b in zip(eager, compiled, strict=True)) < 1e-4
-    assert min(_max_logit_diff(a, b) for a, b in zip(eager, before, strict=True)) > 0.1
+    assert max(_max_logit_diff(a, b) for a, b in zip(other_eager, compiled, strict=True)) < 1e-4
+    # the model's own eager run of these 3 streams (above) differs: the copy's weights are its own
+    assert min(_max_logit_diff(a, b) for a, b in zip(other_eager, eager[3], strict=True)) > 0.1
     assert compiled_graphs() == 4
 
 

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -364,7 +365,7 @@ def _all_whole(folder: Path) -> None:
             Image.open(p).verify()
 
 
-@pytest.mark.slow  # four eval.run processes on the tiny model
+@pytest.mark.slow  # four eval.run processes on the tiny model, two at a time
 def test_a_full_disk_anywhere_in_eval_run_is_one_line_and_a_rerun_completes(
     tiny_checkpoint, toy_dir, tmp_path
 ):
@@ -375,22 +376,35 @@ def test_a_full_disk_anywhere_in_eval_run_is_one_line_and_a_rerun_completes(
     from eval.run import evaluate, load_config
 
     common = [*overrides(tiny_checkpoint, toy_dir / "records.jsonl", tmp_path, "limit=2"), "view=false"]
-    ref = json.loads(json.dumps(evaluate(load_config([*common, f"out_dir={tmp_path / 'ref'}"]), echo=False)))
-    for budget in (1000, 12000):
-        out = tmp_path / f"out{budget}"
-        full = _full_disk_run("eval.run", [*common, f"out_dir={out}"], out, budget)
-        assert full.returncode == 2, full.stderr[-3000:]
-        (line,) = _errors(full)
-        assert line.startswith(f"eval.run: no space left writing in {out};") and f"free in {out}" in line
-        assert "Traceback" not in full.stderr
-        _all_whole(out)
-        again = _full_disk_run("eval.run", [*common, f"out_dir={out}"], out, None)
-        assert again.returncode == 0, again.stderr
+    with ThreadPoolExecutor(max_workers=2) as pool:  # the two budgets' processes while ref runs here
+        chains = [pool.submit(_full_then_room, common, tmp_path, b) for b in (1000, 12000)]
+        ref = json.loads(
+            json.dumps(evaluate(load_config([*common, f"out_dir={tmp_path / 'ref'}"]), echo=False))
+        )
+        runs = [chain.result() for chain in chains]
+    for out, again in runs:
         assert json.loads(again.stdout.splitlines()[-1]) == ref
         assert (
             PredictionLog(out / "predictions.jsonl").rows()
             == PredictionLog(tmp_path / "ref" / "predictions.jsonl").rows()
         )
+
+
+def _full_then_room(
+    common: list[str], tmp_path: Path, budget: int
+) -> tuple[Path, subprocess.CompletedProcess]:
+    """``eval.run`` into ``out<budget>`` with room for ``budget`` bytes there: exit 2, one line, every
+    file left whole; then the same command with room, which must succeed: (out, that rerun)."""
+    out = tmp_path / f"out{budget}"
+    full = _full_disk_run("eval.run", [*common, f"out_dir={out}"], out, budget)
+    assert full.returncode == 2, full.stderr[-3000:]
+    (line,) = _errors(full)
+    assert line.startswith(f"eval.run: no space left writing in {out};") and f"free in {out}" in line
+    assert "Traceback" not in full.stderr
+    _all_whole(out)
+    again = _full_disk_run("eval.run", [*common, f"out_dir={out}"], out, None)
+    assert again.returncode == 0, again.stderr
+    return out, again
 
 
 def test_a_full_disk_in_the_frames_command_is_one_line_naming_the_cache(toy_dir, tmp_path):

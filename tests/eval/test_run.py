@@ -224,7 +224,7 @@ def test_killed_run_resumes_to_the_same_metrics(tiny_checkpoint, toy_dir, tmp_pa
     common = overrides(
         tiny_checkpoint, toy_dir / "records.jsonl", tmp_path, f"threshold={FIRING}", "max_new_tokens=8"
     )
-    common += ["batch_size=1"]
+    common += ["batch_size=1", "limit=4"]  # 4 of the 8 streams: killed after 1, the rerun does 3
     ref = tmp_path / "ref"
     evaluate(load_config([*common, f"out_dir={ref}"]), echo=False)
 
@@ -239,15 +239,15 @@ def test_killed_run_resumes_to_the_same_metrics(tiny_checkpoint, toy_dir, tmp_pa
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     written = pred.read_text().count("\n")
-    assert 1 <= written < 8, "the run must be killed part way"
+    assert 1 <= written < 4, "the run must be killed part way"
     with pred.open("a") as fh:  # what a kill in the middle of a write leaves
         fh.write('{"id": "toy-0-0000')
 
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     ids = [r["id"] for r in PredictionLog(pred).rows()]
-    assert sorted(ids) == sorted(s.id for s in load_streams(toy_dir / "records.jsonl"))
-    assert len(ids) == len(set(ids)) == 8
+    assert sorted(ids) == sorted(s.id for s in load_streams(toy_dir / "records.jsonl")[:4])
+    assert len(ids) == len(set(ids)) == 4
     assert (out / "metrics.json").read_text() == (ref / "metrics.json").read_text()
     assert json.loads(done.stdout.strip().splitlines()[-1]) == json.loads((ref / "metrics.json").read_text())
 

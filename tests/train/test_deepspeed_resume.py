@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,14 @@ from tests.train.deepspeed_runs import launch
 
 pytestmark = pytest.mark.slow
 RUNS = [(stage, zero) for stage in ("sft", "grpo") for zero in ("zero2", "zero3")]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _checkpoints_at_once(deepspeed_checkpoint):
+    """The four honest 1-step checkpoints this file copies, launched at once (four independent
+    processes, each checked by ``first_checkpoint``) rather than one by one as the tests first ask."""
+    with ThreadPoolExecutor(max_workers=len(RUNS)) as pool:
+        list(pool.map(lambda run: deepspeed_checkpoint(*run), RUNS))
 
 
 class Payload:

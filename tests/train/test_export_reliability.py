@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -173,7 +174,7 @@ KILLED = textwrap.dedent(
 )
 
 
-@pytest.mark.slow  # three export processes
+@pytest.mark.slow  # three export processes, at once
 @pytest.mark.parametrize(
     ("moment", "at_out"),
     [("before the exchange", "# old"), ("after the exchange", "# me/new"), ("between the renames", None)],
@@ -364,7 +365,24 @@ def test_a_read_only_output_folder_is_one_line_and_the_old_export_stays(
     assert snapshot(disk) == before
 
 
-@pytest.mark.slow  # three export processes
+def _full_export(
+    ckpt: Path, tmp_path: Path, total: int, free: int
+) -> tuple[Path, Path, subprocess.CompletedProcess]:
+    """``train.export`` over the old export (``tmp_path/old``) on a tmpfs with ``free`` KiB more than
+    it; the tmpfs copied out to ``after<free>`` once it ends: (disk, copy, the process)."""
+    disk, copy = tmp_path / f"disk{free}", tmp_path / f"after{free}"
+    disk.mkdir()
+    done = in_mount_namespace(
+        f"mount -t tmpfs -o size={total + free}k tmpfs {disk}; cp -a {tmp_path / 'old'} {disk}/out",
+        f"cp -a {disk} {copy}",
+        f"checkpoint={ckpt}",
+        f"out={disk}/out",
+        "replace=true",
+    )
+    return disk, copy, done
+
+
+@pytest.mark.slow  # three export processes, at once
 def test_a_full_disk_during_the_export_is_one_line_and_leaves_the_old_export_whole(
     tiny_checkpoint, tmp_path, monkeypatch, capsys
 ):
@@ -379,16 +397,10 @@ def test_a_full_disk_during_the_export_is_one_line_and_leaves_the_old_export_who
     total = sum(size.values())
     first = size["config.json"] + size["generation_config.json"] + 16
     weights_in = first + size["model.safetensors"]
-    for free in (first, weights_in, total - 8):
-        disk, copy = tmp_path / f"disk{free}", tmp_path / f"after{free}"
-        disk.mkdir()
-        done = in_mount_namespace(
-            f"mount -t tmpfs -o size={total + free}k tmpfs {disk}; cp -a {old} {disk}/out",
-            f"cp -a {disk} {copy}",
-            f"checkpoint={tiny_checkpoint}",
-            f"out={disk}/out",
-            "replace=true",
-        )
+    frees = (first, weights_in, total - 8)
+    with ThreadPoolExecutor(max_workers=len(frees)) as pool:  # three independent processes at once
+        runs = list(pool.map(lambda free: _full_export(tiny_checkpoint, tmp_path, total, free), frees))
+    for disk, copy, done in runs:
         assert done.returncode == 2, done.stderr[-3000:]
         (line,) = export_lines(done)
         assert (
