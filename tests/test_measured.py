@@ -108,7 +108,7 @@ def test_the_plan_reads_its_figures_from_the_data_file(tmp_path):
 
 
 def test_a_plan_cites_the_measurement_it_used():
-    from tests.test_preflight import _plan_of
+    from tests.pipeline.test_preflight import _plan_of
 
     rate = _plan_of("qwen3_vl_4b", "gpus=1")["tokens_per_s_per_gpu"]
     assert rate["value"] == preflight.H200_SFT_CHECKPOINTED["tokens_per_s"] == 8401
