@@ -11,7 +11,7 @@ from pathlib import Path
 from data_builders.build import build_source
 from data_builders.record_io import load_streams
 
-FIXTURE = Path(__file__).parents[1] / "eval" / "fixtures" / "estp"
+FIXTURE = Path(__file__).parents[1] / "benchmarks" / "fixtures" / "estp"
 
 
 def _videos(tmp_path, mp4):
