@@ -281,7 +281,7 @@ def test_an_unknown_credit_fails_before_any_rollout(setup, tmp_path):
     from train.grpo.loop import GRPOLoop
 
     model, renderer, windows = setup
-    with pytest.raises(KeyError, match="unknown grpo.credit 'token' \\(known: decision, sequence\\)"):
+    with pytest.raises(ValueError, match="grpo.credit='token': choose one of sequence, decision"):
         GRPOLoop(GRPOStageConfig(credit="token"), model, None, renderer, None, windows, tmp_path)
 
 

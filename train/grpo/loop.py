@@ -48,14 +48,12 @@ from pathlib import Path
 import torch
 
 from engine.render import TurnRenderer
-from engine.step_choice import STEPS as ENGINE_STEPS
 from engine.step_forward import compiled_graphs
 from infra.ranks import all_reduce, broadcast, gather, shard
 from infra.run_control import Preempted, RunControl
 from infra.tracking import flatten
 from train.grpo.algorithm import (
     ADVANTAGES,
-    OBJECTIVES,
     SCALES,
     UpdateCounts,
     grpo_loss,
@@ -66,7 +64,7 @@ from train.grpo.algorithm import (
     token_weights,
 )
 from train.grpo.checkpoints import RunFiles, best_value
-from train.grpo.config import NONFINITE_MESSAGE
+from train.grpo.config import NONFINITE_MESSAGE, check_choices
 from train.grpo.parallel import Single
 from train.grpo.policy import PolicyBatch, policy_batch, token_logprobs
 from train.grpo.rewards import step_rewards
@@ -116,16 +114,6 @@ def plan_shape(plan: list[Group]) -> dict:
     }
 
 
-def resolve_choices(cfg) -> None:
-    """Look up what the loop runs by name (estimator, scale, objective, engine step): a name no
-    registry holds fails here, before any rollout. The command checked its config once already
-    (``train.grpo.config.check_choices``); this is the loop's own lookup for direct callers."""
-    for table, name in ((ADVANTAGES, cfg.credit), (SCALES, cfg.scale_rewards), (OBJECTIVES, cfg.loss_type)):
-        table.get(name)
-    if cfg.engine_step not in ENGINE_STEPS:
-        raise ValueError(f"grpo.engine_step={cfg.engine_step!r}: choose one of {', '.join(ENGINE_STEPS)}")
-
-
 class GRPOLoop:
     """Rollouts, rewards and clipped-ratio updates; ``cfg`` is the ``grpo`` block of ``conf/grpo.yaml``,
     ``parallel`` a ``train.grpo.parallel`` runner (default: one process)."""
@@ -144,7 +132,7 @@ class GRPOLoop:
         on_log: Callable[[dict, int], None] | None = None,
         parallel: Single | None = None,
     ):
-        resolve_choices(cfg)
+        check_choices(cfg)  # the loop's own guard for direct callers, before any rollout
         if cfg.keep_best and not (evaluate and cfg.eval_every):
             raise ValueError(
                 "grpo.keep_best needs held-out evaluations: set grpo.eval_every and grpo.eval_split"
