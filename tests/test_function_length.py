@@ -20,7 +20,7 @@ MAX_LINES = 60
 SKIPPED = frozenset({"tests", "runs", "outputs", "multirun", "wandb", "data"})
 
 
-def _scanned(root: Path) -> list[Path]:
+def scanned(root: Path) -> list[Path]:
     """The ``.py`` files of the tree that the limit holds for."""
     out = []
     for path in sorted(root.rglob("*.py")):
@@ -49,7 +49,7 @@ def _functions(tree: ast.AST, prefix: str = "") -> list[tuple[str, int, int]]:
 def long_functions(root: Path = ROOT, limit: int = MAX_LINES) -> list[str]:
     """``path:line: name is N lines`` for every function of the tree over ``limit`` lines."""
     out = []
-    for path in _scanned(root):
+    for path in scanned(root):
         rel = path.relative_to(root)
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(rel))
         for name, line, n in _functions(tree):

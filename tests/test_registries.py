@@ -10,7 +10,7 @@ that is not a CONSTANT, or an attribute that is not a CONSTANT (``module.functio
 (names to numbers, strings, sets of names) are not registries and pass. Run as a script, it prints
 the tables of a source tree:
 
-    python tests/test_registries.py [ROOT]
+    python -m tests.test_registries [ROOT]
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import ast
 import sys
 from pathlib import Path
 
+from tests.test_function_length import scanned  # the same files the length limit holds for
+
 ROOT = Path(__file__).resolve().parents[1]
-#: Top-level folders not scanned: the tests, and what runs, sweeps and an install write.
-SKIPPED = frozenset({"tests", "runs", "outputs", "multirun", "wandb", "data"})
 
 #: Tables that stay, as ``<file stem>.<NAME>`` (a move to another folder keeps its entry), each with
 #: the reason it is not (yet) a Registry.
@@ -84,17 +84,6 @@ def tables(path: Path) -> list[tuple[int, str]]:
         if named and isinstance(target, ast.Name):
             found.append((node.lineno, target.id))
     return found
-
-
-def scanned(root: Path) -> list[Path]:
-    """The ``.py`` files of the tree (as ``tests/test_function_length.py`` scans them)."""
-    out = []
-    for path in sorted(root.rglob("*.py")):
-        parts = path.relative_to(root).parts
-        if parts[0] in SKIPPED or any(p.startswith(".") or p == "__pycache__" for p in parts):
-            continue
-        out.append(path)
-    return out
 
 
 def registries_elsewhere(root: Path) -> list[str]:
