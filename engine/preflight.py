@@ -92,12 +92,14 @@ class Stage:
     :class:`PreflightError`; ``planner(cfg, p, gpus, zero)`` is the plan's stage part (its memory
     ``terms``, ``seconds`` and the stage's own figures; ``p``: :func:`model_parameters`);
     ``changes(stage, cfg, p, gpu_memory_gb, gpus, zero)`` the (arguments, config, gpus, zero) worth
-    trying when the plan does not fit."""
+    trying when the plan does not fit; ``checkpoint_key`` the key whose checkpoint's render block the
+    stage composes at (``init``, ``checkpoint``; None: none)."""
 
     name: str
     check: Callable[[Any, bool], None]
     planner: Callable[[Any, dict, int, int], dict]
     changes: Callable[..., list]
+    checkpoint_key: str | None = None
 
 
 # ---------------------------------------------------------------- splits and paths

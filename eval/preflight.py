@@ -82,4 +82,4 @@ def _changes(stage: Stage, cfg: Any, p: dict, gpu_memory_gb: float, gpus: int, z
 
 
 #: Evaluation's pre-flight (``python -m eval.run``, ``python -m eval.watch``).
-EVAL = Stage("eval", _check_eval, _plan_eval, _changes)
+EVAL = Stage("eval", _check_eval, _plan_eval, _changes, checkpoint_key="checkpoint")

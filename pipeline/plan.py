@@ -38,10 +38,8 @@ from infra.registry import Registry
 from infra.schema import bounded, typed
 from pipeline.config import SCHEMAS
 
-#: The stages planned (each composes its own root, ``conf/<stage>.yaml``, typed by
-#: ``pipeline.config.SCHEMAS``) -> the key whose checkpoint's render block the stage composes at.
-STAGES: dict[str, str | None] = {"sft": None, "grpo": "init", "eval": "checkpoint"}
-#: stage -> its pre-flight (checks and plan), defined with the stage.
+#: The stages planned -> their pre-flight (checks, plan, checkpoint key), defined with the stage; each
+#: composes its own root, ``conf/<stage>.yaml``, typed by ``pipeline.config.SCHEMAS``.
 PREFLIGHT = Registry(
     "stage pre-flight",
     {"sft": "train.preflight:SFT", "grpo": "train.preflight:GRPO", "eval": "eval.preflight:EVAL"},
@@ -78,8 +76,8 @@ def parse(argv: list[str]) -> tuple[dict, list[str]]:
         own = asdict(typed(PlanOptions, given, "pipeline.plan"))
     except ValueError as exc:
         refuse("pipeline.plan", explain(exc, PlanOptions))
-    if own["stage"] not in STAGES:
-        refuse("pipeline.plan", f"give stage={'|'.join(STAGES)} (got {own['stage']})")
+    if own["stage"] not in PREFLIGHT:
+        refuse("pipeline.plan", f"give stage={'|'.join(PREFLIGHT.names())} (got {own['stage']})")
     if own["nodes"] is not None:
         total = own["nodes"] * own["gpus_per_node"]
         if "gpus" in given and own["gpus"] != total:
@@ -101,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     own, overrides = parse(argv)
     stage = own["stage"]
-    root, schema, key = stage, SCHEMAS[stage], STAGES[stage]
+    root, schema, key = stage, SCHEMAS[stage], PREFLIGHT[stage].checkpoint_key
     overrides, printing = split_argv(overrides)
     cfg = front_door(
         "pipeline.plan",

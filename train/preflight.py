@@ -201,4 +201,4 @@ def _changes(stage: Stage, cfg: Any, p: dict, gpu_memory_gb: float, gpus: int, z
 #: SFT's pre-flight (``python -m train.sft``).
 SFT = Stage("sft", _check_sft, _plan_sft, _changes)
 #: GRPO's pre-flight (``python -m train.grpo``).
-GRPO = Stage("grpo", _check_grpo, _plan_grpo, _changes)
+GRPO = Stage("grpo", _check_grpo, _plan_grpo, _changes, checkpoint_key="init")
