@@ -283,13 +283,18 @@ def render_overrides(overrides: list[str], key: str = "checkpoint") -> list[str]
     saved = saved_render(path)
     if saved is None:
         return overrides
-    explicit = [o for o in overrides if o.lstrip("+~").split("=", 1)[0].split(".")[0] == "render"]
+    explicit = render_given(overrides)
     if explicit:
         log.warning("%s: using %s over the render the model was trained with (%s)", path, explicit, saved)
         return overrides
     added = [f"render.{k}={json.dumps(v)}" for k, v in sorted(saved.items())]
     # right after the checkpoint's own override: Hydra's parser reads the overrides as one group
     return overrides[: at[-1] + 1] + added + overrides[at[-1] + 1 :]
+
+
+def render_given(overrides: list[str]) -> list[str]:
+    """The overrides of ``overrides`` that set the render block (``render=...``, ``render.<k>=...``)."""
+    return [o for o in overrides if o.lstrip("+~").split("=", 1)[0].split(".")[0] == "render"]
 
 
 def check_render(checkpoint: str | Path | None, render: Any) -> None:

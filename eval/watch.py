@@ -61,13 +61,15 @@ from engine.checkpoints import (
     checkpoint_step,
     complete_checkpoints,
     fingerprint_dir,
+    render_given,
     render_overrides,
+    saved_render,
 )
 from engine.preflight import check_stage
 from eval.config import EvalConfig
 from eval.preflight import EVAL
 from eval.provenance import decides, digest
-from infra.entry import front_door, refuse, rewrite_argv
+from infra.entry import refuse, rewrite_argv, run_command
 from infra.files import write_text_atomic
 from infra.progress import console
 from infra.schema import CONF_DIR, bounded, compose, literal, load_literal, store_schema, validate
@@ -300,14 +302,24 @@ def wait_for_run_dir(run_dir: Path, wait_s: float, poll_s: float) -> None:
     log.info("run_dir=%s appeared", run_dir)
 
 
-def watch(cfg: DictConfig, evaluate: Callable[[DictConfig], dict] = _run_evaluate) -> list[str]:
+def watch(
+    cfg: DictConfig,
+    evaluate: Callable[[DictConfig], dict] = _run_evaluate,
+    checked: bool = False,
+    render_from_run: bool = False,
+) -> list[str]:
     """Poll ``cfg.run_dir`` and evaluate each new complete checkpoint once; returns the ledger keys
-    evaluated by this call. Stops after one pass (``once``) or when the run finished (``final/``)."""
+    evaluated by this call. Stops after one pass (``once``) or when the run finished (``final/``).
+    ``checked``: the command already ran :func:`_check_start` on ``cfg``; ``render_from_run``: once
+    the run dir exists, evaluate at the render block it trains with (:func:`with_run_render`)."""
     if not cfg.run_dir:
         raise ValueError("give run_dir=<training run dir>")
-    _check_start(cfg)
+    if not checked:
+        _check_start(cfg)
     run_dir = Path(cfg.run_dir)
     wait_for_run_dir(run_dir, run_dir_wait(cfg), cfg.poll_s)
+    if render_from_run:
+        cfg = with_run_render(cfg, run_dir)
     for key in TRAINING_RUN_ENV:
         os.environ.pop(key, None)
     if cfg.launch not in ("inline", "accelerate"):
@@ -334,12 +346,24 @@ def load_config(overrides: list[str] | None = None) -> DictConfig:
     return compose("watch", render_overrides(overrides or [], key="run_dir"), WatchConfig)
 
 
-@hydra.main(config_path=CONF, config_name="watch", version_base="1.3")
-def _main(cfg: DictConfig) -> None:
+def with_run_render(cfg: DictConfig, run_dir: Path) -> DictConfig:
+    """``cfg`` with the render block ``run_dir`` trains with (``engine.checkpoints.saved_render``), for
+    a run dir that did not exist when the command was composed; ``cfg`` itself when it has none."""
+    saved = saved_render(run_dir)
+    if not saved:
+        return cfg
+    cfg = cfg.copy()
+    for key, value in saved.items():
+        cfg.render[key] = value
+    log.info("run_dir=%s: evaluating at the render block it trains with %s", run_dir, saved)
+    return cfg
+
+
+def _job(cfg: DictConfig, checked: bool, render_from_run: bool) -> None:
+    """The watch and its one JSON line; a mistake found on the way: one line, exit 2."""
     console()
     try:
-        cfg = validate(cfg, WatchConfig)
-        evaluated = watch(cfg)
+        evaluated = watch(cfg, checked=checked, render_from_run=render_from_run)
     except (ValueError, FileNotFoundError) as exc:  # CheckpointError, PreflightError too
         refuse("eval.watch", str(exc))
     print(json.dumps({"run_dir": cfg.run_dir, "evaluated": evaluated}))
@@ -363,17 +387,20 @@ def _check_start(cfg: DictConfig) -> None:
 
 
 def main() -> None:
-    """The command line, composed at the render block the watched run trains with (so a run dir that
-    does not exist yet is waited for first, as ``watch`` would)."""
-    cfg = front_door("eval.watch", "watch", WatchConfig, check=_check_start)
-    if cfg is not None and cfg.run_dir:  # not --cfg job / --help: those print at once
-        console()
-        try:
-            wait_for_run_dir(Path(cfg.run_dir), run_dir_wait(cfg), cfg.poll_s)
-        except (FileNotFoundError, ValueError) as exc:
-            refuse("eval.watch", str(exc))
+    """The command line, composed and checked once (``infra.entry.run_command``). A run dir that
+    exists gives its render block to the composition (``render_overrides``); one that does not yet
+    is waited for by the watch, which then takes its render block (:func:`with_run_render`)."""
     rewrite_argv("eval.watch", functools.partial(render_overrides, key="run_dir"), CheckpointError)
-    _main()
+    render_from_run = not render_given(sys.argv[1:])
+
+    def command(cfg: DictConfig, _answer: None) -> None:
+        _job(cfg, checked=True, render_from_run=render_from_run)
+
+    @hydra.main(config_path=CONF, config_name="watch", version_base="1.3")
+    def each_point(cfg: DictConfig) -> None:  # a Hydra flag (-m, ...): each point validated, checked
+        _job(validate(cfg, WatchConfig), checked=False, render_from_run=render_from_run)
+
+    run_command("eval.watch", "watch", WatchConfig, command, each_point, check=_check_start)
 
 
 if __name__ == "__main__":

@@ -164,3 +164,47 @@ def test_train_export_composes_once_and_validates_once(tmp_path, monkeypatch, ca
     _reach(monkeypatch, export, "export")
     _run(monkeypatch, export.main, ["train.export", f"checkpoint={tmp_path}", f"out={tmp_path / 'out'}"])
     assert dict(calls) == {"compose": 1, "validate": 1}
+
+
+@pytest.mark.parametrize("appears_later", [False, True])
+def test_eval_watch_composes_once_checks_once_and_takes_the_runs_render(
+    appears_later, tmp_path, monkeypatch, calls
+):
+    """A run dir there at the start gives its render block to the one composition; one that appears
+    while the watcher waits gives it to the watch once it exists. Either way: one composition, one
+    validation, one pre-flight, and the checkpoints listed at the run's frame size."""
+    import threading
+
+    import eval.watch as watch
+
+    _toy_data(tmp_path)
+    run_dir = tmp_path / "runs" / "sft"
+    listed = []
+
+    def make_run() -> None:  # whole when it appears
+        building = tmp_path / "building"
+        building.mkdir()
+        (building / "render.json").write_text('{"max_pixels": 8192}')
+        run_dir.parent.mkdir()
+        building.rename(run_dir)
+
+    def listing(cfg, run):
+        listed.append(cfg.render.max_pixels)
+        raise Reached("pending")
+
+    calls.count(watch, "validate", "validate")
+    calls.count(watch, "check_stage", "check_stage")
+    monkeypatch.setattr(watch, "pending", listing)
+    argv = ["eval.watch", f"run_dir={run_dir}", "poll_s=0.05", f"paths.root_dir={tmp_path}"]
+    if appears_later:
+        later = threading.Timer(0.3, make_run)
+        later.start()
+        try:
+            _run(monkeypatch, watch.main, [*argv, "run_dir_wait_s=30"])
+        finally:
+            later.cancel()
+    else:
+        make_run()
+        _run(monkeypatch, watch.main, argv)
+    assert dict(calls) == {"compose": 1, "validate": 1, "check_stage": 1}
+    assert listed == [8192]
