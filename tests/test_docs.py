@@ -592,3 +592,50 @@ def test_every_root_config_has_its_schema_in_the_one_registry():
     roots = {p.stem for p in (ROOT / "conf").glob("*.yaml")}
     assert sorted(roots - set(SCHEMAS.names())) == ["build"]
     assert sorted(set(SCHEMAS.names()) - roots) == []
+
+
+def registry_table(text: str) -> list[tuple[list[str], list[str]]]:
+    """docs/design.md's table of registries: (registry names, files) per row."""
+    table = text.split("| kind | registry | file |", 1)[1].split("\n\n", 1)[0]
+    rows = []
+    for line in table.splitlines()[2:]:
+        _, names, files, _ = line.rsplit("|", 3)
+        rows.append((re.findall(r"`(\w+)`", names), re.findall(r"`([\w/.]+\.py)`", files)))
+    return rows
+
+
+def defined_registries(paths: list[Path]) -> set[tuple[str, str]]:
+    """(name, file) of each module-level ``NAME = Registry(...)`` in ``paths``."""
+    found = set()
+    for path in paths:
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if (
+                isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Call)
+                and ast.unparse(node.value.func) == "Registry"
+            ):
+                found |= {(t.id, str(path.relative_to(ROOT))) for t in node.targets if isinstance(t, ast.Name)}
+    return found
+
+
+def test_the_table_of_registries_names_each_registry_where_it_is_defined():
+    """docs/design.md, "Adding a benchmark, a reward or a data source": every row's registry is
+    defined in a file the row names, and every registry of the code has its row."""
+    code = [p for top in PACKAGES for p in (ROOT / top).rglob("*.py") if p.name != "registry.py"]
+    defined = defined_registries(code)
+    listed = set()
+    for names, files in registry_table((ROOT / "docs" / "design.md").read_text(encoding="utf-8")):
+        for name in names:
+            where = {(name, f) for f in files} & defined
+            assert where, f"docs/design.md lists {name} in {files}, which define no such Registry"
+            listed |= where
+    assert sorted(defined - listed) == []
+
+
+def test_the_registry_table_check_finds_a_moved_registry():
+    text = "| kind | registry | file |\n| --- | --- | --- |\n| reward | `REWARDS` | `rewards/grpo.py` |\n\n"
+    ((names, files),) = registry_table(text)
+    assert (names, files) == (["REWARDS"], ["rewards/grpo.py"])
+    defined = defined_registries([ROOT / "train" / "grpo" / "rewards.py"])
+    assert defined == {("REWARDS", "train/grpo/rewards.py")}
+    assert not {(n, f) for n in names for f in files} & defined
