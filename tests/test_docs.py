@@ -614,7 +614,9 @@ def defined_registries(paths: list[Path]) -> set[tuple[str, str]]:
                 and isinstance(node.value, ast.Call)
                 and ast.unparse(node.value.func) == "Registry"
             ):
-                found |= {(t.id, str(path.relative_to(ROOT))) for t in node.targets if isinstance(t, ast.Name)}
+                found |= {
+                    (t.id, str(path.relative_to(ROOT))) for t in node.targets if isinstance(t, ast.Name)
+                }
     return found
 
 
