@@ -11,7 +11,8 @@ Prints one JSON object on its last line:
 - ``engine_vs_naive``: T -> (naive full re-run time) / (KV-cache engine time) for one stream of T
   steps (the naive reference re-prefills every past frame and turn each step: O(T^2)).
 - ``window_step<b>_vs_step<a>``: with a ``--window``-frame window, the engine's per-step latency
-  (``StepDecision.latency_s``, median over the 21 steps centred on each point) at step b over step a.
+  (``StepDecision.latency_s``, median over the 21 steps centred on each point, then over the
+  ``--repeats`` runs of ``host_ms_per_step``'s batch 1) at step b over step a.
 - ``memory``: at steps a and b, with and without the window: ``kv_cache_bytes`` (exact: the bytes of
   the key/value tensors the engine holds after that step) and ``rss_mb`` (the process's resident
   set from ``/proc/self/statm`` right after the run; it includes everything else the process holds,
@@ -33,12 +34,13 @@ Prints one JSON object on its last line:
   cut video (``mode="rerun"``, what a per-probe harness does) over that of one pass with a branch
   per probe; ``probe_wall_s`` the two runs' wall times, ``probe_answers_identical`` whether the two
   gave the same texts with logits within 1e-4 (one run of each: 1-2 minutes of this command).
-- ``eval_ranks_speedup``: ``python -m eval.run`` on ``--ranks`` toy records (records,steps) over 2
+- ``eval_ranks_speedup``: ``python -m eval.run`` on ``--ranks`` toy records (records,steps,pairs) over 2
   ranks of one torch thread each, in records per second, over 1 rank of one thread; the rate runs
   from the first record landing to the merged predictions, process start and model load left out
   (``perf/ranks.py``); ``eval_ranks_identical`` whether the merged predictions equal the one
   rank's; ``eval_ranks_vs_independent`` the 2 ranks' rate over that of 2 independent one-process
-  runs of the same shares started together: 1 when the split, the barriers and the merge cost
+  runs of the same shares started together, the median over ``pairs`` job-then-independent pairs
+  (``eval_ranks_vs_independent_pairs``): 1 when the split, the barriers and the merge cost
   nothing (two processes on 2 shared cores run at 1.75x-1.9x one alone, whatever they are).
   ``--ranks none`` skips these figures.
 - ``graph_breaks``, ``recompiles``, ``graphs``, ``syncs_per_silent_step`` (and the rest of
@@ -179,9 +181,8 @@ def engine_vs_naive(engine, model, renderer, stream, frames, steps: list[int], r
     return speedup
 
 
-def window_figures(engine, stream, frames, window: int, window_at: tuple[int, int]) -> tuple[dict, dict]:
-    """The cache's size at the two steps with and without the frame window, and the windowed
-    per-step latency around each (median of 21 steps)."""
+def window_memory(engine, stream, frames, window: int, window_at: tuple[int, int]) -> dict:
+    """The cache's size at the two steps with and without the frame window."""
     a, b = window_at
     memory = {}
     for label, fw in (("window", window), ("no_window", None)):
@@ -193,25 +194,30 @@ def window_figures(engine, stream, frames, window: int, window_at: tuple[int, in
                 "cache_tokens": e.cache_length(),
                 "rss_mb": round(rss_mb(), 1),
             }
-    s, f = tiled(stream, frames, b + 11)
-    lat = [d.latency_s for d in engine([s], [f], window).last[0].steps]
-    return memory, {p: statistics.median(lat[p - 10 : p + 11]) for p in (a, b)}
+    return memory
 
 
-def host_figures(engine, streams, frames, window: int, window_at: tuple[int, int], repeats: int) -> dict:
-    """The engine's own CPU time per step (its thread's, less the model's), batch 1 and the batch."""
-    host = {}
+def host_figures(
+    engine, streams, frames, window: int, window_at: tuple[int, int], repeats: int
+) -> tuple[dict, dict]:
+    """The engine's own CPU time per step (its thread's, less the model's), batch 1 and the batch;
+    and from the same windowed batch-1 runs, the per-step wall latency around each point."""
+    host, latency = {}, {}
     for label, rows in (("batch1", 1), (f"batch{len(streams)}", len(streams))):
         tiles = [
             tiled(st, fr, window_at[1] + 11) for st, fr in zip(streams[:rows], frames[:rows], strict=True)
         ]
-        runs = []
+        runs, waits = [], []
         for _ in range(repeats):
             e = engine([t[0] for t in tiles], [t[1] for t in tiles], window)
             own = [1e3 * (cpu - lm - vision) for cpu, lm, vision in e.step_timings]
             runs.append({p: statistics.median(own[p - 10 : p + 11]) for p in window_at})
+            lat = [d.latency_s for d in e.last[0].steps]
+            waits.append({p: statistics.median(lat[p - 10 : p + 11]) for p in window_at})
         host[label] = {str(p): round(statistics.median(r[p] for r in runs), 3) for p in window_at}
-    return host
+        if rows == 1:
+            latency = {p: statistics.median(w[p] for w in waits) for p in window_at}
+    return host, latency
 
 
 def run_bench(
@@ -222,7 +228,7 @@ def run_bench(
     repeats: int,
     long_steps: tuple[int, int] | None = (600, 7200),
     probes: tuple[int, int, int] = (600, 20, 8),
-    ranks: tuple[int, int] | None = (16, 60),
+    ranks: tuple[int, ...] | None = (24, 60, 2),
     static: tuple[int, int] | None = (600, 8),
 ) -> dict:
     quiet_libraries()
@@ -238,15 +244,17 @@ def run_bench(
     engine(streams[:1], frames[:1])  # warm-up
     speedup = engine_vs_naive(engine, model, renderer, streams[0], frames[0], steps, repeats)
     a, b = window_at
-    memory, per_step = window_figures(engine, streams[0], frames[0], window, window_at)
-    host = host_figures(engine, streams, frames, window, window_at, repeats)
+    memory = window_memory(engine, streams[0], frames[0], window, window_at)
+    host, per_step = host_figures(engine, streams, frames, window, window_at, repeats)
     batched_t, seq_t = [], []
     for _ in range(repeats):
         batched_t.append(timed(lambda: engine(streams, frames)))
         seq_t.append(timed(lambda: [engine([s], [f]) for s, f in zip(streams, frames, strict=True)]))
     probe = probe_figures(model, renderer, streams[0], frames[0], *probes)
     long = long_stream_peaks(*long_steps, window=window, checkpoint=ckpt) if long_steps else {}
-    over_ranks = ranks_figures(ckpt, tmp, *ranks) if ranks else {}
+    over_ranks = (
+        ranks_figures(ckpt, tmp, *ranks[:2], pairs=ranks[2] if len(ranks) > 2 else 2) if ranks else {}
+    )
     side = math.isqrt(renderer.cfg.max_pixels)
     compiled = static_figures(model, renderer, static[0], batch, static[1], 0.5, side) if static else {}
     return (
@@ -291,7 +299,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--probes", type=int, default=20, help="probes spread over that stream")
     parser.add_argument("--probe-tokens", type=int, default=8, help="max_new_tokens of a probe's answer")
     parser.add_argument(
-        "--ranks", default="16,60", help="records,steps of the eval.run 2-ranks figure ('none': skip)"
+        "--ranks",
+        default="24,60,2",
+        help="records,steps[,pairs] of the eval.run 2-ranks figures ('none': skip)",
     )
     parser.add_argument(
         "--static-steps",

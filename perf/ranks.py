@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -123,8 +124,13 @@ def _summed_rate(landed: list[list[float]]) -> float:
     return sum(n / (t[-1] - t[0]) for n, t in zip(counts, landed, strict=True))
 
 
-def ranks_figures(checkpoint: Path, tmp: Path, records: int, seconds: int, world: int = 2) -> dict:
-    """``eval_ranks_speedup`` (the module docstring) on ``records`` toy records of ``seconds`` steps."""
+def ranks_figures(
+    checkpoint: Path, tmp: Path, records: int, seconds: int, world: int = 2, pairs: int = 2
+) -> dict:
+    """``eval_ranks_speedup`` (the module docstring) on ``records`` toy records of ``seconds`` steps;
+    the job and the independent runs alternate ``pairs`` times, ``eval_ranks_vs_independent`` the
+    median of each pair's ratio (a pair's two sides a few seconds apart: the machine's drift over
+    the minutes of the whole comparison falls on both)."""
     toy = tmp / "ranks_toy"
     streams = generate_toy(toy, n=records, seed=1, duration=seconds)
     write_jsonl(toy / "records.jsonl", streams)
@@ -141,32 +147,50 @@ def ranks_figures(checkpoint: Path, tmp: Path, records: int, seconds: int, world
             "logger=none",
         ]
 
-    rates, walls, rows, shards = {}, {}, {}, []
-    for w in (1, world):
-        out, logs = tmp / f"ranks_{w}", tmp / f"ranks_{w}_logs"
+    def job(w: int, name: str) -> tuple[float, float, list[dict], list[int]]:
+        """(records per second, wall seconds, merged rows, records per shard) of one ``w``-rank job."""
+        out, logs = tmp / name, tmp / f"{name}_logs"
         t0 = time.perf_counter()
-        procs = _launch(w, [args(f"ranks_{w}", toy / "records.jsonl")] * w, logs)
+        procs = _launch(w, [args(name, toy / "records.jsonl")] * w, logs)
         paths = [shard_path(out, r, w) for r in range(w)]
         landed, end = _watch(paths, procs, logs, out / PREDICTIONS if w > 1 else None)
-        walls[w] = time.perf_counter() - t0
-        rates[w] = _rate(landed, end)
-        rows[w] = PredictionLog(out / PREDICTIONS).rows()
-        shards = [len(t) for t in landed]
-    logs = tmp / "independent_logs"
-    runs = [args(f"independent_{r}", toy / f"share-{r}.jsonl") for r in range(world)]
-    landed, _ = _watch(
-        [tmp / f"independent_{r}" / PREDICTIONS for r in range(world)], _launch(1, runs, logs), logs
-    )
-    independent = _summed_rate(landed)
+        rate = _rate(landed, end)
+        return (
+            rate,
+            time.perf_counter() - t0,
+            PredictionLog(out / PREDICTIONS).rows(),
+            [len(t) for t in landed],
+        )
+
+    def independent(name: str) -> float:
+        """The summed rate of ``world`` one-process runs of the shares, started together."""
+        runs = [args(f"{name}_{r}", toy / f"share-{r}.jsonl") for r in range(world)]
+        logs = tmp / f"{name}_logs"
+        files = [tmp / f"{name}_{r}" / PREDICTIONS for r in range(world)]
+        return _summed_rate(_watch(files, _launch(1, runs, logs), logs)[0])
+
+    one_rate, one_wall, one_rows, _ = job(1, "ranks_1")
+    jobs, alone = [], []
+    for i in range(pairs):
+        jobs.append(job(world, f"ranks_{world}_{i}"))
+        alone.append(independent(f"independent_{i}"))
+    rate, wall, rows, shards = jobs[0]
     return {
-        "eval_ranks_speedup": round(rates[world] / rates[1], 2),
-        "eval_ranks_vs_independent": round(rates[world] / independent, 2),
-        "eval_independent_records_per_s": round(independent, 2),
-        "eval_ranks_identical": rows[world] == rows[1],
+        "eval_ranks_speedup": round(rate / one_rate, 2),
+        "eval_ranks_vs_independent": round(statistics.median(j[0] / a for j, a in zip(jobs, alone)), 2),
+        "eval_ranks_vs_independent_pairs": [round(j[0] / a, 2) for j, a in zip(jobs, alone)],
+        "eval_independent_records_per_s": round(statistics.median(alone), 2),
+        "eval_ranks_identical": all(j[2] == one_rows for j in jobs),
         "eval_ranks_shard_records": shards,
-        "eval_ranks_records_per_s": {str(w): round(r, 2) for w, r in rates.items()},
-        "eval_ranks_wall_s": {str(w): round(t, 1) for w, t in walls.items()},
-        "eval_ranks_setup": {"ranks": world, "records": records, "steps": seconds, "threads": 1},
+        "eval_ranks_records_per_s": {"1": round(one_rate, 2), str(world): round(rate, 2)},
+        "eval_ranks_wall_s": {"1": round(one_wall, 1), str(world): round(wall, 1)},
+        "eval_ranks_setup": {
+            "ranks": world,
+            "records": records,
+            "steps": seconds,
+            "threads": 1,
+            "pairs": pairs,
+        },
     }
 
 
@@ -174,8 +198,9 @@ def main(argv: list[str] | None = None) -> dict:
     """``python -m perf ranks``: the figures above alone, as one JSON line (also part of
     ``python -m perf engine``)."""
     parser = argparse.ArgumentParser(prog="python -m perf ranks", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--records", type=int, default=16, help="toy records streamed by each side")
+    parser.add_argument("--records", type=int, default=24, help="toy records streamed by each side")
     parser.add_argument("--steps", type=int, default=60, help="steps (seconds) of each record")
+    parser.add_argument("--pairs", type=int, default=2, help="job-then-independent pairs compared")
     args = parser.parse_args(argv)
     quiet_libraries()
     tmp = Path(tempfile.mkdtemp(prefix="eval-bench-ranks-"))
@@ -184,6 +209,7 @@ def main(argv: list[str] | None = None) -> dict:
         tmp,
         args.records,
         args.steps,
+        pairs=args.pairs,
     )
     print(json.dumps(result))
     return result

@@ -14,7 +14,7 @@ def test_bench_prints_one_json_object_with_every_figure(capsys):
     result = bench.main(
         ["--steps", "8,24", "--window-at", "12,30", "--window", "6", "--batch", "3", "--repeats", "1"]
         + ["--long-steps", "none"]  # the long-stream figure: tests/eval/test_long_stream.py
-        + ["--probe-steps", "40", "--probes", "4", "--probe-tokens", "4", "--ranks", "4,12"]
+        + ["--probe-steps", "40", "--probes", "4", "--probe-tokens", "4", "--ranks", "4,12,1"]
         + ["--static-steps", "30", "--static-window", "4"]
     )
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == result
@@ -38,9 +38,10 @@ def test_bench_prints_one_json_object_with_every_figure(capsys):
     assert result["eval_ranks_speedup"] > 0 and result["eval_ranks_identical"] is True
     assert all(r > 0 for r in result["eval_ranks_records_per_s"].values())
     assert result["eval_ranks_shard_records"] == [2, 2]  # each rank streamed its share
-    assert result["eval_ranks_setup"] == {"ranks": 2, "records": 4, "steps": 12, "threads": 1}
+    assert result["eval_ranks_setup"] == {"ranks": 2, "records": 4, "steps": 12, "threads": 1, "pairs": 1}
     # the same shares streamed by 2 independent processes: a rate, and the job's rate over it
     assert result["eval_independent_records_per_s"] > 0 and result["eval_ranks_vs_independent"] > 0
+    assert result["eval_ranks_vs_independent_pairs"] == [result["eval_ranks_vs_independent"]]
     # the compiled static step over a windowed stream at batch 1 and 3: no break, no recompile, one
     # frame-step graph per batch (silent at 0.5), no device read in a silent step; the eager decisions
     assert (result["graph_breaks"], result["recompiles"], result["syncs_per_silent_step"]) == (0, 0, 0)
