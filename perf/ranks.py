@@ -124,6 +124,38 @@ def _summed_rate(landed: list[list[float]]) -> float:
     return sum(n / (t[-1] - t[0]) for n, t in zip(counts, landed, strict=True))
 
 
+def _args(checkpoint: Path, tmp: Path, name: str, records_file: Path) -> list[str]:
+    """``eval.run``'s arguments for one side: its records into ``tmp/<name>``, batch 1, no extras."""
+    return [f"checkpoint={checkpoint}", f"records={records_file}", f"out_dir={tmp / name}"] + [
+        f"paths.cache_dir={tmp / f'{name}_cache'}",
+        "batch_size=1",
+        "timelines=0",
+        "view=false",
+        "logger=none",
+    ]
+
+
+def _job(
+    checkpoint: Path, tmp: Path, records: Path, w: int, name: str
+) -> tuple[float, float, list, list[int]]:
+    """(records per second, wall seconds, merged rows, records per shard) of one ``w``-rank job."""
+    out, logs = tmp / name, tmp / f"{name}_logs"
+    t0 = time.perf_counter()
+    procs = _launch(w, [_args(checkpoint, tmp, name, records)] * w, logs)
+    paths = [shard_path(out, r, w) for r in range(w)]
+    landed, end = _watch(paths, procs, logs, out / PREDICTIONS if w > 1 else None)
+    rate = _rate(landed, end)
+    return rate, time.perf_counter() - t0, PredictionLog(out / PREDICTIONS).rows(), [len(t) for t in landed]
+
+
+def _independent(checkpoint: Path, tmp: Path, shares: list[Path], name: str) -> float:
+    """The summed rate of one-process runs of ``shares``, one each, started together."""
+    runs = [_args(checkpoint, tmp, f"{name}_{r}", share) for r, share in enumerate(shares)]
+    logs = tmp / f"{name}_logs"
+    files = [tmp / f"{name}_{r}" / PREDICTIONS for r in range(len(shares))]
+    return _summed_rate(_watch(files, _launch(1, runs, logs), logs)[0])
+
+
 def ranks_figures(
     checkpoint: Path, tmp: Path, records: int, seconds: int, world: int = 2, pairs: int = 2
 ) -> dict:
@@ -134,51 +166,20 @@ def ranks_figures(
     toy = tmp / "ranks_toy"
     streams = generate_toy(toy, n=records, seed=1, duration=seconds)
     write_jsonl(toy / "records.jsonl", streams)
-    for r, share in enumerate(split(streams, world)):  # the independent runs: a rank's share each
-        write_jsonl(toy / f"share-{r}.jsonl", share)
-
-    def args(name: str, records_file: Path) -> list[str]:
-        out = tmp / name
-        return [f"checkpoint={checkpoint}", f"records={records_file}", f"out_dir={out}"] + [
-            f"paths.cache_dir={tmp / f'{name}_cache'}",
-            "batch_size=1",
-            "timelines=0",
-            "view=false",
-            "logger=none",
-        ]
-
-    def job(w: int, name: str) -> tuple[float, float, list[dict], list[int]]:
-        """(records per second, wall seconds, merged rows, records per shard) of one ``w``-rank job."""
-        out, logs = tmp / name, tmp / f"{name}_logs"
-        t0 = time.perf_counter()
-        procs = _launch(w, [args(name, toy / "records.jsonl")] * w, logs)
-        paths = [shard_path(out, r, w) for r in range(w)]
-        landed, end = _watch(paths, procs, logs, out / PREDICTIONS if w > 1 else None)
-        rate = _rate(landed, end)
-        return (
-            rate,
-            time.perf_counter() - t0,
-            PredictionLog(out / PREDICTIONS).rows(),
-            [len(t) for t in landed],
-        )
-
-    def independent(name: str) -> float:
-        """The summed rate of ``world`` one-process runs of the shares, started together."""
-        runs = [args(f"{name}_{r}", toy / f"share-{r}.jsonl") for r in range(world)]
-        logs = tmp / f"{name}_logs"
-        files = [tmp / f"{name}_{r}" / PREDICTIONS for r in range(world)]
-        return _summed_rate(_watch(files, _launch(1, runs, logs), logs)[0])
-
-    one_rate, one_wall, one_rows, _ = job(1, "ranks_1")
+    shares = [toy / f"share-{r}.jsonl" for r in range(world)]
+    for path, share in zip(shares, split(streams, world), strict=True):  # a rank's share each
+        write_jsonl(path, share)
+    one_rate, one_wall, one_rows, _ = _job(checkpoint, tmp, toy / "records.jsonl", 1, "ranks_1")
     jobs, alone = [], []
     for i in range(pairs):
-        jobs.append(job(world, f"ranks_{world}_{i}"))
-        alone.append(independent(f"independent_{i}"))
-    rate, wall, rows, shards = jobs[0]
+        jobs.append(_job(checkpoint, tmp, toy / "records.jsonl", world, f"ranks_{world}_{i}"))
+        alone.append(_independent(checkpoint, tmp, shares, f"independent_{i}"))
+    rate, wall, _, shards = jobs[0]
+    ratios = [j[0] / a for j, a in zip(jobs, alone, strict=True)]
     return {
         "eval_ranks_speedup": round(rate / one_rate, 2),
-        "eval_ranks_vs_independent": round(statistics.median(j[0] / a for j, a in zip(jobs, alone)), 2),
-        "eval_ranks_vs_independent_pairs": [round(j[0] / a, 2) for j, a in zip(jobs, alone)],
+        "eval_ranks_vs_independent": round(statistics.median(ratios), 2),
+        "eval_ranks_vs_independent_pairs": [round(r, 2) for r in ratios],
         "eval_independent_records_per_s": round(statistics.median(alone), 2),
         "eval_ranks_identical": all(j[2] == one_rows for j in jobs),
         "eval_ranks_shard_records": shards,

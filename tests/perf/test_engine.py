@@ -55,6 +55,36 @@ def test_bench_prints_one_json_object_with_every_figure(capsys):
     # the vision tower's call: nothing read back, the features transformers' own
     assert result["syncs_per_vision_call"] == 0
     assert all(d <= 1e-6 for d in result["vision_max_diff"].values())
+    # the CPU goals read back from the figures above, each with whether it held in this run
+    goals = result["cpu_goals"]
+    assert set(goals) == set(bench.CPU_GOALS)
+    assert goals["host_ms_per_step"]["figure"] == max(result["host_ms_per_step"]["batch1"].values())
+    assert goals["window"]["figure"] == result["window_step30_vs_step12"]
+    assert goals["graph_breaks"] == {"figure": 0, "max": 0, "held": True}
+    assert result["cpu_goals_held"] == all(g["held"] for g in goals.values())
+
+
+def test_the_cpu_goals_hold_only_when_every_figure_is_measured_and_within_its_bound():
+    figures = {
+        "graph_breaks": 0,
+        "recompiles": 0,
+        "syncs_per_silent_step": 0,
+        "syncs_per_vision_call": 0,
+        "frame_prep_max_diff": 0.0,
+        "host_ms_per_step": {"batch1": {"60": 0.08, "480": 0.09}, "batch8": {"60": 0.4, "480": 0.5}},
+        "window_step480_vs_step60": 1.05,
+        "eval_ranks_vs_independent": 0.93,
+    }
+    held = bench.goals_held(figures, "window_step480_vs_step60")
+    assert held["cpu_goals_held"] is True and held["cpu_goals"]["host_ms_per_step"]["figure"] == 0.09
+    slow = figures | {"host_ms_per_step": {"batch1": {"60": 0.08, "480": 0.101}}}
+    missed = bench.goals_held(slow, "window_step480_vs_step60")
+    assert missed["cpu_goals_held"] is False
+    assert [n for n, g in missed["cpu_goals"].items() if not g["held"]] == ["host_ms_per_step"]
+    skipped = {k: v for k, v in figures.items() if k != "eval_ranks_vs_independent"}  # --ranks none
+    unmeasured = bench.goals_held(skipped, "window_step480_vs_step60")
+    assert unmeasured["cpu_goals"]["eval_ranks_vs_independent"] == {"figure": None, "min": 0.9, "held": False}
+    assert unmeasured["cpu_goals_held"] is False
 
 
 def test_frame_prep_bench_reports_the_difference_and_both_paths(capsys):
