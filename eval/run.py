@@ -71,11 +71,7 @@ from engine.checkpoints import (
     run_dir_of,
     weights_fingerprint,
 )
-from engine.memory import build_memory
-from engine.model import load_model_and_processor
 from engine.preflight import check_stage
-from engine.render import TurnRenderer
-from engine.streaming import EngineConfig
 from eval.app.view import write_view
 from eval.config import EvalConfig, records_path
 from eval.preflight import EVAL
@@ -261,6 +257,8 @@ def load_model(cfg: DictConfig):
     """The model and processor an evaluation streams with, on this rank's GPU when CUDA is there."""
     import torch
 
+    from engine.model import load_model_and_processor  # here: a refusal or --cfg job loads no model code
+
     model, processor = load_model_and_processor(model_config(cfg), cache_dir=cfg.paths.cache_dir)
     if torch.cuda.is_available():  # each rank of a launch on its own GPU (LOCAL_RANK), else GPU 0
         device = torch.device("cuda", Ranks.from_env().local_rank % torch.cuda.device_count())
@@ -273,6 +271,10 @@ def _run_streams(
     cfg: DictConfig, streams: list[Stream], done: set[str], path: Path, log: PredictionLog
 ) -> int:
     """Stream the not-yet-done records through the engine, batch by batch; returns records run."""
+    from engine.memory import build_memory
+    from engine.render import TurnRenderer
+    from engine.streaming import EngineConfig
+
     model, processor = load_model(cfg)
     render = RenderConfig(**OmegaConf.to_container(cfg.render, resolve=True))
     renderer = TurnRenderer(processor, render, cfg.benchmark.steps_per_second)

@@ -35,10 +35,6 @@ from data_builders.frames import stream_frames
 from data_builders.mixture import build_toy_mixture
 from data_builders.record_io import load_streams, resolve_video
 from data_builders.splits import split_records
-from engine.model import count_parameters, load_model_and_processor
-from engine.render import TurnRenderer
-from eval.run import evaluate
-from eval.run import load_config as eval_config
 from infra.entry import front_door, quiet_libraries, split_argv
 from infra.schema import CONF_DIR
 from infra.tracking import format_table
@@ -61,6 +57,9 @@ def _evaluate(
         "logger=none",
         "timelines=2",
     ]
+    from eval.run import evaluate  # here, not at the top: --cfg job and a refusal load no model code
+    from eval.run import load_config as eval_config
+
     return evaluate(eval_config(overrides), echo=False)
 
 
@@ -131,6 +130,9 @@ def _toy_data(cfg: DictConfig, run_dir: Path) -> tuple[Path, dict[str, int]]:
 
 def _show_model(cfg: DictConfig, test: Path) -> None:
     """Stage 2: build the tiny model and print one test stream as the model sees it."""
+    from engine.model import count_parameters, load_model_and_processor
+    from engine.render import TurnRenderer
+
     model, processor = load_model_and_processor(cfg.model, cache_dir=cfg.paths.cache_dir)
     params = count_parameters(model)
     render = RenderConfig(**cfg.render)

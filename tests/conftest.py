@@ -4,6 +4,7 @@ workers."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import socket
@@ -38,10 +39,19 @@ def ranks_run_alone(request, tmp_path_factory):
     lock, and only the lone one keeps it while it runs. Without it a worker waiting for the lock
     alone waited for a moment when no other test held it, which the other worker, going from test
     to test, rarely left (setups of 38-96 s, one worker idle all that time)."""
+    with ranks_lock(tmp_path_factory, alone=request.node.get_closest_marker("ranks") is not None):
+        yield
+
+
+@contextlib.contextmanager
+def ranks_lock(tmp_path_factory, alone: bool = False):
+    """The session's ranks lock (see ``ranks_run_alone``): alone, or shared with every other test.
+    A module fixture of a ``ranks`` file (set up before the test takes the lock alone) holds it
+    shared for its one-process work, which then runs beside other tests, not while a worker waits.
+    No lock without parallel workers."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         yield
         return
-    alone = request.node.get_closest_marker("ranks") is not None
     base = tmp_path_factory.getbasetemp().parent
     with open(base / "ranks.gate", "a") as gate, open(base / "ranks.lock", "a") as lock:
         fcntl.flock(gate, fcntl.LOCK_EX)

@@ -21,19 +21,32 @@ def _sources_imported(code: str) -> list[str]:
     return json.loads(out.stdout.splitlines()[-1])
 
 
-@pytest.mark.parametrize(
-    "module",
-    [
-        "engine.config",
-        "data_builders.config",
-        "train.sft.run",
-        "train.grpo.run",
-        "eval.run",
-        "pipeline.config",
-    ],
-)
-def test_importing_a_stage_imports_no_source(module):
-    assert _sources_imported(f"import {module}") == []
+STAGES = [
+    "engine.config",
+    "data_builders.config",
+    "train.sft.run",
+    "train.grpo.run",
+    "eval.run",
+    "pipeline.config",
+]
+
+
+@pytest.fixture(scope="module")
+def sources_after() -> dict[str, list[str]]:
+    """module -> the source modules imported once it and every module before it in ``STAGES`` were
+    imported, in one fresh interpreter: the sources imported grow with each import, so an empty list
+    means this module (alone too) and those before it imported none."""
+    code = "import importlib, json, sys\nseen = {}\n"
+    code += f"for m in {STAGES!r}:\n    importlib.import_module(m)\n"
+    code += "    seen[m] = sorted(n for n in sys.modules if n.startswith('data_builders.sources.'))\n"
+    code += "print(json.dumps(seen))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("module", STAGES)
+def test_importing_a_stage_imports_no_source(module, sources_after):
+    assert sources_after[module] == []
 
 
 def test_composing_a_build_imports_the_source_it_names_and_no_other():

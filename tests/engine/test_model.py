@@ -106,14 +106,18 @@ def test_processes_asking_for_one_tiny_checkpoint_at_once_build_it_once(tmp_path
     """The points of a sweep build the same cache entry at the same moment: one builds, the others
     wait and load what it wrote (a second build rewriting config.json under a reader once made a
     sweep point fail with 'not a valid JSON file')."""
-    out_dir = tmp_path / "cache" / "tiny-x"
+    out_dir, ready = tmp_path / "cache" / "tiny-x", tmp_path / "ready"
+    ready.mkdir()
     code = f"""
-import json, sys, time
+import json, os, sys, time
 from pathlib import Path
 from tests.conftest import tiny_model_config
 from engine.model import build_tiny_checkpoint
 cfg = tiny_model_config()
-while time.time() < {time.time() + 20}:  # the three start together, imports done
+ready = Path({str(ready)!r})
+(ready / str(os.getpid())).touch()
+deadline = time.time() + 240  # a sibling that died before this point: the test fails on its exit code
+while len(list(ready.iterdir())) < 3 and time.time() < deadline:  # the three start together, imports done
     time.sleep(0.01)
 path = build_tiny_checkpoint(cfg, {str(out_dir)!r})
 mtime = (path / "model.safetensors").stat().st_mtime_ns
@@ -131,6 +135,7 @@ print(mtime)
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], [err[-1500:] for _, err in outs]
     assert len({out.split()[-1] for out, _ in outs}) == 1, "the weights were written more than once"
+    assert len(list(ready.iterdir())) == 3
     assert sorted(p.name for p in out_dir.parent.iterdir()) == [
         ".tiny-x.lock",
         "tiny-x",

@@ -261,21 +261,19 @@ def test_the_plan_takes_nodes():
 
 
 @pytest.mark.slow
-def test_train_plan_prints_one_json_line():
+def test_train_plan_prints_one_json_line(capsys):
+    """The command as run (a fresh process) for a plan that fits; one that does not returns 1 (the
+    command's exit status, ``sys.exit(main())``; a fresh process exiting 1:
+    test_a_plan_that_does_not_fit_says_what_to_change_and_the_change_fits)."""
+    from pipeline.plan import main
+
     proc = run("pipeline.plan", "stage=sft", *SFT_4B, "gpu_memory_gb=80", "gpus=16")
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["fits"] is True and out["gpus"] == 16 and out["gpu_hours"]["value"] > 0
-    proc = run(
-        "pipeline.plan",
-        "stage=sft",
-        *SFT_4B,
-        "gpu_memory_gb=80",
-        "gpus=16",
-        "sft.per_device_batch_size=8",
-        "sft.gradient_checkpointing=false",
-    )
-    assert proc.returncode == 1 and json.loads(proc.stdout.strip().splitlines()[-1])["fits"] is False
+    big = ["sft.per_device_batch_size=8", "sft.gradient_checkpointing=false"]
+    code = main(["stage=sft", *SFT_4B, "gpu_memory_gb=80", "gpus=16", *big])
+    assert code == 1 and json.loads(capsys.readouterr().out.strip().splitlines()[-1])["fits"] is False
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from engine.checkpoints import complete_checkpoints
-from tests.conftest import free_port
+from tests.conftest import free_port, ranks_lock
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.ranks]
@@ -95,19 +95,26 @@ def max_difference(a: dict, b: dict) -> float:
     return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
 
 
-def test_two_processes_equal_one_process_under_zero2_and_zero3(toy, tmp_path):
-    """The one-process reference runs in this process (``python -m train.grpo`` starts fresh in
-    tests/train/test_grpo_run.py), at its own thread count, put back after."""
+@pytest.fixture(scope="module")
+def single(toy, tmp_path_factory) -> Path:
+    """The one-process reference, run in this process (``python -m train.grpo`` starts fresh in
+    tests/train/test_grpo_run.py) at its own thread count, put back after; a module fixture, so it
+    runs before the test takes the ranks lock alone, beside other tests (``ranks_lock`` shared)."""
     import torch
 
     from train.grpo.run import compose_config, run
 
-    single = tmp_path / "single"
+    single = tmp_path_factory.mktemp("grpo_single") / "single"
     threads = torch.get_num_threads()
     try:
-        run(compose_config(grpo([], toy, single, "grpo.max_steps=2")[2:]), single)
+        with ranks_lock(tmp_path_factory):
+            run(compose_config(grpo([], toy, single, "grpo.max_steps=2")[2:]), single)
     finally:
         torch.set_num_threads(threads)
+    return single
+
+
+def test_two_processes_equal_one_process_under_zero2_and_zero3(toy, single, tmp_path):
     one = history(single)
     assert [row["zero_std_groups"] for row in one][0] == 0  # update 1: every window has signal
     start = weights(next((toy / "cache").glob("tiny-*")))

@@ -18,7 +18,7 @@ import pytest
 from data_builders.build import write_outputs
 from data_builders.mixture import build_toy_mixture
 from data_builders.record_io import load_streams
-from tests.conftest import free_port
+from tests.conftest import free_port, ranks_lock
 from train.sft.run import compose_config, train
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,32 +31,45 @@ def losses(run: Path) -> list[float]:
     return [h["loss"] for h in state["log_history"] if "loss" in h]
 
 
-def test_zero2_two_processes_match_one_process(tmp_path):
-    build_toy_mixture(tmp_path / "built", tmp_path / "mix", n=16, seed=0)
-    split = tmp_path / "toy" / "train"
-    streams = load_streams(tmp_path / "mix" / "train" / "records.jsonl")[:4]
-    write_outputs(
-        split,
-        [
-            s.__class__.from_dict(
-                {**s.to_dict(), "video": str((tmp_path / "mix" / "train" / s.video).resolve())}
-            )
-            for s in streams
-        ],
-    )
-    common = [
-        "experiment=toy_sft",
-        f"paths.data_dir={tmp_path}",
-        f"paths.cache_dir={tmp_path / 'cache'}",
-        "sft.max_steps=2",
-        "sft.logging_steps=1",
-        "sft.save_steps=2",
-        "sft.time_budget_s=null",
-        "sft.num_threads=1",
-        "sft.resume=none",
-    ]
-    single = tmp_path / "single"
-    train(compose_config([*common, f"sft.output_dir={single}", "sft.per_device_batch_size=4"]))
+#: The runs' shared overrides; the data under ``paths.data_dir``.
+COMMON = [
+    "experiment=toy_sft",
+    "sft.max_steps=2",
+    "sft.logging_steps=1",
+    "sft.save_steps=2",
+    "sft.time_budget_s=null",
+    "sft.num_threads=1",
+    "sft.resume=none",
+]
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory) -> tuple[Path, list[str]]:
+    """The one-batch training split and the one-process run on it (its folder, the overrides both
+    runs share): a module fixture, so it runs before the test takes the ranks lock alone, beside
+    other tests (``ranks_lock`` shared)."""
+    tmp_path = tmp_path_factory.mktemp("sft_dist")
+    with ranks_lock(tmp_path_factory):
+        build_toy_mixture(tmp_path / "built", tmp_path / "mix", n=16, seed=0)
+        split = tmp_path / "toy" / "train"
+        streams = load_streams(tmp_path / "mix" / "train" / "records.jsonl")[:4]
+        write_outputs(
+            split,
+            [
+                s.__class__.from_dict(
+                    {**s.to_dict(), "video": str((tmp_path / "mix" / "train" / s.video).resolve())}
+                )
+                for s in streams
+            ],
+        )
+        common = [*COMMON, f"paths.data_dir={tmp_path}", f"paths.cache_dir={tmp_path / 'cache'}"]
+        run = tmp_path / "single"
+        train(compose_config([*common, f"sft.output_dir={run}", "sft.per_device_batch_size=4"]))
+    return run, common
+
+
+def test_zero2_two_processes_match_one_process(single, tmp_path):
+    single, common = single
     accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or "accelerate"
     two = tmp_path / "two"
     cmd = [

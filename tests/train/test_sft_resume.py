@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -66,15 +67,21 @@ def wait_for_checkpoint(proc: subprocess.Popen, out: Path, timeout: float = 240.
     raise AssertionError("no checkpoint in time")
 
 
+def kill_at_checkpoint(proc: subprocess.Popen, out: Path) -> int:
+    wait_for_checkpoint(proc, out)
+    proc.send_signal(signal.SIGKILL)
+    return proc.wait(60)
+
+
 def test_sigkill_then_resume_auto_matches_the_uninterrupted_run(toy_data, tmp_path):
     killed = start(toy_data, tmp_path / "killed")
-    wait_for_checkpoint(killed, tmp_path / "killed")
-    killed.send_signal(signal.SIGKILL)
-    assert killed.wait(60) == -signal.SIGKILL
+    with ThreadPoolExecutor(max_workers=1) as pool:  # the reference trains here while that one starts
+        status = pool.submit(kill_at_checkpoint, killed, tmp_path / "killed")
+        reference = train(compose_config(overrides(toy_data, tmp_path / "reference")))
+        assert status.result() == -signal.SIGKILL
     assert not (tmp_path / "killed" / "final").exists(), "the run finished before it was killed"
     resumed = train(compose_config(overrides(toy_data, tmp_path / "killed")))
     assert (tmp_path / "killed" / "resumes.jsonl").exists()
-    reference = train(compose_config(overrides(toy_data, tmp_path / "reference")))
     a, b = load_file(resumed / "model.safetensors"), load_file(reference / "model.safetensors")
     assert a.keys() == b.keys()
     worst = max(float((a[k] - b[k]).abs().max()) for k in a)
