@@ -217,22 +217,22 @@ def host_figures(
     def around(values: list[float], p: int) -> float:
         return statistics.median(values[max(p - HALF_SPAN, 0) : p + HALF_SPAN + 1])
 
-    host, latency = {}, {}
+    host, waits = {}, []
     for label, rows in (("batch1", 1), (f"batch{len(streams)}", len(streams))):
         tiles = [
             tiled(st, fr, window_at[1] + HALF_SPAN + 1)
             for st, fr in zip(streams[:rows], frames[:rows], strict=True)
         ]
-        runs, waits = [], []
+        runs = []
         for _ in range(max(repeats, BATCH1_RUNS) if rows == 1 else repeats):
             e = engine([t[0] for t in tiles], [t[1] for t in tiles], window)
             own = [1e3 * (cpu - lm - vision) for cpu, lm, vision in e.step_timings]
             runs.append({p: around(own, p) for p in window_at})
-            lat = [d.latency_s for d in e.last[0].steps]
-            waits.append({p: around(lat, p) for p in window_at})
+            if rows == 1:
+                lat = [d.latency_s for d in e.last[0].steps]
+                waits.append({p: around(lat, p) for p in window_at})
         host[label] = {str(p): round(statistics.median(r[p] for r in runs), 3) for p in window_at}
-        if rows == 1:
-            latency = {p: statistics.median(w[p] for w in waits) for p in window_at}
+    latency = {p: statistics.median(w[p] for w in waits) for p in window_at}
     return host, latency
 
 
@@ -296,9 +296,7 @@ def run_bench(
         seq_t.append(timed(lambda: [engine([s], [f]) for s, f in zip(streams, frames, strict=True)]))
     probe = probe_figures(model, renderer, streams[0], frames[0], *probes)
     long = long_stream_peaks(*long_steps, window=window, checkpoint=ckpt) if long_steps else {}
-    over_ranks = (
-        ranks_figures(ckpt, tmp, *ranks[:2], pairs=ranks[2] if len(ranks) > 2 else 2) if ranks else {}
-    )
+    over_ranks = ranks_figures(ckpt, tmp, *ranks) if ranks else {}  # records, steps[, pairs]
     side = math.isqrt(renderer.cfg.max_pixels)
     compiled = static_figures(model, renderer, static[0], batch, static[1], 0.5, side) if static else {}
     return (

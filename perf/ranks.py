@@ -157,7 +157,7 @@ def _independent(checkpoint: Path, tmp: Path, shares: list[Path], name: str) -> 
 
 
 def ranks_figures(
-    checkpoint: Path, tmp: Path, records: int, seconds: int, world: int = 2, pairs: int = 2
+    checkpoint: Path, tmp: Path, records: int, seconds: int, pairs: int = 2, world: int = 2
 ) -> dict:
     """``eval_ranks_speedup`` (the module docstring) on ``records`` toy records of ``seconds`` steps;
     the job and the independent runs alternate ``pairs`` times, ``eval_ranks_vs_independent`` the
