@@ -12,41 +12,21 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from data_builders.config import RenderConfig
-from data_builders.frames import stream_frames
 from data_builders.records import Stream
-from data_builders.synthetic.toy import generate_toy
 from engine import step_choice
 from engine.kv_static import StaticKV
 from engine.naive import NaiveStreamer
 from engine.probes import Probe, answer_probes
-from engine.render import TurnRenderer
 from engine.static_step import compiled_step
 from engine.step_choice import resolve_step
 from engine.streaming import EngineConfig, StreamingEngine
 from perf.static import silent_reads
-
-
-@pytest.fixture(scope="module")
-def setup(tiny_model_and_processor, tmp_path_factory):
-    model, processor = tiny_model_and_processor
-    out = tmp_path_factory.mktemp("toy40s")
-    streams = generate_toy(out, n=3, seed=1, duration=40)
-    renderer = TurnRenderer(processor, RenderConfig(max_pixels=64 * 64))
-    frames = [stream_frames(s, out / s.video, renderer.cfg) for s in streams]
-    return model, renderer, streams, frames
-
-
-def _max_logit_diff(a, b) -> float:
-    return max(
-        max(abs(x - y) for x, y in zip(sa.decision_logits, sb.decision_logits, strict=True))
-        for sa, sb in zip(a.steps, b.steps, strict=True)
-    )
+from tests.engine.conftest import max_logit_diff
 
 
 def _same(a, b) -> None:
     assert [s.text for s in a.steps] == [s.text for s in b.steps]
-    assert _max_logit_diff(a, b) < 1e-4
+    assert max_logit_diff(a, b) < 1e-4
     assert a.tokens == b.tokens
 
 
@@ -62,11 +42,11 @@ def test_static_steps_match_the_naive_rerun_at_batch_1_and_unequal_lengths(setup
     batch = engine.run(streams, cuts)
     assert isinstance(engine.kv, StaticKV)
     assert [s.text for s in naive[0].steps] == [s.text for s in one.steps]
-    assert _max_logit_diff(naive[0], one) < 1e-4
+    assert max_logit_diff(naive[0], one) < 1e-4
     for ref, got, n in zip(naive, batch, (24, 17, 11), strict=True):
         assert len(got.steps) == n
         assert [s.text for s in ref.steps] == [s.text for s in got.steps]
-        assert _max_logit_diff(ref, got) < 1e-4
+        assert max_logit_diff(ref, got) < 1e-4
     assert 0 < sum(s.fired for r in naive for s in r.steps) < 52
 
 

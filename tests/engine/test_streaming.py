@@ -13,30 +13,13 @@ from torch._dynamo.utils import counters
 from data_builders.config import RenderConfig
 from data_builders.frames import stream_frames
 from data_builders.records import Stream
-from data_builders.synthetic.toy import generate_toy
 from engine.frame_features import FrameFeatures
 from engine.kv_window import KVWindow
 from engine.naive import NaiveStreamer
 from engine.render import TurnRenderer
 from engine.step_forward import compiled_graphs
 from engine.streaming import EngineConfig, StreamingEngine
-
-
-@pytest.fixture(scope="module")
-def setup(tiny_model_and_processor, tmp_path_factory):
-    model, processor = tiny_model_and_processor
-    out = tmp_path_factory.mktemp("toy40")
-    streams = generate_toy(out, n=3, seed=1, duration=40)
-    renderer = TurnRenderer(processor, RenderConfig(max_pixels=64 * 64))
-    frames = [stream_frames(s, out / s.video, renderer.cfg) for s in streams]
-    return model, renderer, streams, frames
-
-
-def _max_logit_diff(a, b) -> float:
-    return max(
-        max(abs(x - y) for x, y in zip(sa.decision_logits, sb.decision_logits))
-        for sa, sb in zip(a.steps, b.steps)
-    )
+from tests.engine.conftest import max_logit_diff
 
 
 # The untrained tiny model sits near P(response) = 0.47; 0.47 makes it fire on about half the steps,
@@ -56,8 +39,8 @@ def test_engine_matches_naive_single_and_batched(setup, threshold):
     for ref, one, many in zip(naive, single, batched):
         assert len(ref.steps) == len(one.steps) == len(many.steps) == 40
         assert [s.text for s in ref.steps] == [s.text for s in one.steps] == [s.text for s in many.steps]
-        assert _max_logit_diff(ref, one) < 1e-4
-        assert _max_logit_diff(ref, many) < 1e-4
+        assert max_logit_diff(ref, one) < 1e-4
+        assert max_logit_diff(ref, many) < 1e-4
         fires += sum(s.fired for s in ref.steps)
     assert (fires == 0) == (threshold == 0.5)
 
@@ -114,7 +97,7 @@ def test_compaction_in_place_changes_no_decision(setup, monkeypatch):
     [b] = masked.run([long], [long_frames])
     assert len(a.steps) == 80 and 0 < sum(s.fired for s in a.steps) < 80
     assert [s.text for s in a.steps] == [s.text for s in b.steps]
-    assert _max_logit_diff(a, b) < 1e-5
+    assert max_logit_diff(a, b) < 1e-5
     assert 2 * kept < 1.1 * masked.cache_length()  # evicted frames left the compacted cache
 
 
@@ -136,7 +119,7 @@ def test_compiled_forward_streams_the_same_in_four_graphs(setup):
         for a, b in zip(eager[rows], compiled, strict=True):
             assert 0 < sum(s.fired for s in a.steps) < 40
             assert [s.text for s in a.steps] == [s.text for s in b.steps]
-            assert _max_logit_diff(a, b) < 1e-4
+            assert max_logit_diff(a, b) < 1e-4
             assert a.tokens == b.tokens
     assert compiled_graphs() == 4
     StreamingEngine(model, renderer, compiled_cfg).run(streams, frames)
@@ -147,9 +130,9 @@ def test_compiled_forward_streams_the_same_in_four_graphs(setup):
         other.model.language_model.norm.weight.mul_(2.0)
     other_eager = StreamingEngine(other, renderer, cfg).run(streams[:3], frames[:3])
     compiled = StreamingEngine(other, renderer, compiled_cfg).run(streams[:3], frames[:3])
-    assert max(_max_logit_diff(a, b) for a, b in zip(other_eager, compiled, strict=True)) < 1e-4
+    assert max(max_logit_diff(a, b) for a, b in zip(other_eager, compiled, strict=True)) < 1e-4
     # the model's own eager run of these 3 streams (above) differs: the copy's weights are its own
-    assert min(_max_logit_diff(a, b) for a, b in zip(other_eager, eager[3], strict=True)) > 0.1
+    assert min(max_logit_diff(a, b) for a, b in zip(other_eager, eager[3], strict=True)) > 0.1
     assert compiled_graphs() == 4
 
 
@@ -211,7 +194,7 @@ def test_frames_are_prepared_a_chunk_at_a_time(setup, monkeypatch):
     assert engine.frames_encoded == 80
     for a, b in zip(reference, chunked):
         assert [s.text for s in a.steps] == [s.text for s in b.steps]
-        assert _max_logit_diff(a, b) < 1e-4
+        assert max_logit_diff(a, b) < 1e-4
 
 
 def test_frames_prepared_on_the_device_stream_as_the_processor_s(setup, monkeypatch):
@@ -230,7 +213,7 @@ def test_frames_prepared_on_the_device_stream_as_the_processor_s(setup, monkeypa
     assert device.vision.prep is not None and calls == [] and device.frames_encoded == 80
     for a, b in zip(on_host, on_device):
         assert [s.text for s in a.steps] == [s.text for s in b.steps]
-        assert _max_logit_diff(a, b) == 0.0
+        assert max_logit_diff(a, b) == 0.0
     with pytest.raises(ValueError, match="frame_prep must be one of device, host, got 'gpu'"):
         StreamingEngine(model, renderer, EngineConfig(frame_prep="gpu"))
 
@@ -256,7 +239,7 @@ def test_the_project_s_vision_call_streams_as_transformers_s(setup, monkeypatch)
     assert len(engine.vision.plans.plans) == 2
     for a, b in zip(old, new):
         assert [s.text for s in a.steps] == [s.text for s in b.steps]
-        assert _max_logit_diff(a, b) < 1e-6
+        assert max_logit_diff(a, b) < 1e-6
     with pytest.raises(ValueError, match="vision must be one of project, transformers, got 'hf'"):
         StreamingEngine(model, renderer, EngineConfig(vision="hf"))
 
@@ -273,7 +256,7 @@ def test_memory_mapped_frames_stream_the_same_and_are_released(setup, tmp_path):
     [a] = StreamingEngine(model, renderer, cfg).run([long], [in_memory])
     [b] = StreamingEngine(model, renderer, cfg).run([long], [mapped])
     assert [s.text for s in a.steps] == [s.text for s in b.steps] and len(b.steps) == 120
-    assert _max_logit_diff(a, b) < 1e-6
+    assert max_logit_diff(a, b) < 1e-6
     assert _resident_pages(mapped) <= 2  # at most the partial pages at the array's two ends
     assert np.array_equal(mapped, in_memory)  # released pages read back from the file
 
@@ -294,10 +277,7 @@ def _resident_pages(array: np.ndarray) -> int:
 def test_step_timings_split_each_step(tiny_model_and_processor, toy_dir):
     """Every step records its CPU time and, inside it, the language model's and the vision call's:
     what the bench reports as the engine's own host work is the rest."""
-    from data_builders.config import RenderConfig
-    from data_builders.frames import stream_frames
     from data_builders.record_io import load_streams
-    from engine.render import TurnRenderer
     from engine.streaming import EngineConfig, StreamingEngine
 
     model, processor = tiny_model_and_processor
